@@ -1,0 +1,18 @@
+"""bayes_keras: Bayesian deep learning for Keras 3 on TensorFlow Probability.
+
+Layers carry a particle axis on their weights; BayesianModel trains all particles in one pass;
+the optimizers in bayes_keras.optimizers are the inference methods.
+"""
+
+import keras as _keras
+
+if _keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        f"bayes_keras needs the TensorFlow backend of Keras 3; KERAS_BACKEND is {_keras.backend.backend()!r}."
+    )
+
+from bayes_keras import datasets, inference, layers, likelihoods, metrics, optimizers, priors, zoo  # noqa: E402
+from bayes_keras.model import BayesianModel  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["BayesianModel", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "inference"]

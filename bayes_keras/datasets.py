@@ -1,0 +1,65 @@
+"""Datasets: offline real data shipped with scikit-learn (the default) and tensorflow-datasets loaders.
+
+Every loader returns numpy arrays ((x_train, y_train), (x_test, y_test)) with a fixed, seeded split.
+"""
+
+import numpy as np
+
+
+def _split(x, y, test_fraction, seed, stratify=True):
+    from sklearn.model_selection import train_test_split
+
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed,
+                                              stratify=y if stratify else None)
+    return (x_tr, y_tr), (x_te, y_te)
+
+
+def load_digits(test_fraction=0.25, seed=0, image=True):
+    """scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes), pixels scaled to [0, 1].
+
+    Args:
+        image: True -> x of shape (n, 8, 8, 1) for convnets; False -> (n, 64).
+    """
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    x = (d.images / 16.0).astype(np.float32)
+    x = x[..., None] if image else x.reshape(len(x), -1)
+    return _split(x, d.target.astype(np.int32), test_fraction, seed)
+
+
+def load_breast_cancer(test_fraction=0.0, seed=0, add_bias=False):
+    """scikit-learn's breast cancer data (569 x 30, binary), standardised with training statistics.
+
+    With test_fraction=0 the whole set is returned as the training split (test split empty).
+    `add_bias` appends a constant-1 column (for Bayesian logistic regression with a bias weight).
+    """
+    from sklearn.datasets import load_breast_cancer as _load
+
+    d = _load()
+    x, y = d.data.astype(np.float64), d.target.astype(np.int32)
+    if test_fraction > 0:
+        (x_tr, y_tr), (x_te, y_te) = _split(x, y, test_fraction, seed)
+    else:
+        (x_tr, y_tr), (x_te, y_te) = (x, y), (x[:0], y[:0])
+    mu, sd = x_tr.mean(0), x_tr.std(0)
+    x_tr, x_te = (x_tr - mu) / sd, (x_te - mu) / sd
+    if add_bias:
+        x_tr = np.concatenate([x_tr, np.ones((len(x_tr), 1))], 1)
+        x_te = np.concatenate([x_te, np.ones((len(x_te), 1))], 1)
+    return (x_tr.astype(np.float32), y_tr), (x_te.astype(np.float32), y_te)
+
+
+def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None):
+    """Load a tensorflow-datasets image classification set (mnist, fashion_mnist, cifar10, ...).
+
+    Needs a network (or a prepared `data_dir`) the first time; pixels scaled by 1/image_scale.
+    """
+    import tensorflow_datasets as tfds
+
+    out = []
+    for s in split:
+        ds = tfds.load(name, split=s, as_supervised=True, batch_size=-1, data_dir=data_dir)
+        x, y = tfds.as_numpy(ds)
+        out.append(((x.astype(np.float32) / image_scale), y.astype(np.int32)))
+    return tuple(out)

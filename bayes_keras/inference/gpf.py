@@ -1,0 +1,99 @@
+"""Gaussian particle flow (Galy-Fajou et al. 2021): the method's math as pure tensor functions.
+
+Notation (../shared/papers/gpf.md): particles x_i (i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i),
+m = mean_i x_i, z_i = x_i - m. The discretised flow (Eq. 13) moves every particle along
+
+    x_i <- x_i - eta * Delta_i,   Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
+
+i.e. Delta = 1 g_bar^T + (1/N) K G - Z with the N x N Gram K = Z Z^T (rows are particles), so the
+D x D matrix A = I - E[g z^T] is never formed: cost O(N^2 D).
+
+Structures: "full" uses one Gram over all coordinates; a list of groups (e.g. one per layer) gives
+a block-diagonal A (structured mean-field, Sec. 3.5); "mean_field" a diagonal A.
+
+All functions take lists of (N, d_v) float tensors, one per variable, so callers never concatenate.
+"""
+
+import math
+
+import tensorflow as tf
+
+_LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
+
+
+def _centre(xs):
+    return [x - tf.reduce_mean(x, axis=0, keepdims=True) for x in xs]
+
+
+def gpf_direction(particles, grads, groups, mean_preconditioning=False):
+    """The GPF pseudo-gradient Delta for every particle (the update is x <- x - step(Delta)).
+
+    Args:
+        particles: list of (N, d_v) tensors (flattened particle variables).
+        grads: list of (N, d_v) gradients of the NEGATIVE log joint at those particles.
+        groups: "mean_field", or a list of lists of indices into `particles`: each inner list is
+            one block of the block-diagonal flow ([[0, 1, ..., V-1]] is the full flow).
+        mean_preconditioning: replace the mean drift g_bar by C g_bar (C the particles' covariance
+            in the block), which makes the mean's convergence independent of the conditioning once
+            C approaches the posterior covariance (gpf.md, "natural gradient on the mean only").
+
+    Returns:
+        list of (N, d_v) tensors Delta_v.
+    """
+    zs = _centre(particles)
+    gbars = [tf.reduce_mean(g, axis=0, keepdims=True) for g in grads]
+    n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    if groups == "mean_field":
+        out = []
+        for z, g, gbar in zip(zs, grads, gbars):
+            if mean_preconditioning:
+                gbar = tf.reduce_mean(z * z, axis=0, keepdims=True) * gbar
+            psi = tf.reduce_mean(g * z, axis=0, keepdims=True)  # diagonal of E[g z^T]
+            out.append(gbar + z * psi - z)
+        return out
+    out = [None] * len(particles)
+    for group in groups:
+        gram = tf.add_n([tf.matmul(zs[v], zs[v], transpose_b=True) for v in group])  # (N, N)
+        if mean_preconditioning:
+            # C g_bar = (1/N) Z^T (Z g_bar), per block.
+            s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
+        for v in group:
+            gbar = gbars[v]
+            if mean_preconditioning:
+                gbar = tf.matmul(s, zs[v], transpose_a=True) / n
+            out[v] = gbar + tf.matmul(gram, grads[v]) / n - zs[v]
+    return out
+
+
+def gaussian_entropy(particles, groups):
+    """Entropy of the Gaussian N(m, C) defined by the particles, C = Z^T Z / N, in its support.
+
+    With N <= D the covariance is singular (rank N - 1); the entropy is that of the Gaussian on the
+    particles' affine span, from the nonzero eigenvalues of the N x N matrix K / N (the same as
+    those of C). Block structures sum their blocks' entropies (q factorises over blocks).
+    """
+    zs = _centre(particles)
+    n_int = particles[0].shape[0]
+    n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    if groups == "mean_field":
+        total = 0.0
+        for z in zs:
+            var = tf.reduce_mean(z * z, axis=0)
+            total += 0.5 * tf.reduce_sum(tf.math.log(tf.maximum(var, 1e-30)) + _LOG_2PI_E)
+        return total
+    total = 0.0
+    for group in groups:
+        dim = sum(int(tf.size(particles[v][0])) if particles[v].shape[1] is None else int(particles[v].shape[1])
+                  for v in group)
+        rank = min(n_int - 1, dim)
+        gram = tf.add_n([tf.matmul(zs[v], zs[v], transpose_b=True) for v in group]) / n
+        # float64: float32 eigensolvers fail to converge on the near-singular Grams of tight clouds.
+        # A diverged (non-finite) cloud gives NaN, not an eigensolver error, so step guards see it.
+        gram = tf.cast(gram, tf.float64)
+        finite = tf.reduce_all(tf.math.is_finite(gram))
+        safe = tf.where(finite, gram, tf.eye(n_int, dtype=tf.float64))
+        eig = tf.linalg.eigvalsh(safe)[-rank:]  # ascending: the `rank` largest are the nonzero ones
+        logdet = tf.reduce_sum(tf.math.log(tf.maximum(eig, 1e-300)))
+        logdet = tf.cast(tf.where(finite, logdet, tf.constant(float("nan"), tf.float64)), zs[0].dtype)
+        total += 0.5 * logdet + 0.5 * rank * _LOG_2PI_E
+    return total

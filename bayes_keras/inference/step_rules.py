@@ -1,0 +1,118 @@
+"""Step rules: turn a direction (per-particle pseudo-gradient) into the step that is subtracted.
+
+optax-style pure pieces: `slots(shape)` names the state a rule needs for a variable of that shape
+and `apply(direction, state, learning_rate, step)` returns (step, new_state). State is a dict of
+tensors; the Keras optimizer stores it in optimizer variables so it is saved with the model.
+
+Dimension-wise rules (gpf.md, Sec. 4.4 / App. H) keep ONE second-moment statistic per coordinate,
+shared by all particles, so the step is x <- x - P * Delta with the same diagonal P for every particle:
+an element-wise Adam would precondition each particle differently and break the affine flow.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class StepRule:
+    """Base class. `particle_shared` slots have shape[1:] (no particle axis)."""
+
+    def slots(self, shape):
+        return {}
+
+    def apply(self, direction, state, learning_rate, step):
+        raise NotImplementedError
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class SGD(StepRule):
+    """step = learning_rate * direction."""
+
+    def apply(self, direction, state, learning_rate, step):
+        return learning_rate * direction, state
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class DimWiseRMSProp(StepRule):
+    """RMSProp whose second moment is averaged over particles: v_d = rho v_d + (1 - rho) mean_n Delta_nd^2."""
+
+    def __init__(self, rho=0.9, epsilon=1e-8):
+        self.rho, self.epsilon = float(rho), float(epsilon)
+
+    def slots(self, shape):
+        return {"v": tuple(shape[1:])}
+
+    def apply(self, direction, state, learning_rate, step):
+        v = self.rho * state["v"] + (1.0 - self.rho) * tf.reduce_mean(tf.square(direction), axis=0)
+        return learning_rate * direction / (tf.sqrt(v) + self.epsilon), {"v": v}
+
+    def get_config(self):
+        return {"rho": self.rho, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class DimWiseAdam(StepRule):
+    """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
+
+    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def slots(self, shape):
+        return {"m": tuple(shape), "v": tuple(shape[1:])}
+
+    def apply(self, direction, state, learning_rate, step):
+        m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
+        v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * tf.reduce_mean(tf.square(direction), axis=0)
+        t = tf.cast(step, direction.dtype)
+        m_hat = m / (1.0 - tf.pow(self.beta_1, t))
+        v_hat = v / (1.0 - tf.pow(self.beta_2, t))
+        return learning_rate * m_hat / (tf.sqrt(v_hat) + self.epsilon), {"m": m, "v": v}
+
+    def get_config(self):
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Adam(StepRule):
+    """Element-wise Adam (Kingma & Ba 2015): every coordinate of every particle has its own moments.
+
+    Right for independent particles (deep ensembles) and for shared deterministic weights; wrong
+    for coupled flows such as GPF (use DimWiseAdam there).
+    """
+
+    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def slots(self, shape):
+        return {"m": tuple(shape), "v": tuple(shape)}
+
+    def apply(self, direction, state, learning_rate, step):
+        m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
+        v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * tf.square(direction)
+        t = tf.cast(step, direction.dtype)
+        m_hat = m / (1.0 - tf.pow(self.beta_1, t))
+        v_hat = v / (1.0 - tf.pow(self.beta_2, t))
+        return learning_rate * m_hat / (tf.sqrt(v_hat) + self.epsilon), {"m": m, "v": v}
+
+    def get_config(self):
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+_RULES = {"sgd": SGD, "rmsprop": DimWiseRMSProp, "dimwise_rmsprop": DimWiseRMSProp,
+          "adam": DimWiseAdam, "dimwise_adam": DimWiseAdam, "elementwise_adam": Adam}
+
+
+def get(identifier):
+    if isinstance(identifier, StepRule):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _RULES:
+        return _RULES[identifier.lower()]()
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    raise ValueError(f"Expected a step rule (a StepRule or one of {sorted(_RULES)}); got {identifier!r}.")

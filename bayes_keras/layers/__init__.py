@@ -1,0 +1,12 @@
+"""Particle-axis layers: Keras layers whose weights carry a leading particle axis (DESIGN.md)."""
+
+from bayes_keras.layers.activation import Activation
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.conv2d import Conv2D
+from bayes_keras.layers.dense import Dense
+from bayes_keras.layers.dropout import Dropout
+from bayes_keras.layers.flatten import Flatten
+from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
+
+__all__ = ["ParticleLayer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
+           "Activation", "Dropout"]

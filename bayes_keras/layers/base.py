@@ -1,0 +1,144 @@
+"""ParticleLayer: the base of every layer that holds weights with a leading particle axis.
+
+Tensor layout (docs/architecture.md): inside a model every activation is (batch, particles, ...).
+A layer built with `num_particles=N` is where the particle axis begins: it takes an ordinary
+(batch, ...) input and returns (batch, N, ...). Every other particle layer reads N from its input's
+axis 1. Weights are (N, ...) stacks, one slice per particle, unless the layer is `deterministic`, in
+which case one weight set is shared by all particles (a point estimate, trained by MAP).
+"""
+
+import random
+
+import keras
+import tensorflow as tf
+
+from bayes_keras import priors as priors_lib
+
+
+def _particle_initializer(initializer, num_particles):
+    """Initializer for an (N, ...) stack: N independent draws of `initializer` on the per-particle shape.
+
+    Keras' fan-based initializers (Glorot, He) would read the particle axis as a receptive field,
+    so each particle is drawn on its own shape with its own seed (derived from Python's `random`,
+    which `keras.utils.set_random_seed` seeds).
+    """
+    initializer = keras.initializers.get(initializer)
+    config = initializer.get_config()
+
+    def init(shape, dtype=None):
+        per_particle = tuple(shape[1:])
+        if "seed" not in config:
+            value = initializer(per_particle, dtype=dtype)
+            return tf.tile(tf.expand_dims(value, 0), [num_particles] + [1] * len(per_particle))
+        base = config["seed"] if config["seed"] is not None else random.randint(0, 2**30)
+        draws = []
+        for i in range(num_particles):
+            clone = initializer.__class__.from_config({**config, "seed": int(base) + 7919 * i})
+            draws.append(clone(per_particle, dtype=dtype))
+        return tf.stack(draws, axis=0)
+
+    return init
+
+
+class ParticleLayer(keras.layers.Layer):
+    """Base class for layers whose weights carry a leading particle axis.
+
+    Args:
+        num_particles: give this only on the layer where the particle axis begins (the first
+            Bayesian layer): its input is an ordinary (batch, ...) tensor and its output is
+            (batch, num_particles, ...). Leave it None on every later layer: they read N from
+            axis 1 of their input.
+        deterministic: if True the layer's weights are shared by all particles (no particle axis
+            on the weights), as in hybrid networks where only some layers are Bayesian.
+        kernel_prior, bias_prior: `bayes_keras.priors.Prior` objects (or a float scale for a
+            zero-mean Normal). Default: Normal(0, 1) for kernels and biases (see priors.Normal).
+    """
+
+    def __init__(self, num_particles=None, deterministic=False, kernel_prior=None, bias_prior=None, **kwargs):
+        super().__init__(**kwargs)
+        if num_particles is not None:
+            if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 1:
+                raise ValueError(f"num_particles must be a positive integer or None; got {num_particles!r}.")
+        self._given_num_particles = num_particles
+        self.num_particles = num_particles
+        self.deterministic = bool(deterministic)
+        self.kernel_prior = priors_lib.get(kernel_prior)
+        self.bias_prior = priors_lib.get(bias_prior)
+        self._prior_terms = []  # (variable, prior, fan_in)
+
+    # -- particle axis -------------------------------------------------------------------------
+    @property
+    def broadcasts(self):
+        """True when this layer starts the particle axis (its input has none)."""
+        return self._given_num_particles is not None
+
+    def _resolve_num_particles(self, input_shape, core_rank):
+        """Set self.num_particles from the input shape; `core_rank` is the rank without particle axis."""
+        rank = len(input_shape)
+        name = type(self).__name__
+        if self.broadcasts:
+            if rank != core_rank:
+                raise ValueError(
+                    f"{name} '{self.name}' was given num_particles={self._given_num_particles}, so it "
+                    f"expects an ordinary input of rank {core_rank} (batch, ...); got shape {tuple(input_shape)}. "
+                    "Give num_particles only to the layer where the particle axis begins."
+                )
+            return
+        if rank != core_rank + 1 or input_shape[1] is None:
+            raise ValueError(
+                f"{name} '{self.name}' expects input (batch, particles, ...) of rank {core_rank + 1} from a "
+                f"previous particle layer; got shape {tuple(input_shape)}. If this is the first Bayesian "
+                "layer of the model, pass num_particles=N to it."
+            )
+        self.num_particles = int(input_shape[1])
+
+    # -- weights -------------------------------------------------------------------------------
+    def add_particle_weight(self, name, shape, initializer, prior, fan_in):
+        """Create an (N, *shape) weight (or a shared `shape` weight when deterministic) with a prior."""
+        if self.deterministic:
+            variable = self.add_weight(name=name, shape=tuple(shape), initializer=initializer)
+        else:
+            variable = self.add_weight(
+                name=name,
+                shape=(self.num_particles,) + tuple(shape),
+                initializer=_particle_initializer(initializer, self.num_particles),
+            )
+            variable.is_particle_variable = True
+        self._prior_terms.append((variable, prior, int(fan_in)))
+        return variable
+
+    @property
+    def particle_variables(self):
+        """The (N, ...) weights of this layer (empty when deterministic)."""
+        return [] if self.deterministic else [v for v, _, _ in self._prior_terms]
+
+    def log_prior(self):
+        """Log prior density: shape (N,) for a particle layer, a scalar for a deterministic one."""
+        total = 0.0
+        for variable, prior, fan_in in self._prior_terms:
+            lp = prior.log_prob(variable.value, fan_in)
+            if self.deterministic:
+                total += tf.reduce_sum(lp)
+            else:
+                total += tf.reduce_sum(tf.reshape(lp, (self.num_particles, -1)), axis=1)
+        return total
+
+    def _broadcast_shared(self, y):
+        """Insert the particle axis into a shared (batch, ...) result when this layer starts it."""
+        if not self.broadcasts:
+            return y
+        y = tf.expand_dims(y, 1)
+        multiples = [1, self._given_num_particles] + [1] * (len(y.shape) - 2)
+        return tf.tile(y, multiples)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_particles": self._given_num_particles,
+                "deterministic": self.deterministic,
+                "kernel_prior": priors_lib.serialize(self.kernel_prior),
+                "bias_prior": priors_lib.serialize(self.bias_prior),
+            }
+        )
+        return config

@@ -1,0 +1,151 @@
+"""2-D convolution with one kernel per particle, as a single grouped convolution."""
+
+import keras
+import tensorflow as tf
+
+from bayes_keras.layers.base import ParticleLayer
+
+
+def _pair(value, name):
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(f"Conv2D {name} must be an int or a pair of positive ints; got {value!r}.")
+    return value
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Conv2D(ParticleLayer):
+    """2-D convolution whose kernel is an (N, kh, kw, in, out) stack of particles (channels_last).
+
+    The N particles are folded into the channel axis and evaluated as ONE grouped convolution
+    (groups = N), so the cost is that of a single wide convolution, not a loop over members.
+    Input (batch, N, H, W, C) -> output (batch, N, H', W', filters).
+
+    Args:
+        filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
+        kernel_initializer, bias_initializer: as in `keras.layers.Conv2D`.
+        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
+    Example:
+        >>> inputs = keras.Input((8, 8, 1))
+        >>> h = bayes_keras.layers.Conv2D(6, 5, padding="same", activation="relu", num_particles=10)(inputs)
+    """
+
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=(1, 1),
+        padding="valid",
+        dilation_rate=(1, 1),
+        activation=None,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        data_format=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
+        if not isinstance(filters, int) or filters < 1:
+            raise ValueError(f"Conv2D filters must be a positive integer; got {filters!r}.")
+        padding = str(padding).lower()
+        if padding not in ("valid", "same"):
+            raise ValueError(f"Conv2D padding must be 'valid' or 'same'; got {padding!r}.")
+        self.filters = filters
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.strides = _pair(strides, "strides")
+        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+        self.padding = padding
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        self._resolve_num_particles(input_shape, core_rank=4)
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(f"Conv2D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}.")
+        kh, kw = self.kernel_size
+        fan_in = kh * kw * channels
+        self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
+                                               self.kernel_initializer, self.kernel_prior, fan_in)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
+                                                 self.bias_prior, fan_in)
+
+    def _conv(self, x, kernel):
+        return tf.nn.conv2d(x, kernel, strides=self.strides, padding=self.padding.upper(),
+                            dilations=self.dilation_rate)
+
+    def call(self, inputs):
+        x = tf.convert_to_tensor(inputs)
+        if self.deterministic:
+            if self.broadcasts:
+                y = self._conv(x, self.kernel)
+            else:
+                n = self.num_particles
+                shape = tf.shape(x)
+                y = self._conv(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), self.kernel)
+                y = tf.reshape(y, tf.concat([[shape[0], n], tf.shape(y)[1:]], 0))
+            if self.bias is not None:
+                y = y + self.bias
+            return self.activation(self._broadcast_shared(y))
+
+        n, f = self.num_particles, self.filters
+        kh, kw = self.kernel_size
+        # (N, kh, kw, C, F) -> (kh, kw, C, N*F): output channel block n belongs to particle n.
+        kernel = tf.transpose(self.kernel, [1, 2, 3, 0, 4])
+        kernel = tf.reshape(kernel, (kh, kw, -1, n * f))
+        if self.broadcasts:
+            y = self._conv(x, kernel)  # shared input: an ordinary conv with N*F filters
+        else:
+            shape = tf.shape(x)
+            c = x.shape[-1]
+            xg = tf.transpose(x, [0, 2, 3, 1, 4])  # (B, H, W, N, C)
+            xg = tf.reshape(xg, tf.stack([shape[0], shape[2], shape[3], n * c]))
+            y = self._conv(xg, kernel)  # grouped: groups = N
+        ys = tf.shape(y)
+        y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, f]))
+        y = tf.transpose(y, [0, 3, 1, 2, 4])
+        if self.bias is not None:
+            y = y + tf.reshape(self.bias, (1, n, 1, 1, f))
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape):
+        if self.broadcasts:
+            batch, h, w = input_shape[0], input_shape[1], input_shape[2]
+            n = self._given_num_particles
+        else:
+            batch, n, h, w = input_shape[0], input_shape[1], input_shape[2], input_shape[3]
+
+        def out(size, k, s, d):
+            if size is None:
+                return None
+            eff = (k - 1) * d + 1
+            return -(-size // s) if self.padding == "same" else -(-(size - eff + 1) // s)
+
+        return (batch, n, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0]),
+                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1]), self.filters)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "dilation_rate": self.dilation_rate,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,105 @@
+"""Dense layer with one weight set per particle."""
+
+import keras
+import tensorflow as tf
+
+from bayes_keras.layers.base import ParticleLayer
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Dense(ParticleLayer):
+    """Densely connected layer whose kernel is an (N, in, out) stack of particles.
+
+    All N weight sets are applied in one batched matmul: (batch, N, ..., in) -> (batch, N, ..., out).
+
+    Args:
+        units: output size.
+        activation, use_bias, kernel_initializer, bias_initializer: as in `keras.layers.Dense`
+            (each particle is initialised independently).
+        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
+    Example:
+        >>> inputs = keras.Input((30,))
+        >>> h = bayes_keras.layers.Dense(50, activation="relu", num_particles=10)(inputs)
+        >>> logits = bayes_keras.layers.Dense(2)(h)          # (batch, 10, 2)
+    """
+
+    def __init__(
+        self,
+        units,
+        activation=None,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(units, int) or units < 1:
+            raise ValueError(f"Dense units must be a positive integer; got {units!r}.")
+        self.units = units
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        # Core rank 2 = (batch, features); a particle input is (batch, N, features). Extra middle
+        # axes (e.g. time) are allowed, as in keras.layers.Dense.
+        rank = len(input_shape)
+        core_rank = rank if self.broadcasts else rank - 1
+        self._resolve_num_particles(input_shape, core_rank)
+        in_dim = input_shape[-1]
+        if in_dim is None:
+            raise ValueError(f"Dense '{self.name}' needs a known last input dimension; got {tuple(input_shape)}.")
+        self.kernel = self.add_particle_weight("kernel", (in_dim, self.units), self.kernel_initializer,
+                                               self.kernel_prior, fan_in=in_dim)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_particle_weight("bias", (self.units,), self.bias_initializer,
+                                                 self.bias_prior, fan_in=in_dim)
+
+    def call(self, inputs):
+        x = tf.convert_to_tensor(inputs)
+        if self.deterministic:
+            y = tf.tensordot(x, self.kernel, axes=[[-1], [0]])
+            if self.bias is not None:
+                y = y + self.bias
+            return self.activation(self._broadcast_shared(y))
+        n = self.num_particles
+        if self.broadcasts:
+            # (batch, ..., in) x (N, in, out): one matmul against the concatenated kernels.
+            k = tf.reshape(tf.transpose(self.kernel, [1, 0, 2]), (-1, n * self.units))
+            y = tf.tensordot(x, k, axes=[[-1], [0]])
+            y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [n, self.units]], 0))
+            y = tf.experimental.numpy.moveaxis(y, -2, 1)
+        else:
+            # Particle axis as the matmul batch axis: (N, batch*..., in) @ (N, in, out).
+            shape = tf.shape(x)
+            xt = tf.experimental.numpy.moveaxis(x, 1, 0)
+            xt = tf.reshape(xt, (n, -1, shape[-1]))
+            y = tf.matmul(xt, self.kernel)
+            y = tf.reshape(y, tf.concat([[n, shape[0]], shape[2:-1], [self.units]], 0))
+            y = tf.experimental.numpy.moveaxis(y, 0, 1)
+        if self.bias is not None:
+            bshape = [1, n] + [1] * (len(y.shape) - 3) + [self.units]
+            y = y + tf.reshape(self.bias, bshape)
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape):
+        shape = list(input_shape)
+        if self.broadcasts:
+            shape = shape[:1] + [self._given_num_particles] + shape[1:]
+        return tuple(shape[:-1] + [self.units])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

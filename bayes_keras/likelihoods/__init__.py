@@ -1,0 +1,41 @@
+"""Observation models p(y | x, w) over per-particle outputs."""
+
+import keras
+
+from bayes_keras.likelihoods.bernoulli import Bernoulli
+from bayes_keras.likelihoods.categorical import Categorical
+from bayes_keras.likelihoods.likelihood import Likelihood
+from bayes_keras.likelihoods.normal import Normal
+
+_ALIASES = {
+    "categorical": Categorical,
+    "sparse_categorical_crossentropy": Categorical,
+    "bernoulli": Bernoulli,
+    "binary_crossentropy": Bernoulli,
+    "normal": Normal,
+    "gaussian": Normal,
+    "mse": Normal,
+    "mean_squared_error": Normal,
+}
+
+
+def get(identifier):
+    """Resolve a Likelihood, a name ('categorical', 'bernoulli', 'normal' or the matching Keras loss
+    name) or a config dict."""
+    if isinstance(identifier, Likelihood):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _ALIASES:
+        return _ALIASES[identifier.lower()]()
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    raise ValueError(
+        "Expected a likelihood: a bayes_keras.likelihoods.Likelihood or one of "
+        f"{sorted(_ALIASES)}; got {identifier!r}."
+    )
+
+
+def serialize(likelihood):
+    return keras.saving.serialize_keras_object(likelihood)
+
+
+__all__ = ["Likelihood", "Categorical", "Bernoulli", "Normal", "get", "serialize"]

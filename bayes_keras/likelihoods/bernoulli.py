@@ -1,0 +1,58 @@
+"""Bernoulli likelihood over per-particle logits."""
+
+import keras
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
+
+tfd = tfp.distributions
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Bernoulli(Likelihood):
+    """y ~ Bernoulli(sigmoid(f(x; w_n))), outputs (batch, N) or (batch, N, 1) logits, labels in {0, 1}.
+
+    `model.predict` returns the predictive probability of y = 1, shape (batch,).
+    Equivalent Keras loss: "binary_crossentropy" (from_logits=True).
+
+    Example:
+        >>> model = bayes_keras.BayesianModel(inputs, logit, likelihood="bernoulli")
+    """
+
+    name = "bernoulli"
+
+    def check_output_shape(self, shape):
+        if not (len(shape) == 2 or (len(shape) == 3 and shape[-1] == 1)):
+            raise ValueError(
+                "Bernoulli likelihood expects model outputs (batch, particles) or (batch, particles, 1) "
+                f"of logits; got output shape {tuple(shape)}."
+            )
+
+    def _logits(self, outputs):
+        return outputs[..., 0] if outputs.shape.rank == 3 else outputs
+
+    def log_prob(self, y, outputs):
+        y = tf.convert_to_tensor(y)
+        if y.shape.rank == 2 and y.shape[-1] == 1:
+            y = y[:, 0]
+        if y.shape.rank != 1:
+            raise ValueError(f"Bernoulli likelihood expects labels of shape (batch,) or (batch, 1); got {tuple(y.shape)}.")
+        y = tf.cast(y, outputs.dtype)
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)), True,
+                message="Bernoulli labels must be 0 or 1")]):
+            y = tf.identity(y)
+        logits = self._logits(outputs)
+        return -tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.broadcast_to(y[:, None], tf.shape(logits)),
+                                                        logits=logits)
+
+    def summary(self, outputs):
+        return tf.reduce_mean(tf.sigmoid(self._logits(outputs)), axis=1)
+
+    def predictive(self, outputs):
+        return tfd.Bernoulli(probs=self.summary(outputs))
+
+    def uncertainty(self, outputs):
+        p = tf.sigmoid(self._logits(outputs))[..., None]
+        return entropy_decomposition(tf.concat([1.0 - p, p], axis=-1))

@@ -1,0 +1,71 @@
+"""Categorical likelihood over per-particle logits."""
+
+import keras
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
+
+tfd = tfp.distributions
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Categorical(Likelihood):
+    """y ~ Categorical(softmax(f(x; w_n))), outputs (batch, N, K) logits, labels integers in [0, K).
+
+    Labels may be shaped (batch,) or (batch, 1) (the Keras sparse convention).
+    `model.predict` returns the posterior predictive probabilities (batch, K): the particle mean
+    of the softmax outputs. Equivalent Keras loss: "sparse_categorical_crossentropy".
+
+    Example:
+        >>> model = bayes_keras.BayesianModel(inputs, logits, likelihood=bayes_keras.likelihoods.Categorical())
+    """
+
+    name = "categorical"
+
+    def check_output_shape(self, shape):
+        if len(shape) != 3 or (shape[-1] is not None and shape[-1] < 2):
+            raise ValueError(
+                "Categorical likelihood expects model outputs (batch, particles, num_classes) with "
+                f"num_classes >= 2 (logits); got output shape {tuple(shape)}. For a binary output "
+                "with one logit use likelihood='bernoulli'."
+            )
+
+    def _labels(self, y, outputs):
+        y = tf.convert_to_tensor(y)
+        if y.shape.rank == 2 and y.shape[-1] == 1:
+            y = y[:, 0]
+        if y.shape.rank != 1:
+            raise ValueError(
+                "Categorical likelihood expects integer labels of shape (batch,) or (batch, 1); got "
+                f"labels of shape {tuple(y.shape)} for outputs {tuple(outputs.shape)}. "
+                "(One-hot labels: pass argmax(y, -1).)"
+            )
+        if y.dtype.is_floating:
+            y = tf.cast(tf.round(y), tf.int32)
+        y = tf.cast(y, tf.int32)
+        k = tf.shape(outputs)[-1]
+        with tf.control_dependencies([
+            tf.debugging.assert_non_negative(y, message="Categorical labels must be in [0, num_classes)"),
+            tf.debugging.assert_less(y, k, message="Categorical labels must be in [0, num_classes)"),
+        ]):
+            return tf.identity(y)
+
+    def log_prob(self, y, outputs):
+        y = self._labels(y, outputs)
+        logp = tf.nn.log_softmax(outputs, axis=-1)
+        n = tf.shape(outputs)[1]
+        idx = tf.tile(y[:, None, None], [1, n, 1])
+        return tf.squeeze(tf.gather(logp, idx, axis=-1, batch_dims=2), -1)
+
+    def probs(self, outputs):
+        return tf.nn.softmax(outputs, axis=-1)
+
+    def summary(self, outputs):
+        return tf.reduce_mean(self.probs(outputs), axis=1)
+
+    def predictive(self, outputs):
+        return tfd.Categorical(probs=self.summary(outputs))
+
+    def uncertainty(self, outputs):
+        return entropy_decomposition(self.probs(outputs))

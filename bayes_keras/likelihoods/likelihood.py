@@ -1,0 +1,68 @@
+"""Base class of observation models p(y | x, w) evaluated on (batch, particles, ...) outputs."""
+
+import math
+
+import tensorflow as tf
+
+
+class Likelihood:
+    """An observation model over the network's per-particle outputs.
+
+    `outputs` always has layout (batch, N, ...). Subclasses implement:
+      - `check_output_shape(shape)`: raise a ValueError naming the expected output shape.
+      - `log_prob(y, outputs)` -> (batch, N): log p(y_b | x_b, w_n).
+      - `predictive(outputs)`: the posterior predictive as a TFP distribution, batch shape (batch,).
+      - `summary(outputs)`: what `model.predict` returns.
+      - `uncertainty(outputs)`: dict of (batch,) tensors (total = aleatoric + epistemic).
+    """
+
+    name = "likelihood"
+
+    def build(self, model, output_shape):
+        """Create any variables (e.g. a learned noise scale) on `model`. Called once."""
+        self.check_output_shape(output_shape)
+
+    @property
+    def variables(self):
+        return []
+
+    def check_output_shape(self, shape):
+        raise NotImplementedError
+
+    def log_prob(self, y, outputs):
+        raise NotImplementedError
+
+    def predictive_log_prob(self, y, outputs):
+        """(batch,) log of the particle-averaged density: log (1/N) sum_n p(y | x, w_n)."""
+        lp = self.log_prob(y, outputs)
+        n = tf.cast(tf.shape(lp)[1], lp.dtype)
+        return tf.reduce_logsumexp(lp, axis=1) - tf.math.log(n)
+
+    def summary(self, outputs):
+        raise NotImplementedError
+
+    def predictive(self, outputs):
+        raise NotImplementedError
+
+    def uncertainty(self, outputs):
+        raise NotImplementedError
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def entropy_decomposition(probs):
+    """Total entropy of the mean of `probs` (batch, N, K) = expected entropy + mutual information."""
+    eps = 1e-12
+    mean = tf.reduce_mean(probs, axis=1)
+    total = -tf.reduce_sum(mean * tf.math.log(mean + eps), axis=-1)
+    expected = tf.reduce_mean(-tf.reduce_sum(probs * tf.math.log(probs + eps), axis=-1), axis=1)
+    return {"total_entropy": total, "expected_entropy": expected,
+            "mutual_information": tf.maximum(total - expected, 0.0)}
+
+
+LOG_2PI = math.log(2.0 * math.pi)

@@ -1,0 +1,384 @@
+"""BayesianModel: a keras.Model whose outputs carry a particle axis and whose fit does inference."""
+
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bayes_keras import likelihoods as likelihoods_lib
+from bayes_keras.layers.base import ParticleLayer
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class BayesianModel(keras.Model):
+    """A Keras model over N weight sets (particles), trained by a Bayesian optimizer.
+
+    Outputs are (batch, N, ...). `fit` maximises, for every particle n, the tempered log joint
+
+        log_joint_n = [ (dataset_size / batch) * sum_b log p(y_b | x_b, w_n) + log p(w_n) ] / temperature
+
+    in one forward and one backward pass, and hands the optimizer the gradients of -log_joint_n
+    for all particle variables at once. Shared (deterministic) weights get the particle average of
+    those gradients (plus their own prior once): they are MAP point estimates.
+
+    Reported metrics: "loss" = -mean_n(log_joint_n) / dataset_size; "nll" = negative log
+    likelihood of the POSTERIOR PREDICTIVE (particle-averaged density) per example; compiled
+    metrics see the predictive summary (e.g. averaged class probabilities); "free_energy" when the
+    optimizer defines a Gaussian (GPF).
+
+    Args:
+        likelihood: a `bayes_keras.likelihoods.Likelihood` or its name ("categorical",
+            "bernoulli", "normal"); may also be given to compile().
+        num_particles: optional check: the number of particles the layers were built with.
+        dataset_size: number of training examples (scales the minibatch likelihood); if None it
+            is taken from compile()/fit() or inferred from the training data.
+        temperature: posterior temperature (1 = Bayes posterior; < 1 "cold").
+
+    Example:
+        >>> inputs = keras.Input((30,))
+        >>> h = bayes_keras.layers.Dense(32, activation="relu", num_particles=10)(inputs)
+        >>> logits = bayes_keras.layers.Dense(2)(h)
+        >>> model = bayes_keras.BayesianModel(inputs, logits, likelihood="categorical")
+        >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2), metrics=["accuracy"])
+        >>> model.fit(x, y, epochs=10)
+        >>> probs = model.predict(x_test)             # (batch, 2) predictive probabilities
+        >>> dist = model.predictive(x_test)           # tfd.Categorical
+    """
+
+    def __init__(self, *args, likelihood=None, num_particles=None, dataset_size=None, temperature=1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        if num_particles is not None and (isinstance(num_particles, bool) or not isinstance(num_particles, int)
+                                          or num_particles < 1):
+            raise ValueError(f"num_particles must be a positive integer; got {num_particles!r}.")
+        self._expected_num_particles = num_particles
+        self.likelihood = None if likelihood is None else likelihoods_lib.get(likelihood)
+        self.dataset_size = None
+        if dataset_size is not None:
+            self.set_dataset_size(dataset_size)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive; got {temperature!r}.")
+        self.temperature = float(temperature)
+        self._likelihood_built = False
+        self._raw_predict = False
+        self._particle_predict_function = None
+        self._nll_tracker = keras.metrics.Mean(name="nll")
+        self._free_energy_tracker = keras.metrics.Mean(name="free_energy")
+        self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
+        if getattr(self, "_is_graph_network", False) or hasattr(self, "outputs") and self.outputs is not None:
+            self._check_structure()
+
+    # -- structure -----------------------------------------------------------------------------
+    @property
+    def particle_layers(self):
+        return [l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)]
+
+    @property
+    def num_particles(self):
+        ns = {l.num_particles for l in self.particle_layers if l.num_particles is not None}
+        if len(ns) > 1:
+            raise ValueError(f"The model's particle layers disagree on the number of particles: {sorted(ns)}.")
+        if ns:
+            return ns.pop()
+        return self._expected_num_particles
+
+    @property
+    def particle_variables(self):
+        return [v for l in self.particle_layers for v in l.particle_variables]
+
+    def _check_structure(self):
+        outputs = getattr(self, "outputs", None)
+        if not outputs:
+            return
+        if len(outputs) != 1:
+            raise ValueError(f"BayesianModel supports one output tensor; got {len(outputs)}.")
+        if not self.particle_layers:
+            raise ValueError("BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense).")
+        n = self.num_particles
+        if self._expected_num_particles is not None and n != self._expected_num_particles:
+            raise ValueError(f"num_particles={self._expected_num_particles} was given, but the layers were built "
+                             f"with {n} particles.")
+        shape = tuple(outputs[0].shape)
+        if len(shape) < 2 or shape[1] != n:
+            raise ValueError(f"BayesianModel outputs must be (batch, particles={n}, ...); got {shape}.")
+        if self.likelihood is not None:
+            self.likelihood.check_output_shape(shape)
+
+    def _build_likelihood(self, output_shape):
+        if self.likelihood is None:
+            raise ValueError("BayesianModel needs a likelihood: pass likelihood='categorical' | 'bernoulli' | "
+                             "'normal' (or a bayes_keras.likelihoods object) to the model or to compile().")
+        if not self._likelihood_built:
+            self.likelihood.build(self, output_shape)
+            self._likelihood_built = True
+
+    def set_dataset_size(self, dataset_size):
+        if isinstance(dataset_size, bool) or not isinstance(dataset_size, (int, np.integer)) or dataset_size < 1:
+            raise ValueError(f"dataset_size must be a positive integer (number of training examples); got {dataset_size!r}.")
+        if self.dataset_size != int(dataset_size):
+            self.dataset_size = int(dataset_size)
+            self.train_function = None  # the size is a constant of the traced step
+
+    # -- compile / fit -------------------------------------------------------------------------
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, likelihood=None, dataset_size=None,
+                temperature=None, **kwargs):
+        """As keras.Model.compile, with `likelihood=` instead of a loss (a matching Keras loss name,
+        e.g. "sparse_categorical_crossentropy", is accepted and mapped to its likelihood)."""
+        if loss is not None:
+            if likelihood is not None:
+                raise ValueError("Pass either likelihood= or loss= to BayesianModel.compile, not both.")
+            try:
+                likelihood = likelihoods_lib.get(loss)
+            except ValueError:
+                raise ValueError(
+                    f"BayesianModel trains on a likelihood, not a loss; got loss={loss!r}. Use likelihood="
+                    "'categorical' | 'bernoulli' | 'normal' or a bayes_keras.likelihoods object.") from None
+        if likelihood is not None:
+            self.likelihood = likelihoods_lib.get(likelihood)
+            self._likelihood_built = False
+            self._check_structure()
+        if dataset_size is not None:
+            self.set_dataset_size(dataset_size)
+        if temperature is not None:
+            if not temperature > 0:
+                raise ValueError(f"temperature must be positive; got {temperature!r}.")
+            self.temperature = float(temperature)
+        super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
+        if hasattr(self.optimizer, "bind_layer_groups"):
+            self.optimizer.bind_layer_groups([l.particle_variables for l in self.particle_layers])
+        n = self.num_particles
+        if n is not None and hasattr(self.optimizer, "check_num_particles"):
+            self.optimizer.check_num_particles(n)
+
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None, **kwargs):
+        """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from
+        compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset."""
+        if dataset_size is not None:
+            self.set_dataset_size(dataset_size)
+        elif self.dataset_size is None:
+            self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0)))
+        callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self._skipped)]
+        return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
+
+    # -- the step ------------------------------------------------------------------------------
+    def log_prior(self):
+        """(N,) log prior of the particle weights and the scalar log prior of shared weights."""
+        particle = [l.log_prior() for l in self.particle_layers if not l.deterministic]
+        shared = [l.log_prior() for l in self.particle_layers if l.deterministic]
+        return tf.add_n(particle), (tf.add_n(shared) if shared else tf.constant(0.0))
+
+    def _log_joint(self, y, outputs, sample_weight):
+        loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
+        if sample_weight is not None:
+            loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
+        batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
+        scale = float(self.dataset_size) / batch
+        particle_prior, shared_prior = self.log_prior()
+        log_joint = (scale * tf.reduce_sum(loglik, axis=0) + particle_prior) / self.temperature
+        return log_joint, shared_prior / self.temperature
+
+    def train_step(self, data):
+        if self.dataset_size is None:
+            raise ValueError("Unknown training-set size: pass dataset_size= to compile() or fit().")
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        trainable = self.trainable_variables
+        with tf.GradientTape() as tape:
+            outputs = self(x, training=True)
+            self._build_likelihood(outputs.shape)
+            log_joint, shared_log_prior = self._log_joint(y, outputs, sample_weight)
+            n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
+            # Particle slices get -grad log_joint_n; shared weights the particle mean (rescaled below).
+            loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
+            if self.losses:
+                loss += n * tf.add_n(self.losses)
+        grads = tape.gradient(loss, trainable)
+        grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
+                 for g, v in zip(grads, trainable)]
+        finite = tf.math.is_finite(loss)
+        for g in grads:
+            if g is not None:
+                finite = finite & tf.reduce_all(tf.math.is_finite(g))
+        if getattr(self.optimizer, "reports_free_energy", False):
+            fe = -tf.reduce_mean(log_joint) - self.optimizer.entropy(self.particle_variables)
+            self._free_energy_tracker.update_state(fe / float(self.dataset_size))
+
+        def apply():
+            self.optimizer.apply(grads, trainable)
+            return tf.constant(True)
+
+        def skip():
+            self._skipped.assign_add(1)
+            return tf.constant(False)
+
+        tf.cond(finite, apply, skip)
+        return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+
+    def test_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        outputs = self(x, training=False)
+        self._build_likelihood(outputs.shape)
+        log_joint = None
+        if self.dataset_size is not None:
+            log_joint, _ = self._log_joint(y, outputs, sample_weight)
+        return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+
+    def _update_metrics(self, x, y, outputs, log_joint, sample_weight):
+        if log_joint is not None and self._loss_tracker is not None:
+            self._loss_tracker.update_state(-tf.reduce_mean(log_joint) / float(self.dataset_size))
+        self._nll_tracker.update_state(-self.likelihood.predictive_log_prob(y, outputs), sample_weight)
+        summary = self.likelihood.summary(outputs)
+        if isinstance(summary, dict):
+            summary = summary["mean"]
+        logs = self.compute_metrics(x, y, summary, sample_weight)
+        if not getattr(self.optimizer, "reports_free_energy", False):
+            logs.pop("free_energy", None)
+        return logs
+
+    @property
+    def metrics(self):
+        extra = [self._nll_tracker]
+        if getattr(self, "optimizer", None) is not None and getattr(self.optimizer, "reports_free_energy", False):
+            extra.append(self._free_energy_tracker)
+        return super().metrics + extra
+
+    def predict_step(self, data):
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        outputs = self(x, training=False)
+        if self._raw_predict:
+            return outputs
+        self._build_likelihood(outputs.shape)
+        return self.likelihood.summary(outputs)
+
+    # -- posterior predictive ------------------------------------------------------------------
+    def predict_particles(self, x, batch_size=None, verbose=0, **kwargs):
+        """Per-particle outputs (batch, N, ...) as a numpy array."""
+        saved = self.predict_function
+        self.predict_function, self._raw_predict = self._particle_predict_function, True
+        try:
+            return self.predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
+        finally:
+            self._particle_predict_function = self.predict_function
+            self.predict_function, self._raw_predict = saved, False
+
+    def predictive(self, x, batch_size=None):
+        """The posterior predictive p(y | x, D) as a TFP distribution with batch shape (batch,)."""
+        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
+        self._build_likelihood(outputs.shape)
+        return self.likelihood.predictive(outputs)
+
+    def uncertainty(self, x, batch_size=None):
+        """Uncertainty decomposition per example (numpy arrays).
+
+        Classification: total_entropy = expected_entropy (aleatoric) + mutual_information (epistemic).
+        Regression: total_variance = aleatoric_variance + epistemic_variance.
+        """
+        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
+        self._build_likelihood(outputs.shape)
+        return {k: v.numpy() for k, v in self.likelihood.uncertainty(outputs).items()}
+
+    def initialize_particles(self, center, noise_std=0.1, seed=None):
+        """Place every particle at `center` plus N(0, noise_std^2) noise (e.g. around MAP weights).
+
+        `center` is a Keras model of the same architecture with ordinary layers (e.g. a trained
+        deterministic network) or a list of arrays in layer order (kernel, bias per layer).
+        Shared (deterministic) weights are set to the center exactly.
+        """
+        arrays = center.get_weights() if hasattr(center, "get_weights") else list(center)
+        rng = np.random.default_rng(seed)
+        terms = [t for l in self.particle_layers for t in l._prior_terms]
+        if len(arrays) != len(terms):
+            raise ValueError(f"initialize_particles: expected {len(terms)} arrays (kernel/bias per layer), "
+                             f"got {len(arrays)}.")
+        for (variable, _, _), a in zip(terms, arrays):
+            a = np.asarray(a, dtype=np.float32)
+            if getattr(variable, "is_particle_variable", False):
+                if tuple(a.shape) != tuple(variable.shape[1:]):
+                    raise ValueError(f"initialize_particles: {variable.path} needs per-particle shape "
+                                     f"{tuple(variable.shape[1:])}, got {a.shape}.")
+                value = a[None] + noise_std * rng.standard_normal(tuple(variable.shape)).astype(np.float32)
+            else:
+                if tuple(a.shape) != tuple(variable.shape):
+                    raise ValueError(f"initialize_particles: {variable.path} needs shape {tuple(variable.shape)}, "
+                                     f"got {a.shape}.")
+                value = a
+            variable.assign(value)
+
+    # -- serialisation -------------------------------------------------------------------------
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "likelihood": None if self.likelihood is None else likelihoods_lib.serialize(self.likelihood),
+            "num_particles": self._expected_num_particles,
+            "dataset_size": self.dataset_size,
+            "temperature": self.temperature,
+        })
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        own = {k: config.pop(k, None) for k in ("likelihood", "num_particles", "dataset_size", "temperature")}
+        if own["temperature"] is None:
+            own["temperature"] = 1.0
+        if own["likelihood"] is not None:
+            own["likelihood"] = likelihoods_lib.get(own["likelihood"])
+        if "layers" in config and "input_layers" in config:
+            from keras.src.models.functional import functional_from_config
+
+            model = functional_from_config(cls, config, custom_objects=custom_objects)
+            model.likelihood = own["likelihood"]
+            model._expected_num_particles = own["num_particles"]
+            model.temperature = own["temperature"]
+            if own["dataset_size"] is not None:
+                model.set_dataset_size(own["dataset_size"])
+            return model
+        return cls(**config, **own)
+
+
+class _NonFiniteStepWarning(keras.callbacks.Callback):
+    """Warns when train steps were skipped because the loss or a gradient was not finite."""
+
+    def __init__(self, counter):
+        super().__init__()
+        self._counter = counter
+        self._seen = None
+
+    def on_train_begin(self, logs=None):
+        self._seen = int(self._counter.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        count = int(self._counter.numpy())
+        if count > self._seen:
+            warnings.warn(
+                f"BayesianModel: {count - self._seen} training step(s) skipped because the loss or a gradient "
+                "was NaN/Inf; the particles were left unchanged. Check the data and lower the learning rate.",
+                RuntimeWarning, stacklevel=2)
+            self._seen = count
+
+
+def _infer_dataset_size(x, validation_split=0.0):
+    if x is None:
+        raise ValueError("Unknown training-set size: pass dataset_size= to compile() or fit().")
+    if isinstance(x, tf.data.Dataset):
+        card = int(x.cardinality())
+        if card < 0:
+            raise ValueError("Cannot infer the training-set size from an infinite or unknown-length "
+                             "tf.data.Dataset: pass dataset_size= to fit() or compile().")
+
+        def count(acc, batch):
+            first = tf.nest.flatten(batch)[0]
+            return acc + tf.cast(tf.shape(first)[0], tf.int64)
+
+        return int(x.reduce(tf.constant(0, tf.int64), count))
+    leaves = tf.nest.flatten(x)
+    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
+        n = int(leaves[0].shape[0])
+        return max(1, int(round(n * (1.0 - float(validation_split or 0.0)))))
+    raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
+                     "or compile().")

@@ -1,0 +1,74 @@
+"""GaussianParticleFlow: the Keras optimizer for GPF (Galy-Fajou et al. 2021)."""
+
+import keras
+
+from bayes_keras.inference.gpf import gaussian_entropy, gpf_direction
+from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+
+_STRUCTURES = ("full", "layer", "mean_field")
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class GaussianParticleFlow(ParticleOptimizer):
+    """Gaussian particle flow: N particles follow the linear flow that minimises the free energy
+    of the Gaussian N(mean, covariance) they define ("Flexible and Efficient Inference with
+    Particles for the Variational Gaussian Approximation", Entropy 2021, Eq. 13).
+
+    Each step every particle moves along
+    Delta_i = mean_j g_j + (1/N) sum_j (z_j . z_i) g_j - z_i  (g = grad of the negative log joint,
+    z = particle minus particle mean); with D + 1 particles a Gaussian target is recovered exactly.
+    The free energy (negative ELBO of that Gaussian) is reported as the metric "free_energy".
+
+    Args:
+        learning_rate: step size (the paper's BNNs: 1e-2 with dim-wise RMSProp).
+        structure: "full" (one flow over all weights: a rank N-1 Gaussian), "layer" (block-diagonal,
+            one block per layer: "GPF (Layers)", best on the paper's MNIST net), or "mean_field".
+        step_rule: "rmsprop" (dimension-wise RMSProp, default), "adam" (dimension-wise Adam), "sgd",
+            or a StepRule. Dimension-wise: one second moment per coordinate shared by all particles,
+            which keeps the flow affine (an element-wise Adam would not).
+        mean_preconditioning: precondition the mean drift by the particle covariance.
+        shared_learning_rate: Adam step size for deterministic (shared) weights.
+
+    Example:
+        >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
+    """
+
+    reports_free_energy = True
+
+    def __init__(self, learning_rate=1e-2, structure="full", step_rule="rmsprop", mean_preconditioning=False,
+                 **kwargs):
+        if structure not in _STRUCTURES:
+            raise ValueError(f"GaussianParticleFlow structure must be one of {_STRUCTURES}; got {structure!r}.")
+        super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
+        self.structure = structure
+        self.mean_preconditioning = bool(mean_preconditioning)
+
+    def _structure_groups(self, groups):
+        if self.structure == "mean_field":
+            return "mean_field"
+        if self.structure == "full":
+            return [sorted(i for g in groups for i in g)]
+        return groups
+
+    def direction(self, particles, grads, groups):
+        return gpf_direction(particles, grads, self._structure_groups(groups), self.mean_preconditioning)
+
+    def entropy(self, particle_variables):
+        """Entropy of the Gaussian defined by the current particles, under this structure."""
+        import tensorflow as tf
+
+        n = particle_variables[0].shape[0]
+        flat = [tf.reshape(tf.convert_to_tensor(v), (n, -1)) for v in particle_variables]
+        return gaussian_entropy(flat, self._structure_groups(self._groups_for(particle_variables)))
+
+    def check_num_particles(self, num_particles):
+        if num_particles < 2:
+            raise ValueError(
+                f"GaussianParticleFlow needs at least 2 particles to define a covariance; the model has "
+                f"num_particles={num_particles}."
+            )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"structure": self.structure, "mean_preconditioning": self.mean_preconditioning})
+        return config
