@@ -102,7 +102,8 @@ class BayesianModel(keras.Model):
         if len(shape) < 2 or shape[1] != n:
             raise ValueError(f"BayesianModel outputs must be (batch, particles={n}, ...); got {shape}.")
         if self.likelihood is not None:
-            self.likelihood.check_output_shape(shape)
+            self._likelihood_built = False
+            self._build_likelihood(shape)  # its variables must exist before the optimizer is built
 
     def _build_likelihood(self, output_shape):
         if self.likelihood is None:
@@ -334,6 +335,7 @@ class BayesianModel(keras.Model):
             model = functional_from_config(cls, config, custom_objects=custom_objects)
             model.likelihood = own["likelihood"]
             model._expected_num_particles = own["num_particles"]
+            model._check_structure()
             model.temperature = own["temperature"]
             if own["dataset_size"] is not None:
                 model.set_dataset_size(own["dataset_size"])

@@ -30,7 +30,7 @@ class StepRule:
         return cls(**config)
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 class SGD(StepRule):
     """step = learning_rate * direction."""
 
@@ -38,7 +38,7 @@ class SGD(StepRule):
         return learning_rate * direction, state
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 class DimWiseRMSProp(StepRule):
     """RMSProp whose second moment is averaged over particles: v_d = rho v_d + (1 - rho) mean_n Delta_nd^2."""
 
@@ -56,7 +56,7 @@ class DimWiseRMSProp(StepRule):
         return {"rho": self.rho, "epsilon": self.epsilon}
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 class DimWiseAdam(StepRule):
     """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
 
@@ -78,7 +78,7 @@ class DimWiseAdam(StepRule):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 class Adam(StepRule):
     """Element-wise Adam (Kingma & Ba 2015): every coordinate of every particle has its own moments.
 

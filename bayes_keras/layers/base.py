@@ -15,6 +15,14 @@ import tensorflow as tf
 from bayes_keras import priors as priors_lib
 
 
+def _default_bias_initializer(bias_initializer, deterministic):
+    """Zeros for shared biases; a small per-particle spread otherwise (a particle cloud that is
+    flat along a coordinate stays flat under GPF's affine flow)."""
+    if bias_initializer is not None:
+        return bias_initializer
+    return "zeros" if deterministic else keras.initializers.RandomNormal(stddev=0.01)
+
+
 def _particle_initializer(initializer, num_particles):
     """Initializer for an (N, ...) stack: N independent draws of `initializer` on the per-particle shape.
 

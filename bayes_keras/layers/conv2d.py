@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
 
 def _pair(value, name):
@@ -25,7 +25,9 @@ class Conv2D(ParticleLayer):
 
     Args:
         filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
-        kernel_initializer, bias_initializer: as in `keras.layers.Conv2D`.
+        kernel_initializer: as in `keras.layers.Conv2D`.
+        bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise
+            (see `bayes_keras.layers.Dense`).
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
@@ -43,7 +45,7 @@ class Conv2D(ParticleLayer):
         activation=None,
         use_bias=True,
         kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
+        bias_initializer=None,
         data_format=None,
         **kwargs,
     ):
@@ -63,7 +65,7 @@ class Conv2D(ParticleLayer):
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)

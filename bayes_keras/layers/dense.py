@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -14,8 +14,11 @@ class Dense(ParticleLayer):
 
     Args:
         units: output size.
-        activation, use_bias, kernel_initializer, bias_initializer: as in `keras.layers.Dense`
-            (each particle is initialised independently).
+        activation, use_bias, kernel_initializer: as in `keras.layers.Dense` (each particle is
+            initialised independently).
+        bias_initializer: default zeros for a deterministic layer and N(0, 0.01^2) per particle
+            otherwise: particles that agree exactly on a coordinate stay equal under GPF's affine
+            flow (and SVGD's kernel), so a zero bias for all particles would never spread.
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
@@ -30,7 +33,7 @@ class Dense(ParticleLayer):
         activation=None,
         use_bias=True,
         kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
+        bias_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -40,13 +43,13 @@ class Dense(ParticleLayer):
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
 
     def build(self, input_shape):
         # Core rank 2 = (batch, features); a particle input is (batch, N, features). Extra middle
         # axes (e.g. time) are allowed, as in keras.layers.Dense.
         rank = len(input_shape)
-        core_rank = rank if self.broadcasts else rank - 1
+        core_rank = rank if self.broadcasts else max(rank - 1, 2)
         self._resolve_num_particles(input_shape, core_rank)
         in_dim = input_shape[-1]
         if in_dim is None:

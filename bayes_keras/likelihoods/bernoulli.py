@@ -9,7 +9,7 @@ from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
 tfd = tfp.distributions
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.likelihoods")
 class Bernoulli(Likelihood):
     """y ~ Bernoulli(sigmoid(f(x; w_n))), outputs (batch, N) or (batch, N, 1) logits, labels in {0, 1}.
 

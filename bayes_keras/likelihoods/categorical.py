@@ -9,7 +9,7 @@ from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
 tfd = tfp.distributions
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.likelihoods")
 class Categorical(Likelihood):
     """y ~ Categorical(softmax(f(x; w_n))), outputs (batch, N, K) logits, labels integers in [0, K).
 

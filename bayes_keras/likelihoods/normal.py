@@ -11,7 +11,7 @@ from bayes_keras.likelihoods.likelihood import LOG_2PI, Likelihood
 tfd = tfp.distributions
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.likelihoods")
 class Normal(Likelihood):
     """y ~ N(f(x; w_n), sigma^2 I), outputs (batch, N, d) means.
 

@@ -1,6 +1,9 @@
 """GaussianParticleFlow: the Keras optimizer for GPF (Galy-Fajou et al. 2021)."""
 
+import warnings
+
 import keras
+import tensorflow as tf
 
 from bayes_keras.inference.gpf import gaussian_entropy, gpf_direction
 from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
@@ -43,6 +46,19 @@ class GaussianParticleFlow(ParticleOptimizer):
         self.structure = structure
         self.mean_preconditioning = bool(mean_preconditioning)
 
+    def build(self, variables):
+        super().build(variables)
+        for v in variables:
+            if getattr(v, "is_particle_variable", False) and v.shape[0] > 1:
+                spread = tf.reduce_max(tf.math.reduce_std(tf.reshape(v.value, (v.shape[0], -1)), axis=0))
+                if not tf.executing_eagerly() or float(spread) > 0.0:
+                    continue
+                warnings.warn(
+                    f"GaussianParticleFlow: all particles of {v.path} are identical. The flow is affine, so "
+                    "particles equal along a coordinate stay equal there (a rank-deficient Gaussian); "
+                    "initialise with spread (e.g. model.initialize_particles(center, noise_std)).",
+                    RuntimeWarning, stacklevel=2)
+
     def _structure_groups(self, groups):
         if self.structure == "mean_field":
             return "mean_field"
@@ -55,8 +71,6 @@ class GaussianParticleFlow(ParticleOptimizer):
 
     def entropy(self, particle_variables):
         """Entropy of the Gaussian defined by the current particles, under this structure."""
-        import tensorflow as tf
-
         n = particle_variables[0].shape[0]
         flat = [tf.reshape(tf.convert_to_tensor(v), (n, -1)) for v in particle_variables]
         return gaussian_entropy(flat, self._structure_groups(self._groups_for(particle_variables)))

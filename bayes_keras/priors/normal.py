@@ -8,7 +8,7 @@ import tensorflow as tf
 from bayes_keras.priors.prior import Prior
 
 
-@keras.saving.register_keras_serializable(package="bayes_keras")
+@keras.saving.register_keras_serializable(package="bayes_keras.priors")
 class Normal(Prior):
     """Independent Normal prior N(loc, scale^2) on every weight.
 

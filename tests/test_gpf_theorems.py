@@ -1,0 +1,149 @@
+"""GPF against its theorems (Galy-Fajou et al. 2021, gpf.md) on Gaussian targets, via the functional door.
+
+Tolerances: the flows below are run to convergence in float32; the fixed point is exact, so the
+remaining error is float32 rounding (~1e-6 relative) and the residual of the geometric convergence
+(below 1e-4 at the step counts used, measured), far under the 1e-3 the theorems are checked at.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bayes_keras as bk
+from bayes_keras.inference import gaussian_entropy, gpf_direction
+from conftest import gaussian_target
+
+D, KAPPA = 20, 100.0
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def test_theorem1_d_plus_one_particles_recover_gaussian_exactly():
+    mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=0)
+    x0 = np.random.default_rng(1).standard_normal((D + 1, D))
+    # eta = 0.01 as in the paper; stability needs eta * lambda_max(Lambda C) < 2 along the way.
+    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
+    assert _rel(run.mean, mu) < 1e-3
+    assert _rel(run.covariance, sigma) < 1e-3
+    assert run.skipped_steps == 0
+
+
+def test_theorem3_fewer_particles_give_top_eigenpairs():
+    mu, sigma, lam, log_prob = gaussian_target(D, KAPPA, seed=2)
+    n = 6
+    x0 = np.random.default_rng(3).standard_normal((n, D))
+    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
+    eig = np.sort(np.linalg.eigvalsh(run.covariance))[::-1]
+    top = np.sort(lam)[::-1][: n - 1]
+    np.testing.assert_allclose(eig[: n - 1], top, rtol=1e-3)
+    assert np.all(eig[n - 1:] < 1e-4 * top[-1])  # rank N - 1
+    assert _rel(run.mean, mu) < 1e-3  # the mean still converges exactly
+    assert abs(np.trace(np.linalg.inv(sigma) @ run.covariance) - (n - 1)) < 1e-3
+
+
+def test_free_energy_never_increases_at_small_step():
+    _, _, _, log_prob = gaussian_target(D, KAPPA, seed=4)
+    x0 = np.random.default_rng(5).standard_normal((D + 1, D))
+    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.005, step_rule="sgd"), 4000)
+    f = run.free_energy.astype(np.float64)
+    # Allow float32 rounding of F (magnitude |F|, unit roundoff 6e-8, summed over ~D terms).
+    tol = 1e-6 * (1.0 + np.abs(f[1:]))
+    assert np.all(np.diff(f) <= tol), np.max(np.diff(f))
+    assert f[-1] < f[0] - 10.0
+
+
+def test_free_energy_check_detects_a_too_large_step():
+    """Control for the test above: beyond the stability bound the free energy does go up."""
+    _, _, _, log_prob = gaussian_target(D, KAPPA, seed=4)
+    x0 = np.random.default_rng(5).standard_normal((D + 1, D))
+    with pytest.warns(RuntimeWarning):
+        run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.3, step_rule="sgd"), 200)
+    f = run.free_energy
+    assert not np.all(np.diff(f[np.isfinite(f)]) <= 1e-6 * (1 + np.abs(f[np.isfinite(f)][1:])))
+
+
+def test_direction_matches_explicit_matrix_form():
+    """Delta_i = g_bar + (I - A) ... written with the D x D matrix A = I - (1/N) sum g z^T (Eq. 13)."""
+    rng = np.random.default_rng(6)
+    n, d = 7, 5
+    x, g = rng.standard_normal((n, d)), rng.standard_normal((n, d))
+    z = x - x.mean(0)
+    a = np.eye(d) - g.T @ z / n
+    expected = g.mean(0)[None] - z @ a.T  # x_i <- x_i - eta * (g_bar - A z_i)
+    got = gpf_direction([tf.constant(x)], [tf.constant(g)], [[0]])[0].numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    # split across two variables in one block: identical to the single-variable result
+    got2 = gpf_direction([tf.constant(x[:, :2]), tf.constant(x[:, 2:])], [tf.constant(g[:, :2]), tf.constant(g[:, 2:])],
+                         [[0, 1]])
+    np.testing.assert_allclose(np.concatenate([t.numpy() for t in got2], 1), expected, atol=1e-12)
+    # mean field: A diagonal
+    a_diag = np.diag(np.diag(a))
+    got_mf = gpf_direction([tf.constant(x)], [tf.constant(g)], "mean_field")[0].numpy()
+    np.testing.assert_allclose(got_mf, g.mean(0)[None] - z @ a_diag.T, atol=1e-12)
+    # mean preconditioning: drift C g_bar, C = Z^T Z / N
+    got_pc = gpf_direction([tf.constant(x)], [tf.constant(g)], [[0]], mean_preconditioning=True)[0].numpy()
+    np.testing.assert_allclose(got_pc, (z.T @ z / n @ g.mean(0))[None] - z @ a.T, atol=1e-12)
+
+
+def test_entropy_matches_closed_form():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((30, 4)) @ rng.standard_normal((4, 4))
+    z = x - x.mean(0)
+    c = z.T @ z / 30
+    exact = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * c)[1]
+    assert abs(float(gaussian_entropy([tf.constant(x)], [[0]])) - exact) < 1e-8
+    # blocks: sum of the block entropies
+    blocks = float(gaussian_entropy([tf.constant(x[:, :1]), tf.constant(x[:, 1:])], [[0], [1]]))
+    e1 = 0.5 * np.log(2 * np.pi * np.e * c[0, 0])
+    e2 = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * c[1:, 1:])[1]
+    assert abs(blocks - (e1 + e2)) < 1e-8
+
+
+@pytest.mark.parametrize("rule,tol", [("adam", 2e-3), ("rmsprop", 2e-2)])
+def test_dimwise_rules_keep_the_exact_fixed_point(rule, tol):
+    """A particle-shared diagonal preconditioner keeps the flow affine, so D + 1 particles still
+    recover the Gaussian (constant step: residual oscillation of the adaptive rule sets tol)."""
+    mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=8)
+    x0 = np.random.default_rng(9).standard_normal((D + 1, D))
+    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(1e-2, step_rule=rule), 10000)
+    assert _rel(run.mean, mu) < 1e-3
+    assert _rel(run.covariance, sigma) < tol
+
+
+def test_mean_preconditioning_speeds_up_the_mean():
+    mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=10)
+    x0 = np.random.default_rng(11).standard_normal((D + 1, D))
+    plain = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 3000)
+    pre = bk.inference.run_particles(
+        log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd", mean_preconditioning=True), 3000)
+    assert _rel(pre.mean, mu) < 1e-4 < _rel(plain.mean, mu)
+    assert _rel(pre.covariance, sigma) < 1e-3
+
+
+def test_structures_recover_their_targets():
+    """Block ("layer") and mean-field flows are exact when the target factorises like them."""
+    rng = np.random.default_rng(12)
+    var = np.exp(rng.uniform(-1, 1, 6))
+    mu = rng.standard_normal(6)
+
+    def log_prob(x):
+        return -0.5 * tf.reduce_sum((x - mu.astype(np.float32)) ** 2 / var.astype(np.float32), axis=1)
+
+    run = bk.inference.run_particles(log_prob, rng.standard_normal((4, 6)),
+                                     bk.optimizers.GaussianParticleFlow(0.05, structure="mean_field", step_rule="sgd"),
+                                     3000)
+    np.testing.assert_allclose(np.diag(run.covariance), var, rtol=1e-3)
+    np.testing.assert_allclose(run.mean, mu, atol=1e-3)
+
+
+def test_gpf_needs_two_particles():
+    with pytest.raises(ValueError, match="at least 2 particles"):
+        bk.inference.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 3)),
+                                   bk.optimizers.GaussianParticleFlow(0.1), 10)
+
+
+def test_bad_structure_is_rejected():
+    with pytest.raises(ValueError, match="structure must be one of"):
+        bk.optimizers.GaussianParticleFlow(structure="diag")

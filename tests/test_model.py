@@ -1,0 +1,263 @@
+"""BayesianModel through the Keras workflow, checked against closed forms."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+import bayes_keras as bk
+
+tfd = tfp.distributions
+
+
+def _linear_data(n=60, d=3, noise=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    w = rng.standard_normal(d)
+    y = (x @ w + 0.3 + noise * rng.standard_normal(n)).astype(np.float32)
+    return x, y
+
+
+def _linear_model(d, n_particles, likelihood):
+    inputs = keras.Input((d,))
+    out = bk.layers.Dense(1, num_particles=n_particles, kernel_prior=1.0, bias_prior=1.0)(inputs)
+    return bk.BayesianModel(inputs, out, likelihood=likelihood)
+
+
+def _exact_posterior(x, y, noise):
+    """Conjugate Bayesian linear regression, prior N(0, I) on [w, b]."""
+    xb = np.concatenate([x, np.ones((len(x), 1))], 1).astype(np.float64)
+    precision = xb.T @ xb / noise**2 + np.eye(xb.shape[1])
+    cov = np.linalg.inv(precision)
+    return cov @ xb.T @ y / noise**2, cov
+
+
+def _particles(model):
+    k, b = model.particle_variables
+    return np.concatenate([k.numpy()[:, :, 0], b.numpy()], 1)
+
+
+def test_gpf_through_fit_recovers_conjugate_posterior():
+    """Gaussian posterior + D + 1 particles: GPF's fixed point is the exact posterior (Theorem 1),
+    so this checks the whole Keras path (likelihood scaling, prior, gradient hand-off)."""
+    noise = 0.5
+    x, y = _linear_data(noise=noise)
+    mean, cov = _exact_posterior(x, y, noise)
+    model = _linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
+    # eta * lambda_max(posterior precision ~ 240) ~ 0.5 < 2: stable; 4000 steps -> t = 8.
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(2e-3, step_rule="sgd"))
+    ds = tf.data.Dataset.from_tensors((x, y)).repeat(4000)  # full batch, 4000 steps
+    model.fit(ds, epochs=1, dataset_size=len(x), verbose=0)
+    p = _particles(model)
+    z = p - p.mean(0)
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(p.mean(0) - mean) < 1e-3 * sd)
+    np.testing.assert_allclose(np.sqrt(np.diag(z.T @ z / len(p))), sd, rtol=1e-3)
+    np.testing.assert_allclose(z.T @ z / len(p), cov, atol=1e-3 * sd.max() ** 2)
+
+
+def test_minibatch_gradient_is_scaled_log_joint():
+    """grad of the per-particle log joint = (n / B) X^T (y - X w) / s^2 - w (prior N(0, 1))."""
+    noise = 0.7
+    x, y = _linear_data(n=40, noise=noise)
+    model = _linear_model(3, 4, bk.likelihoods.Normal(scale=noise))
+    model.compile(optimizer=bk.optimizers.IndependentParticles(), dataset_size=400)
+    xb, yb = x[:10], y[:10]
+    with tf.GradientTape() as tape:
+        log_joint, _ = model._log_joint(yb, model(xb), None)
+    gk, gb = tape.gradient(log_joint, model.particle_variables)
+    k, b = [v.numpy() for v in model.particle_variables]
+    for n in range(4):
+        resid = yb - (xb @ k[n, :, 0] + b[n, 0])
+        np.testing.assert_allclose(gk.numpy()[n, :, 0], 400 / 10 * xb.T @ resid / noise**2 - k[n, :, 0], rtol=1e-4)
+        np.testing.assert_allclose(gb.numpy()[n, 0], 400 / 10 * resid.sum() / noise**2 - b[n, 0], rtol=1e-4)
+
+
+def _tiny_classifier(n_particles=4, classes=3, d=5):
+    inputs = keras.Input((d,))
+    h = bk.layers.Dense(8, activation="tanh", num_particles=n_particles)(inputs)
+    out = bk.layers.Dense(classes)(h)
+    return bk.BayesianModel(inputs, out, likelihood="categorical")
+
+
+def _class_data(n=64, classes=3, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (np.argmax(x[:, :classes], 1)).astype(np.int32)
+    return x, y
+
+
+def test_predictive_and_uncertainty_decomposition():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=["accuracy"])
+    hist = model.fit(x, y, epochs=3, batch_size=16, verbose=0)
+    assert {"loss", "nll", "accuracy", "free_energy"} <= set(hist.history)
+    probs = model.predict(x, verbose=0)
+    per = tf.nn.softmax(model.predict_particles(x)).numpy()
+    np.testing.assert_allclose(probs, per.mean(1), atol=1e-6)
+    dist = model.predictive(x)
+    assert isinstance(dist, tfd.Categorical) and dist.batch_shape == (64,)
+    np.testing.assert_allclose(dist.probs_parameter().numpy(), probs, atol=1e-6)
+    u = model.uncertainty(x)
+    np.testing.assert_allclose(u["total_entropy"], u["expected_entropy"] + u["mutual_information"], atol=1e-5)
+    np.testing.assert_allclose(u["total_entropy"], -np.sum(probs * np.log(probs), 1), atol=1e-4)
+    assert np.all(u["mutual_information"] >= 0)
+    # evaluate's nll is the predictive NLL, not a per-particle average
+    ev = model.evaluate(x, y, verbose=0, return_dict=True)
+    assert abs(ev["nll"] - bk.metrics.nll(probs, y)) < 1e-4
+
+
+def test_regression_predictive_variance_decomposition():
+    x, y = _linear_data()
+    model = _linear_model(3, 6, bk.likelihoods.Normal(scale=0.5))
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=2, batch_size=20, verbose=0)
+    out = model.predict_particles(x)[..., 0]
+    summary = model.predict(x, verbose=0)
+    np.testing.assert_allclose(summary["mean"][:, 0], out.mean(1), atol=1e-5)
+    np.testing.assert_allclose(summary["std"][:, 0] ** 2, 0.25 + out.var(1), rtol=1e-4)
+    dist = model.predictive(x)
+    np.testing.assert_allclose(dist.mean().numpy()[:, 0], out.mean(1), atol=1e-5)
+    np.testing.assert_allclose(dist.variance().numpy()[:, 0], 0.25 + out.var(1), rtol=1e-4)
+
+
+def test_learned_noise_scale_approaches_truth():
+    x, y = _linear_data(n=400, noise=0.3, seed=3)
+    model = _linear_model(3, 4, bk.likelihoods.Normal(scale="learned"))
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2, shared_learning_rate=3e-2))
+    model.fit(x, y, epochs=60, batch_size=100, verbose=0)
+    sigma = float(model.likelihood.noise_scale().numpy()[0])
+    assert abs(sigma - 0.3) < 0.05, sigma
+
+
+def test_bernoulli_likelihood_trains():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 2)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+    inputs = keras.Input((2,))
+    out = bk.layers.Dense(1, num_particles=5)(inputs)
+    model = bk.BayesianModel(inputs, out, likelihood="bernoulli")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(5e-2), metrics=["binary_accuracy"])
+    model.fit(x, y, epochs=20, batch_size=50, verbose=0)
+    p = model.predict(x, verbose=0)
+    assert p.shape == (200,)
+    assert np.mean((p > 0.5) == y) > 0.95
+
+
+def test_deterministic_layers_are_shared_and_trained():
+    x, y = _class_data()
+    inputs = keras.Input((5,))
+    h = bk.layers.Dense(8, activation="tanh", num_particles=3, deterministic=True)(inputs)
+    out = bk.layers.Dense(3)(h)
+    model = bk.BayesianModel(inputs, out, likelihood="categorical")
+    assert model.num_particles == 3 and len(model.particle_variables) == 2
+    shared_before = model.layers[1].kernel.numpy().copy()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+    assert model.layers[1].kernel.shape == (5, 8)
+    assert not np.allclose(model.layers[1].kernel.numpy(), shared_before)
+
+
+def test_nonfinite_gradient_never_reaches_particles():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    x_bad = x.copy()
+    x_bad[3, 2] = np.nan
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        model.fit(x_bad, y, epochs=1, batch_size=64, verbose=0)
+    for b, v in zip(before, model.trainable_variables):
+        np.testing.assert_array_equal(b, v.numpy())
+    # and training goes on normally afterwards
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    assert all(np.all(np.isfinite(v.numpy())) for v in model.trainable_variables)
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+def test_num_particles_must_be_positive():
+    with pytest.raises(ValueError, match="num_particles"):
+        bk.layers.Dense(3, num_particles=0)
+    with pytest.raises(ValueError, match="num_particles"):
+        _tiny_classifier(n_particles=-1)
+
+
+def test_gpf_rejects_one_particle_at_compile():
+    model = _tiny_classifier(n_particles=1)
+    with pytest.raises(ValueError, match="at least 2 particles"):
+        model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+
+
+def test_labels_out_of_range_are_reported():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
+        model.fit(x, y + 3, epochs=1, verbose=0)
+
+
+def test_labels_of_wrong_shape_are_reported():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    with pytest.raises(ValueError, match=r"labels of shape \(batch,\) or \(batch, 1\)"):
+        model.fit(x, np.eye(3)[y].astype(np.float32)[:, :, None], epochs=1, verbose=0)
+
+
+def test_likelihood_must_fit_output_shape():
+    inputs = keras.Input((5,))
+    out = bk.layers.Dense(3, num_particles=2)(inputs)
+    with pytest.raises(ValueError, match="Bernoulli likelihood expects model outputs"):
+        bk.BayesianModel(inputs, out, likelihood="bernoulli")
+    model = bk.BayesianModel(inputs, out)
+    with pytest.raises(ValueError, match="Bernoulli likelihood expects model outputs"):
+        model.compile(optimizer=bk.optimizers.IndependentParticles(), likelihood="bernoulli")
+    one = bk.layers.Dense(1, num_particles=2)(inputs)
+    with pytest.raises(ValueError, match="num_classes >= 2"):
+        bk.BayesianModel(inputs, one, likelihood="categorical")
+
+
+def test_unknown_dataset_size_is_reported():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+    with pytest.raises(ValueError, match="dataset_size"):
+        model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0)
+    # a finite dataset is counted
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0)
+    assert model.dataset_size == 64
+
+
+def test_loss_instead_of_likelihood():
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.IndependentParticles(), loss="sparse_categorical_crossentropy")
+    assert isinstance(model.likelihood, bk.likelihoods.Categorical)
+    with pytest.raises(ValueError, match="likelihood, not a loss"):
+        model.compile(optimizer=bk.optimizers.IndependentParticles(), loss="hinge")
+
+
+def test_missing_particle_axis_is_explained():
+    inputs = keras.Input((5,))
+    with pytest.raises(ValueError, match="pass num_particles=N"):
+        bk.layers.Dense(3)(inputs)
+    img = keras.Input((8, 8, 1))
+    with pytest.raises(ValueError, match="pass num_particles=N"):
+        bk.layers.Conv2D(3, 3)(img)
+
+
+def test_initialize_particles_around_map_weights():
+    model = bk.zoo.mlp(5, 3, (8,), num_particles=4, likelihood="categorical")
+    center = bk.zoo.keras_mlp(5, 3, (8,))
+    model.initialize_particles(center, noise_std=0.01, seed=0)
+    for v, c in zip(model.particle_variables, center.get_weights()):
+        assert np.abs(v.numpy() - c[None]).max() < 0.1
+        assert np.std(v.numpy() - c[None]) > 0.001
+    with pytest.raises(ValueError, match="expected 4 arrays"):
+        model.initialize_particles(center.get_weights()[:2])
