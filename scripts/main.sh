@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up .venv and runs the main job: Bayesian LeNet-5 on digits with GPF vs baselines.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export TF_CPP_MIN_LOG_LEVEL=3
+exec .venv/bin/python examples/lenet_digits.py "$@"
