@@ -57,28 +57,6 @@ class DimWiseRMSProp(StepRule):
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
-class DimWiseAdam(StepRule):
-    """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
-
-    def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-
-    def slots(self, shape):
-        return {"m": tuple(shape), "v": tuple(shape[1:])}
-
-    def apply(self, direction, state, learning_rate, step):
-        m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
-        v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * tf.reduce_mean(tf.square(direction), axis=0)
-        t = tf.cast(step, direction.dtype)
-        m_hat = m / (1.0 - tf.pow(self.beta_1, t))
-        v_hat = v / (1.0 - tf.pow(self.beta_2, t))
-        return learning_rate * m_hat / (tf.sqrt(v_hat) + self.epsilon), {"m": m, "v": v}
-
-    def get_config(self):
-        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
-
-
-@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 class Adam(StepRule):
     """Element-wise Adam (Kingma & Ba 2015): every coordinate of every particle has its own moments.
 
@@ -92,9 +70,12 @@ class Adam(StepRule):
     def slots(self, shape):
         return {"m": tuple(shape), "v": tuple(shape)}
 
+    def _squared(self, direction):
+        return tf.square(direction)
+
     def apply(self, direction, state, learning_rate, step):
         m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
-        v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * tf.square(direction)
+        v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * self._squared(direction)
         t = tf.cast(step, direction.dtype)
         m_hat = m / (1.0 - tf.pow(self.beta_1, t))
         v_hat = v / (1.0 - tf.pow(self.beta_2, t))
@@ -102,6 +83,17 @@ class Adam(StepRule):
 
     def get_config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
+class DimWiseAdam(Adam):
+    """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
+
+    def slots(self, shape):
+        return {"m": tuple(shape), "v": tuple(shape[1:])}
+
+    def _squared(self, direction):
+        return tf.reduce_mean(tf.square(direction), axis=0)
 
 
 _RULES = {"sgd": SGD, "rmsprop": DimWiseRMSProp, "dimwise_rmsprop": DimWiseRMSProp,
