@@ -7,10 +7,12 @@ tests/fixtures/make_breast_cancer_nuts.py (tfp NUTS, float64, 4 chains x 100,000
 split R-hat 1.00001, min ESS 560,000; Monte Carlo error of the reference: at most 0.0013 posterior
 sd on a mean and 0.18 % on an sd, negligible here).
 
-GPF runs through the functional door (`bk.inference.run_particles`) with the full-covariance flow,
-full batch, N = 256 particles started at 0.1 * N(0, I) draws (seed 0), the dimension-wise Adam
-step rule at learning rate 3e-2 for 8,000 steps (runtime: about 10-25 s on 2 CPU cores, most of
-it the per-step free-energy evaluation; see docs/gpf_finite_n.md).
+GPF runs through the functional door (`bk.inference.run_particles`): plain GPF, i.e. the full-covariance
+flow with the "sgd" step rule (the discretised flow itself, whose fixed points are exactly those of
+GPF), full batch, learning rate 1.5e-2 (half the rate at which it diverges, 3e-2), N = 256 particles
+started at 0.1 * N(0, I) draws (numpy seed 0), 8,000 steps. Runtime: 15-30 s on 2 CPU cores
+(22-31 s measured while the machine was shared with other jobs; most of it is the per-step free
+energy, see docs/gpf_finite_n.md). The run is deterministic (bit-identical on repeated runs).
 
 Where the tolerances come from (|m_gpf - m_nuts| / sd_nuts < 0.1 and |sd_gpf / sd_nuts - 1| < 0.15
 for every coordinate; sd_gpf from the 1/N particle covariance, i.e. the GPF Gaussian itself):
@@ -20,18 +22,21 @@ for every coordinate; sd_gpf from the 1/N particle covariance, i.e. the GPF Gaus
   0.025 sd on a mean and has sd ratios 0.959 - 1.000: the posterior is mildly non-Gaussian (its
   mean is up to 0.33 sd from the MAP).
 * Finite N. The GPF fixed point with N particles is the best affine image of the initial cloud;
-  with finite N that image is biased (it "fits" the cloud's own random higher moments to the target),
-  and it inflates the sds. Measured at convergence (worst coordinate; docs/gpf_finite_n.md):
-  N = 32: 0.20 sd / sd ratio 1.34; N = 64: 0.07-0.09 / 1.16-1.22; N = 128: 0.04-0.07 / 1.10-1.11;
-  N = 256: 0.03-0.06 / 1.05-1.08 over seeds 0, 1, 2 and over 8,000-32,000 steps.
-* This configuration (N = 256, seed 0, 8,000 steps) measures: worst mean error 0.057 sd, sd ratios
-  1.001 - 1.062 (worst |ratio - 1| = 0.062). The tolerances 0.1 / 0.15 leave about a factor 1.7 / 2.4
-  of margin over that, and also cover the other seeds.
+  with finite N that image is biased (it fits the cloud's own random higher moments to the target)
+  and its sds are inflated. Measured at convergence (worst coordinate; seeds 0-2, sgd and adam,
+  8,000-32,000 steps; table in docs/gpf_finite_n.md): N = 32: 0.14-0.20 sd / sd ratio up to 1.34;
+  N = 64: 0.06-0.09 / 1.15-1.22; N = 128: 0.04-0.07 / 1.09-1.12; N = 256: 0.02-0.06 / 1.05-1.08;
+  N = 512: 0.01-0.03 / 1.02-1.04.
+* This configuration measures: worst mean error 0.049 sd and sd ratios 0.999 - 1.066, both at
+  coordinate 19 (worst |ratio - 1| = 0.066); the free energy goes from 447.8 to 25.99. The
+  tolerances 0.1 / 0.15 leave a factor 2.0 / 2.3 of margin, and cover every N = 256 run measured
+  (worst 0.057 / 1.075); N = 128 (1.12) would leave too little.
 
 Convergence: the slow part of the flow is a near-flat valley of cloud "rotations" (for a Gaussian
-target the free energy would be exactly invariant to them), along which the statistics wander by
-about +-0.01 sd while the free energy still creeps down; 8,000 steps reach that valley (16,000 and
-32,000 steps give the same answer to within that wander, checked by the slow test below).
+target the free energy would be exactly invariant to them), along which the statistics drift by up
+to ~0.01-0.02 sd while the free energy still creeps down. 8,000 steps reach it: this run at 16,000
+steps moves no mean by more than 0.004 sd and no sd by more than 0.9 % (at 32,000 steps: worst mean
+error 0.055, largest sd ratio 1.067), which the slow test below checks.
 """
 
 import os
@@ -48,8 +53,8 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "
 
 NUM_PARTICLES = 256
 NUM_STEPS = 8000
-LEARNING_RATE = 3e-2
-STEP_RULE = "adam"
+LEARNING_RATE = 1.5e-2
+STEP_RULE = "sgd"
 INIT_SPREAD = 0.1
 SEED = 0
 
@@ -125,13 +130,13 @@ def test_gpf_free_energy_decreases(gpf_run):
 
 @pytest.mark.slow
 def test_gpf_more_steps_same_answer(gpf_run, reference):
-    """Twice the steps: still within tolerance, and the same answer up to the valley wander
-    (measured 8,000 vs 16,000 steps: 0.020 sd on a mean, 1.7 % on an sd; vs 32,000: 0.017, 2.1 %)."""
+    """Twice the steps: still within tolerance and the same answer (measured: no mean moves by more
+    than 0.004 sd, no sd by more than 0.9 %; the free energy keeps creeping down, 25.99 -> 25.90)."""
     longer = _run_gpf(2 * NUM_STEPS)
     mean_err, sd_ratio = _errors(longer, reference)
     assert np.all(mean_err < MEAN_TOL)
     assert np.all(np.abs(sd_ratio - 1.0) < SD_TOL)
-    assert np.max(np.abs(longer.mean - gpf_run.mean) / reference["sd"]) < 0.04
+    assert np.max(np.abs(longer.mean - gpf_run.mean) / reference["sd"]) < 0.02
     sd_short, sd_long = np.sqrt(np.diag(gpf_run.covariance)), np.sqrt(np.diag(longer.covariance))
-    assert np.max(np.abs(sd_long / sd_short - 1.0)) < 0.04
-    assert longer.free_energy[-1] <= gpf_run.free_energy[-1] + 0.05
+    assert np.max(np.abs(sd_long / sd_short - 1.0)) < 0.025
+    assert longer.free_energy[-1] <= gpf_run.free_energy[-1]
