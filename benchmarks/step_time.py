@@ -13,7 +13,7 @@ metric bookkeeping) on a fixed batch of 64 scikit-learn digits, for
                     layer losses, Adam(1e-3)
 
 for an MLP (64 -> 50 -> 50 -> 10, relu, flattened digits) and LeNet-5 (8x8x1 digits), N in {5, 10, 20}.
-(c) and (e) do not depend on N; they are timed once per architecture.
+(c) and (e) do not depend on N.
 
 How: every variant is built, compiled (default settings: on a CPU-only machine Keras disables
 XLA for all of them) and warmed up (tracing excluded). Each variant is then driven by its OWN
@@ -22,10 +22,15 @@ compiled train function:
       tf.data iterator that repeats the fixed batch (no per-call data-adapter cost);
   --driver train_on_batch: `model.train_on_batch(xb, yb)`, which adds each framework's per-call
       overhead (tf_keras builds a one-batch tf.data pipeline on every call).
-Timing is interleaved: in every round, every variant of every (architecture, N) runs a block of
-`--steps` consecutive steps (order shuffled per round with a fixed seed), so machine noise hits all
-variants alike. The per-step time of a block is its wall time / steps; the reported figure is the
-median over `--rounds` rounds. Ratios are formed from those medians.
+Timing is interleaved and paired. The variants compared in one table row, i.e. (a), (b), (c), (d)
+and (e) for one (architecture, N), form a group. In every round each group is visited once (groups in
+shuffled order) and each of its variants runs a block of `--steps` consecutive steps, back to back in
+shuffled order, so the five blocks of a visit see the same machine state (on a shared 2-core machine
+the speed can jump by 1.5x when another process takes a core). A block's per-step time is its wall
+time / steps. Reported: the median per-step time of every variant over `--rounds` rounds, and every
+ratio as the median over rounds of the ratio WITHIN a visit (paired), which cancels slow machine
+phases that a ratio of independent medians would not. (c) and (e) are the same models in every
+row of an architecture; they are simply timed once per visit.
 
 Usage:
     python benchmarks/step_time.py            # full run (a few minutes on 2 CPU cores)
@@ -35,6 +40,7 @@ Writes benchmarks/results/step_time.json and benchmarks/results/step_time.md.
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -42,13 +48,21 @@ import random
 import statistics
 import sys
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
+
+# tfp.layers on tf_keras warn about deprecated add_variable and unseeded initializers: noise here.
+warnings.filterwarnings("ignore", message=".*add_variable.*is deprecated", category=UserWarning)
+warnings.filterwarnings("ignore", message="The initializer .* is unseeded", category=UserWarning)
+
+# Every model's train function is traced exactly once, but TF counts traces across the ~80 models
+# built here and warns about "retracing"; silence that (checked: no function retraces while timed).
+tf.get_logger().setLevel("ERROR")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes_keras as bk  # noqa: E402
@@ -147,11 +161,17 @@ def _sync(logs):
 
 
 class Variant:
+    """One thing to time: a list of compiled steppers run one after another per step."""
+
     def __init__(self, arch, key, n, models, steppers):
         self.arch, self.key, self.n = arch, key, n
         self.steppers = steppers  # keras_loop holds N of them; every other variant one
         self.jit_compile = any(bool(getattr(m, "jit_compile", False)) for m in models)
-        self.per_step = []  # seconds per step, one entry per timed round
+        self.samples = []  # seconds per step, one entry per timed block
+
+    @property
+    def name(self):
+        return f"{self.arch}/{self.key}/N={self.n or 'any'}"
 
     def step(self):
         logs = None
@@ -164,47 +184,72 @@ class Variant:
         for _ in range(steps):
             logs = self.step()
         _sync(logs)
-        self.per_step.append((time.perf_counter() - t0) / steps)
+        seconds = (time.perf_counter() - t0) / steps
+        self.samples.append(seconds)
+        return seconds
 
 
-def build_variants(archs, ns, driver, warmup):
-    variants = []
+class Group:
+    """The five variants of one table row (architecture, N) and their per-visit timings."""
+
+    def __init__(self, arch, n, members):
+        self.arch, self.n, self.members = arch, n, members  # members: variant key -> Variant
+        self.visits = []  # one {variant key: seconds per step} per round
+
+    def visit(self, steps, rng):
+        keys = list(self.members)
+        rng.shuffle(keys)
+        self.visits.append({k: self.members[k].time_block(steps) for k in keys})
+
+
+def build_groups(archs, ns, driver, warmup):
+    groups, variants = [], []
     for arch in archs:
         x, y, dataset_size = fixed_batch(arch)
         iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
 
-        def add(key, n, models):
+        def make(key, n, models):
             v = Variant(arch, key, n, models, [make_stepper(m, x, y, driver, iterator) for m in models])
-            for _ in range(warmup):  # the first call traces; a few more settle caches
+            for _ in range(warmup + 1):  # the first call traces; a few more settle caches
                 _sync(v.step())
             variants.append(v)
-            print(f"  built {arch:6s} {key:12s} N={n if n else '-'}", flush=True)
+            print(f"  built {v.name}", flush=True)
+            return v
 
-        add("keras_single", None, [keras_model(arch)])
-        add("tfp_flipout", None, [flipout_model(arch, dataset_size)])
+        single = make("keras_single", None, [keras_model(arch)])
+        flipout = make("tfp_flipout", None, [flipout_model(arch, dataset_size)])
         # (b): N_max separate models; the variant for N steps the first N of them.
         loop_models = [keras_model(arch) for _ in range(max(ns))]
         for n in ns:
-            add("bk_ensemble", n, [bayesian_model(arch, n, bk.optimizers.IndependentParticles(1e-3), dataset_size)])
-            add("bk_gpf", n, [bayesian_model(arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full"),
-                                             dataset_size)])
-            add("keras_loop", n, loop_models[:n])
-    return variants
+            members = {
+                "bk_ensemble": make("bk_ensemble", n, [bayesian_model(
+                    arch, n, bk.optimizers.IndependentParticles(1e-3), dataset_size)]),
+                "keras_loop": make("keras_loop", n, loop_models[:n]),
+                "keras_single": single,
+                "bk_gpf": make("bk_gpf", n, [bayesian_model(
+                    arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full"), dataset_size)]),
+                "tfp_flipout": flipout,
+            }
+            groups.append(Group(arch, n, members))
+    return groups, variants
 
 
 # -- reporting -------------------------------------------------------------------------------------
-def summarise(variants, archs, ns):
-    med = {}
-    for v in variants:
-        med.setdefault(v.arch, {}).setdefault(v.key, {})[str(v.n) if v.n else "any"] = statistics.median(v.per_step)
+def summarise(groups):
     rows = []
-    for arch in archs:
-        m = med[arch]
-        for n in ns:
-            t = {k: (m[k]["any"] if "any" in m[k] else m[k][str(n)]) for k in VARIANTS}
-            ratios = {name: t[num] / t[den] for name, num, den in RATIOS}
-            rows.append({"model": arch, "N": n, "seconds_per_step": t, "ratios": ratios})
-    return med, rows
+    for g in groups:
+        per_key = {k: [v[k] for v in g.visits] for k in VARIANTS}
+        rows.append({
+            "model": g.arch,
+            "N": g.n,
+            "seconds_per_step": {k: statistics.median(t) for k, t in per_key.items()},
+            "min_seconds_per_step": {k: min(t) for k, t in per_key.items()},
+            # paired: the ratio within each visit, then the median over visits
+            "ratios": {name: statistics.median(v[num] / v[den] for v in g.visits) for name, num, den in RATIOS},
+            "ratios_of_medians": {name: statistics.median(per_key[num]) / statistics.median(per_key[den])
+                                  for name, num, den in RATIOS},
+        })
+    return rows
 
 
 def markdown_table(rows):
@@ -219,15 +264,24 @@ def markdown_table(rows):
 
 
 def targets(rows):
-    """The acceptance targets, evaluated on the medians."""
+    """The acceptance targets, evaluated on the (paired) ratios: {name: {"ratio": r, "pass": bool}}."""
     out = {}
+
+    def check(name, ratio, ok):
+        out[name] = {"ratio": round(ratio, 4), "pass": bool(ok)}
+
     for r in rows:
-        tag = f"{r['model']}/N={r['N']}"
+        tag, q = f"{r['model']}/N={r['N']}", r["ratios"]
         if r["N"] == 10:
-            out[f"a <= 0.5 b  ({tag})"] = r["ratios"]["a/b"] <= 0.5
-        out[f"a < e  ({tag})"] = r["ratios"]["a/e"] < 1.0
-        out[f"d <= 1.15 a  ({tag})"] = r["ratios"]["d/a"] <= 1.15
+            check(f"a <= 0.5 b ({tag})", q["a/b"], q["a/b"] <= 0.5)
+        check(f"a < e ({tag})", q["a/e"], q["a/e"] < 1.0)
+        check(f"d <= 1.15 a ({tag})", q["d/a"], q["d/a"] <= 1.15)
     return out
+
+
+def _load_average():
+    """1, 5 and 15 minute load averages (the machine may be shared), or None where unavailable."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def machine_info():
@@ -246,6 +300,7 @@ def machine_info():
         "tf_keras": tf_keras.__version__,
         "tensorflow_probability": tfp.__version__,
         "bayes_keras": bk.__version__,
+        "load_average_1_5_15min": _load_average(),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -253,27 +308,32 @@ def machine_info():
 
 
 def method_note(args):
+    if args.driver == "fit":
+        driver = ("`model.train_function(iterator)` on a persistent tf.data iterator repeating one fixed batch, i.e. "
+                  "what `fit` executes per step (`train_on_batch` would instead charge tf_keras (e) for building a "
+                  "one-batch tf.data pipeline on every call)")
+    else:
+        driver = "`model.train_on_batch(xb, yb)` on one fixed batch, including each framework's per-call overhead"
     return (
-        f"Method: each variant runs its own compiled train step (driver `{args.driver}`"
-        + (": `model.train_function(iterator)` on a persistent tf.data iterator repeating one fixed batch, "
-           "i.e. what `fit` executes per step" if args.driver == "fit" else
-           ": `model.train_on_batch(xb, yb)` on one fixed batch, including per-call overhead")
-        + f") on a fixed batch of {BATCH_SIZE} scikit-learn digits, after {args.warmup} warm-up steps that exclude "
-        f"tracing. Timing is interleaved: in each of {args.rounds} rounds every variant of every (model, N) runs "
-        f"{args.steps} consecutive steps, in a freshly shuffled order, and the figure shown is the median over "
-        "rounds of block time / steps. (b) is the time to step all N separate Keras models once each; (c) and "
-        "(e) do not depend on N and are timed once per model. All Keras 3 models run with default compile "
-        "settings (XLA is off on CPU-only machines); (e) is tf_keras (Keras 2) with tfp.layers Flipout layers, "
-        "KL / dataset_size as layer losses. Ratios are of medians: a/b < 1 means the particle ensemble is faster "
-        "than looping over N Keras models; d/a is the extra cost of GPF over independent particles."
+        f"Method: every variant runs its own compiled train step, driven by {driver}, on a fixed batch of "
+        f"{BATCH_SIZE} scikit-learn digits, after a tracing step and {args.warmup} warm-up steps. The five variants "
+        f"of a row are timed back to back in shuffled order, {args.steps} consecutive steps each, once per round, "
+        f"for {args.rounds} rounds (rows visited in shuffled order). Times are medians over rounds of block time / "
+        "steps; ratios are medians over rounds of the ratio within a round (paired, so that phases in which "
+        "another process slows the shared machine cancel); the JSON also has ratios of medians and minima. "
+        "(b) is the time to step all N separate Keras models once each; (c) and (e) do not depend on N (the same "
+        "models are re-timed in every row). All Keras 3 models use default compile settings (Keras turns XLA "
+        "off on CPU-only machines); (e) is tf_keras (Keras 2) with tfp.layers Flipout layers and KL / dataset_size "
+        "as layer losses. a/b < 1: the particle ensemble is faster than looping over N Keras models; d/a: the "
+        "cost of GPF relative to independent particles."
     )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 15; quick 5)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed block (default 20; quick 5)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant after tracing")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 40; quick 6)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per timed block (default 10; quick 5)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant after the tracing step")
     parser.add_argument("--particles", type=int, nargs="+", default=None, help="values of N (default 5 10 20)")
     parser.add_argument("--models", nargs="+", choices=ARCHS, default=list(ARCHS))
     parser.add_argument("--driver", choices=("fit", "train_on_batch"), default="fit")
@@ -281,64 +341,85 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=RESULTS_DIR, help="results directory")
     args = parser.parse_args(argv)
-    args.rounds = args.rounds or (5 if args.quick else 15)
-    args.steps = args.steps or (5 if args.quick else 20)
+    args.rounds = args.rounds or (6 if args.quick else 40)
+    args.steps = args.steps or (5 if args.quick else 10)
     ns = args.particles or [5, 10, 20]
 
     keras.utils.set_random_seed(args.seed)
+    load_at_start = _load_average()
     t_start = time.perf_counter()
     print(f"Building and warming up variants (driver={args.driver}) ...", flush=True)
-    variants = build_variants(args.models, ns, args.driver, args.warmup)
+    groups, variants = build_groups(args.models, ns, args.driver, args.warmup)
     t_built = time.perf_counter()
 
-    order_rng = random.Random(args.seed)
+    rng = random.Random(args.seed)
     for r in range(args.rounds):
-        order = list(variants)
-        order_rng.shuffle(order)
-        for v in order:
-            v.time_block(args.steps)
+        for g in rng.sample(groups, len(groups)):
+            g.visit(args.steps, rng)
         print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
-    medians, rows = summarise(variants, args.models, ns)
+    rows = summarise(groups)
     table = markdown_table(rows)
     checks = targets(rows)
     print("\n" + table + "\n")
-    for name, ok in checks.items():
-        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    for name, c in checks.items():
+        print(f"  {'PASS' if c['pass'] else 'FAIL'}  {name}: {c['ratio']:.3f}")
 
-    os.makedirs(args.out, exist_ok=True)
+    command = " ".join(["python", "benchmarks/step_time.py"] + (sys.argv[1:] if argv is None else list(argv)))
     result = {
-        "description": "seconds per training step (median over interleaved rounds)",
+        "description": ("seconds per training step: median over interleaved rounds; ratios are medians of "
+                        "per-round paired ratios"),
         "settings": {"batch_size": BATCH_SIZE, "rounds": args.rounds, "steps_per_block": args.steps,
                      "warmup_steps": args.warmup, "particles": ns, "models": args.models,
-                     "driver": args.driver, "seed": args.seed, "quick": args.quick,
-                     "command": " ".join(["python"] + sys.argv)},
-        "variants": {k: {"letter": l, "description": d} for k, (l, d) in VARIANTS.items()},
-        "jit_compile": {f"{v.arch}/{v.key}/N={v.n if v.n else 'any'}": v.jit_compile for v in variants},
-        "median_seconds_per_step": medians,
-        "raw_seconds_per_step": {f"{v.arch}/{v.key}/N={v.n if v.n else 'any'}": v.per_step for v in variants},
+                     "driver": args.driver, "seed": args.seed, "quick": args.quick, "command": command},
+        "variants": {k: {"letter": letter, "description": d} for k, (letter, d) in VARIANTS.items()},
+        "jit_compile": {v.name: v.jit_compile for v in variants},
         "rows": rows,
+        # every block of every variant (keras_single / tfp_flipout are timed in every group visit)
+        "median_seconds_per_step_all_blocks": {v.name: statistics.median(v.samples) for v in variants},
+        "raw_seconds_per_step": {v.name: v.samples for v in variants},
+        "raw_visits": [{"model": g.arch, "N": g.n, "visits": g.visits} for g in groups],
         "targets": checks,
         "machine": machine_info(),
-        "timing": {"build_and_warmup_s": t_built - t_start, "total_s": time.perf_counter() - t_start},
+        "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
+                   "total_s": time.perf_counter() - t_start},
     }
+    write_results(args, result, table)
+    print(f"\nWrote {args.out}/step_time.json and step_time.md ({time.perf_counter() - t_start:.0f} s total)")
+
+
+def write_results(args, result, table):
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "step_time.json"), "w") as f:
         json.dump(result, f, indent=2)
+    m = result["machine"]
+    device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
+    lines = [
+        "# Seconds per training step: particles vs. separate models vs. Flipout VI",
+        "",
+        f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; TensorFlow {m['tensorflow']}, "
+        f"Keras {m['keras']}, tf_keras {m['tf_keras']}, TFP {m['tensorflow_probability']}; {m['date']}; "
+        f"load average at start {result['timing']['load_average_at_start']}.",
+        "",
+        "Milliseconds per step (median). Variants: "
+        + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",
+        "",
+        table,
+        "",
+        method_note(args),
+        "",
+        "Targets (paired ratio): " + "; ".join(f"{name}: {c['ratio']:.3f} {'pass' if c['pass'] else 'FAIL'}"
+                                               for name, c in result["targets"].items()) + ".",
+        "",
+        f"Command: `{result['settings']['command']}`",
+        "",
+    ]
     with open(os.path.join(args.out, "step_time.md"), "w") as f:
-        f.write("# Seconds per training step: particles vs. separate models vs. Flipout VI\n\n")
-        f.write(f"Machine: {result['machine']['cpu_count']} CPU cores, no GPU "
-                f"({result['machine']['processor']}); TensorFlow {tf.__version__}, Keras {keras.__version__}, "
-                f"tf_keras {result['machine']['tf_keras']}, TFP {result['machine']['tensorflow_probability']}; "
-                f"{result['machine']['date']}.\n\n" if not result["machine"]["gpus"] else
-                f"Machine: {result['machine']['cpu_count']} CPU cores, GPUs {result['machine']['gpus']}; "
-                f"TensorFlow {tf.__version__}, Keras {keras.__version__}; {result['machine']['date']}.\n\n")
-        f.write("Milliseconds per step (median). Variants: "
-                + "; ".join(f"({l}) {k}: {d}" for k, (l, d) in VARIANTS.items()) + ".\n\n")
-        f.write(table + "\n\n")
-        f.write(method_note(args) + "\n\n")
-        f.write(f"Command: `{result['settings']['command']}`\n")
-    print(f"\nWrote {args.out}/step_time.json and step_time.md ({time.perf_counter() - t_start:.0f} s total)")
+        f.write("\n".join(lines))
 
 
 if __name__ == "__main__":
     main()
+    # Everything is written. Python's garbage collector would otherwise spend ~30 s at interpreter
+    # shutdown walking the object graphs of the ~80 traced models; freeze them instead.
+    gc.freeze()
