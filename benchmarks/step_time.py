@@ -35,7 +35,7 @@ row of an architecture; they are simply timed once per visit.
 Usage:
     python benchmarks/step_time.py            # full run (a few minutes on 2 CPU cores)
     python benchmarks/step_time.py --quick    # ~1 minute smoke run
-Writes benchmarks/results/step_time.json and benchmarks/results/step_time.md.
+Writes benchmarks/results/step_time.{json,md} (driver fit) or step_time_train_on_batch.{json,md}.
 """
 
 import argparse
@@ -384,13 +384,14 @@ def main(argv=None):
         "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
                    "total_s": time.perf_counter() - t_start},
     }
-    write_results(args, result, table)
-    print(f"\nWrote {args.out}/step_time.json and step_time.md ({time.perf_counter() - t_start:.0f} s total)")
+    stem = write_results(args, result, table)
+    print(f"\nWrote {args.out}/{stem}.json and {stem}.md ({time.perf_counter() - t_start:.0f} s total)")
 
 
 def write_results(args, result, table):
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "step_time.json"), "w") as f:
+    stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
         json.dump(result, f, indent=2)
     m = result["machine"]
     device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
@@ -414,8 +415,9 @@ def write_results(args, result, table):
         f"Command: `{result['settings']['command']}`",
         "",
     ]
-    with open(os.path.join(args.out, "step_time.md"), "w") as f:
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
         f.write("\n".join(lines))
+    return stem
 
 
 if __name__ == "__main__":
