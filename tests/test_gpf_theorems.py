@@ -99,6 +99,12 @@ def test_entropy_matches_closed_form():
     e1 = 0.5 * np.log(2 * np.pi * np.e * c[0, 0])
     e2 = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * c[1:, 1:])[1]
     assert abs(blocks - (e1 + e2)) < 1e-8
+    # N <= D (the N x N Gram path): the Gaussian on the particles' span, from C's N - 1 nonzero eigenvalues
+    xs = x[:3]
+    zs = xs - xs.mean(0)
+    eig = np.sort(np.linalg.eigvalsh(zs.T @ zs / 3))[-2:]
+    exact_span = 0.5 * np.sum(np.log(2 * np.pi * np.e * eig))
+    assert abs(float(gaussian_entropy([tf.constant(xs)], [[0]])) - exact_span) < 1e-8
 
 
 @pytest.mark.parametrize("rule,tol", [("adam", 2e-3), ("rmsprop", 2e-2)])

@@ -25,6 +25,10 @@ def _centre(xs):
     return [x - tf.reduce_mean(x, axis=0, keepdims=True) for x in xs]
 
 
+def _concat(xs, idx):
+    return xs[idx[0]] if len(idx) == 1 else tf.concat([xs[i] for i in idx], axis=1)
+
+
 def gpf_direction(particles, grads, groups, mean_preconditioning=False):
     """The GPF pseudo-gradient Delta for every particle (the update is x <- x - step(Delta)).
 
@@ -70,30 +74,36 @@ def gaussian_entropy(particles, groups):
 
     With N <= D the covariance is singular (rank N - 1); the entropy is that of the Gaussian on the
     particles' affine span, from the nonzero eigenvalues of the N x N matrix K / N (the same as
-    those of C). Block structures sum their blocks' entropies (q factorises over blocks).
+    those of C; with N > D the D x D covariance is used instead). Block structures sum their blocks' entropies (q factorises over blocks).
     """
-    zs = _centre(particles)
     n_int = particles[0].shape[0]
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
     if groups == "mean_field":
         total = 0.0
-        for z in zs:
+        for z in _centre(particles):
             var = tf.reduce_mean(z * z, axis=0)
             total += 0.5 * tf.reduce_sum(tf.math.log(tf.maximum(var, 1e-30)) + _LOG_2PI_E)
         return total
     total = 0.0
     for group in groups:
-        dim = sum(int(tf.size(particles[v][0])) if particles[v].shape[1] is None else int(particles[v].shape[1])
-                  for v in group)
+        dim = sum(int(particles[v].shape[1]) for v in group)
         rank = min(n_int - 1, dim)
-        gram = tf.add_n([tf.matmul(zs[v], zs[v], transpose_b=True) for v in group]) / n
+        # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
+        small = dim < n_int
+        if small:
+            z = _centre([_concat(particles, group)])[0]
+            gram = tf.matmul(z, z, transpose_a=True) / n
+        else:
+            zs = _centre([particles[v] for v in group])
+            gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs]) / n
+        size = dim if small else n_int
         # float64: float32 eigensolvers fail to converge on the near-singular Grams of tight clouds.
         # A diverged (non-finite) cloud gives NaN, not an eigensolver error, so step guards see it.
         gram = tf.cast(gram, tf.float64)
         finite = tf.reduce_all(tf.math.is_finite(gram))
-        safe = tf.where(finite, gram, tf.eye(n_int, dtype=tf.float64))
+        safe = tf.where(finite, gram, tf.eye(size, dtype=tf.float64))
         eig = tf.linalg.eigvalsh(safe)[-rank:]  # ascending: the `rank` largest are the nonzero ones
         logdet = tf.reduce_sum(tf.math.log(tf.maximum(eig, 1e-300)))
-        logdet = tf.cast(tf.where(finite, logdet, tf.constant(float("nan"), tf.float64)), zs[0].dtype)
+        logdet = tf.cast(tf.where(finite, logdet, tf.constant(float("nan"), tf.float64)), particles[0].dtype)
         total += 0.5 * logdet + 0.5 * rank * _LOG_2PI_E
     return total
