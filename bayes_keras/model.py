@@ -64,6 +64,7 @@ class BayesianModel(keras.Model):
         self._particle_predict_function = None
         self._nll_tracker = keras.metrics.Mean(name="nll")
         self._free_energy_tracker = keras.metrics.Mean(name="free_energy")
+        self._elbo_tracker = keras.metrics.Mean(name="elbo")
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         if getattr(self, "_is_graph_network", False) or hasattr(self, "outputs") and self.outputs is not None:
             self._check_structure()
@@ -147,6 +148,10 @@ class BayesianModel(keras.Model):
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         if hasattr(self.optimizer, "bind_layer_groups"):
             self.optimizer.bind_layer_groups([l.particle_variables for l in self.particle_layers])
+        if hasattr(self.optimizer, "bind_priors"):
+            self.optimizer.bind_priors({self.optimizer._var_key(v): (prior, fan_in)
+                                        for l in self.particle_layers if not l.deterministic
+                                        for v, prior, fan_in in l._prior_terms})
         n = self.num_particles
         if n is not None and hasattr(self.optimizer, "check_num_particles"):
             self.optimizer.check_num_particles(n)
@@ -164,6 +169,9 @@ class BayesianModel(keras.Model):
             self.set_dataset_size(dataset_size)
         elif self.dataset_size is None:
             self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0)))
+        if self.optimizer is not None and not self.optimizer.built:
+            # Build before tracing, so optimizers that initialise from the weights see their values.
+            self.optimizer.build(self.trainable_variables)
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self._skipped)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
 
@@ -174,14 +182,18 @@ class BayesianModel(keras.Model):
         shared = [l.log_prior() for l in self.particle_layers if l.deterministic]
         return tf.add_n(particle), (tf.add_n(shared) if shared else tf.constant(0.0))
 
-    def _log_joint(self, y, outputs, sample_weight):
+    def _log_joint(self, y, outputs, sample_weight, parts=False):
         loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
         if sample_weight is not None:
             loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
         batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
         scale = float(self.dataset_size) / batch
         particle_prior, shared_prior = self.log_prior()
-        log_joint = (scale * tf.reduce_sum(loglik, axis=0) + particle_prior) / self.temperature
+        scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
+        particle_prior = particle_prior / self.temperature
+        log_joint = scaled_loglik + particle_prior
+        if parts:
+            return log_joint, shared_prior / self.temperature, scaled_loglik, particle_prior
         return log_joint, shared_prior / self.temperature
 
     def train_step(self, data):
@@ -192,7 +204,8 @@ class BayesianModel(keras.Model):
         with tf.GradientTape() as tape:
             outputs = self(x, training=True)
             self._build_likelihood(outputs.shape)
-            log_joint, shared_log_prior = self._log_joint(y, outputs, sample_weight)
+            log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
+                y, outputs, sample_weight, parts=True)
             n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
             # Particle slices get -grad log_joint_n; shared weights the particle mean (rescaled below).
             loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
@@ -208,6 +221,14 @@ class BayesianModel(keras.Model):
         if getattr(self.optimizer, "reports_free_energy", False):
             fe = -tf.reduce_mean(log_joint) - self.optimizer.entropy(self.particle_variables)
             self._free_energy_tracker.update_state(fe / float(self.dataset_size))
+        if getattr(self.optimizer, "reports_elbo", False):
+            # Before apply: the particles are samples of the q whose entropy this is.
+            elbo = (tf.reduce_mean(log_joint) + self.optimizer.entropy()) / float(self.dataset_size)
+            self._elbo_tracker.update_state(elbo)
+            self.optimizer.lower_bound.assign(elbo)
+        if hasattr(self.optimizer, "observe"):
+            self.optimizer.observe(tf.stop_gradient(scaled_loglik), tf.stop_gradient(particle_prior),
+                                   self.temperature)
 
         def apply():
             self.optimizer.apply(grads, trainable)
@@ -239,6 +260,8 @@ class BayesianModel(keras.Model):
         logs = self.compute_metrics(x, y, summary, sample_weight)
         if not getattr(self.optimizer, "reports_free_energy", False):
             logs.pop("free_energy", None)
+        if not getattr(self.optimizer, "reports_elbo", False):
+            logs.pop("elbo", None)
         return logs
 
     @property
@@ -246,6 +269,8 @@ class BayesianModel(keras.Model):
         extra = [self._nll_tracker]
         if getattr(self, "optimizer", None) is not None and getattr(self.optimizer, "reports_free_energy", False):
             extra.append(self._free_energy_tracker)
+        if getattr(self, "optimizer", None) is not None and getattr(self.optimizer, "reports_elbo", False):
+            extra.append(self._elbo_tracker)
         return super().metrics + extra
 
     def predict_step(self, data):

@@ -83,16 +83,20 @@ class ParticleOptimizer(keras.optimizers.Optimizer):
         particle = [(g, v, s) for g, v, s in pairs if is_particle_variable(v)]
         shared = [(g, v, s) for g, v, s in pairs if not is_particle_variable(v)]
         if particle:
-            pvars = [v for _, v, _ in particle]
-            n = pvars[0].shape[0]
-            flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
-            flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v, _ in particle]
-            directions = self.direction(flat_x, flat_g, self._groups_for(pvars))
-            for d, (_, v, slots) in zip(directions, particle):
-                self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, slots, learning_rate, step)
+            self._update_particles([v for _, v, _ in particle], [g for g, _, _ in particle],
+                                   [s for _, _, s in particle], learning_rate, step)
         shared_lr = learning_rate if self.shared_learning_rate is None else self.shared_learning_rate
         for g, v, slots in shared:
             self._apply_rule(self.shared_rule, tf.cast(g, v.dtype), v, slots, shared_lr, step)
+
+    def _update_particles(self, pvars, grads, slots, learning_rate, step):
+        """Move the particle variables: direction over all of them jointly, then the step rule."""
+        n = pvars[0].shape[0]
+        flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
+        flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)]
+        directions = self.direction(flat_x, flat_g, self._groups_for(pvars))
+        for d, v, s in zip(directions, pvars, slots):
+            self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, s, learning_rate, step)
 
     def _apply_rule(self, rule, direction, variable, slots, learning_rate, step):
         state = {k: s.value for k, s in slots.items()}

@@ -1,0 +1,204 @@
+"""MGVBP (Magris, Shabani, Iosifidis): natural-gradient Gaussian VI on the precision matrix, as pure
+tensor functions.
+
+q = N(mu, P^-1). Notation (../shared/papers/mgvbp.md): samples theta_s = mu + L^-T eps_s (P = L L^T),
+a_s = theta_s - mu, S samples. Natural gradients of the lower bound L = E_q[log p(y, theta)] + H(q):
+
+    mu:  Sigma grad_mu L                 P:  2 P (grad_P L) P = -2 grad_Sigma L
+
+Update (ascent, xi the momentum in P's tangent space):
+    mu <- mu + beta m_mu ;  P <- R_P(beta m_P),  R_P(xi) = P + xi + 1/2 xi P^-1 xi      (retraction)
+    m  <- omega T(m) + (1 - omega) natural_gradient, T(m) = E m E^T, E = (P_new P_old^-1)^(1/2)
+R_P(xi) = 1/2 P + 1/2 (P + xi) P^-1 (P + xi) is positive definite for ANY symmetric xi; the
+Cholesky/eigenvalue check with step halving is only a guard against round-off.
+
+"full" functions act on a (D,) mean and a (D, D) precision; "diag" functions on (D,) vectors p
+(the diagonal structure: p <- p + xi + xi^2 / (2 p), transport m <- (p_new / p_old) m).
+"""
+
+import math
+
+import tensorflow as tf
+
+_LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
+
+
+def symmetrize(a):
+    return 0.5 * (a + tf.linalg.matrix_transpose(a))
+
+
+# -- retraction, transport, guard ----------------------------------------------------------------
+def retract_full(precision, xi):
+    """R_P(xi) = P + xi + 1/2 xi P^-1 xi (symmetrised)."""
+    chol = tf.linalg.cholesky(precision)
+    return symmetrize(precision + xi + 0.5 * tf.matmul(xi, tf.linalg.cholesky_solve(chol, xi)))
+
+
+def retract_diag(p, xi):
+    """Diagonal retraction p + xi + xi^2 / (2 p) = ((p + xi)^2 + p^2) / (2 p) > 0."""
+    return p + xi + 0.5 * tf.square(xi) / p
+
+
+def is_positive_definite_full(precision):
+    """True when P is finite, symmetric-positive-definite to working precision (smallest eigenvalue > 0).
+
+    An eigenvalue check rather than a Cholesky attempt: TF's CPU Cholesky raises instead of
+    returning NaN on a non-PD input, which a compiled step cannot catch.
+    """
+    finite = tf.reduce_all(tf.math.is_finite(precision))
+    safe = tf.where(finite, precision, tf.eye(tf.shape(precision)[0], dtype=precision.dtype))
+    return finite & (tf.reduce_min(tf.linalg.eigvalsh(safe)) > 0)
+
+
+def is_positive_definite_diag(p):
+    return tf.reduce_all(tf.math.is_finite(p)) & tf.reduce_all(p > 0)
+
+
+def retract_with_halving(precision, xi, retract, is_valid, max_halvings=5):
+    """Try R_P(xi), R_P(xi / 2), ..., R_P(xi / 2^max_halvings); return the first valid one and its
+    step factor, or (P unchanged, 0.0) when none is valid."""
+    dtype = precision.dtype
+
+    def cond(k, candidate, ok):
+        return tf.logical_and(tf.logical_not(ok), k <= max_halvings)
+
+    def body(k, candidate, ok):
+        factor = tf.pow(tf.constant(0.5, dtype), tf.cast(k, dtype))
+        candidate = retract(precision, factor * xi)
+        return k + 1, candidate, is_valid(candidate)
+
+    k, candidate, ok = tf.while_loop(cond, body, (tf.constant(0), precision, tf.constant(False)))
+    factor = tf.where(ok, tf.pow(tf.constant(0.5, dtype), tf.cast(k - 1, dtype)), tf.constant(0.0, dtype))
+    return tf.where(ok, candidate, precision), factor
+
+
+def _sqrt_and_inverse_sqrt(precision):
+    w, u = tf.linalg.eigh(precision)
+    w = tf.maximum(w, tf.reduce_max(w) * 1e-15)
+    s = tf.sqrt(w)
+    return tf.matmul(u * s, u, transpose_b=True), tf.matmul(u / s, u, transpose_b=True)
+
+
+def transport_full(m, precision_old, precision_new):
+    """Vector transport T(m) = E m E^T with E = (P_new P_old^-1)^(1/2), computed through the symmetric
+    form E = P^1/2 (P^-1/2 P_new P^-1/2)^1/2 P^-1/2 (no non-symmetric matrix square root).
+    T maps P_old itself to P_new."""
+    root, inv_root = _sqrt_and_inverse_sqrt(precision_old)
+    middle_root, _ = _sqrt_and_inverse_sqrt(symmetrize(tf.matmul(inv_root, tf.matmul(precision_new, inv_root))))
+    e = tf.matmul(root, tf.matmul(middle_root, inv_root))
+    return symmetrize(tf.matmul(e, tf.matmul(m, e, transpose_b=True)))
+
+
+def transport_diag(m, p_old, p_new):
+    return m * (p_new / p_old)
+
+
+# -- sampling and entropy ------------------------------------------------------------------------
+def sample_full(mean, precision, eps):
+    """theta = mu + L^-T eps for eps (S, D) standard normal: Cov(theta) = P^-1 without forming it."""
+    chol = tf.linalg.cholesky(precision)
+    z = tf.linalg.triangular_solve(tf.linalg.matrix_transpose(chol), tf.transpose(eps), lower=False)
+    return mean[None, :] + tf.transpose(z)
+
+
+def sample_diag(mean, p, eps):
+    return mean[None, :] + eps / tf.sqrt(p)[None, :]
+
+
+def entropy_full(precision):
+    d = tf.cast(tf.shape(precision)[0], precision.dtype)
+    logdet = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(tf.linalg.cholesky(precision))))
+    return -0.5 * logdet + 0.5 * d * _LOG_2PI_E
+
+
+def entropy_diag(p):
+    return tf.reduce_sum(-0.5 * tf.math.log(p) + 0.5 * _LOG_2PI_E)
+
+
+def log_q_full(theta, mean, precision):
+    """log N(theta_s; mu, P^-1) for theta (S, D)."""
+    a = theta - mean[None, :]
+    quad = tf.reduce_sum(tf.matmul(a, precision) * a, axis=1)
+    half_logdet = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(tf.linalg.cholesky(precision))))
+    d = tf.cast(tf.shape(a)[1], a.dtype)
+    return -0.5 * quad + half_logdet - 0.5 * d * math.log(2.0 * math.pi)
+
+
+def log_q_diag(theta, mean, p):
+    a = theta - mean[None, :]
+    return tf.reduce_sum(-0.5 * p * tf.square(a) + 0.5 * tf.math.log(p) - 0.5 * math.log(2.0 * math.pi), axis=1)
+
+
+# -- natural-gradient estimators -----------------------------------------------------------------
+def reparam_natural_gradient_full(theta, mean, precision, grad_log_joint):
+    """Gradient (reparameterisation / Price-Stein) estimator, an extension for networks (not in the paper):
+        nat_mu = Sigma mean_s g_s ;  nat_P = -sym(P mean_s a_s g_s^T) - P,
+    using E[hess log p] = P E[a g^T] (Stein). g = grad log p(y, theta) (the log JOINT, prior included).
+    Fixed point: mu where E[g] = 0, P = -E[hess log p]."""
+    s = tf.cast(tf.shape(theta)[0], theta.dtype)
+    a = theta - mean[None, :]
+    chol = tf.linalg.cholesky(precision)
+    nat_mu = tf.linalg.cholesky_solve(chol, tf.reduce_mean(grad_log_joint, axis=0)[:, None])[:, 0]
+    neg_hessian = -symmetrize(tf.matmul(precision, tf.matmul(a, grad_log_joint, transpose_a=True) / s))
+    return nat_mu, neg_hessian - precision
+
+
+def reparam_natural_gradient_diag(theta, mean, p, grad_log_joint):
+    a = theta - mean[None, :]
+    nat_mu = tf.reduce_mean(grad_log_joint, axis=0) / p
+    nat_p = -p * tf.reduce_mean(a * grad_log_joint, axis=0) - p
+    return nat_mu, nat_p
+
+
+def control_variate(score, f):
+    """Per-coordinate optimal baseline c_i = Cov(score_i f, score_i) / Var(score_i) * S / (S - 1)
+    for score (S, ...) and f (S,)."""
+    s = tf.cast(tf.shape(score)[0], score.dtype)
+    f = tf.reshape(f, [-1] + [1] * (len(score.shape) - 1))
+    sf = score * f
+    cov = tf.reduce_mean((sf - tf.reduce_mean(sf, 0)) * (score - tf.reduce_mean(score, 0)), axis=0)
+    var = tf.reduce_mean(tf.square(score - tf.reduce_mean(score, 0)), axis=0)
+    return tf.math.divide_no_nan(cov, var) * s / (s - 1.0)
+
+
+def score_natural_gradient_full(theta, mean, precision, f, c_mu, c_p, prior_mean=None, prior_precision=None):
+    """Score-function (black-box) estimators of the paper, full precision.
+
+    With prior_precision None (estimator "h"): f_s = h(theta_s) = log p(y, theta_s) - log q(theta_s),
+        nat_mu = mean_s a_s (f_s - c) ;  nat_P = mean_s (P - P a_s a_s^T P)(f_s - c).
+    With a Gaussian prior N(mu0, diag(1 / prior_precision)) (estimator "score", the paper's default),
+    f_s = log p(y | theta_s) and prior + entropy enter in closed form:
+        nat_mu += -Sigma Lambda0 (mu - mu0) ;  nat_P += Lambda0 - P.
+
+    c_mu (D,), c_p (D, D): per-coordinate control variates (from the previous iteration).
+    Returns nat_mu, nat_P and the control variates computed from these samples (for the next step).
+    """
+    a = theta - mean[None, :]
+    pa = tf.matmul(a, precision)  # rows P a_s
+    score_p = precision[None] - pa[:, :, None] * pa[:, None, :]  # (S, D, D)
+    nat_mu = tf.reduce_mean(a * (f[:, None] - c_mu[None, :]), axis=0)
+    nat_p = symmetrize(tf.reduce_mean(score_p * (f[:, None, None] - c_p[None]), axis=0))
+    if prior_precision is not None:
+        chol = tf.linalg.cholesky(precision)
+        nat_mu += -tf.linalg.cholesky_solve(chol, (prior_precision * (mean - prior_mean))[:, None])[:, 0]
+        nat_p += tf.linalg.diag(prior_precision) - precision
+    return nat_mu, nat_p, control_variate(a, f), control_variate(score_p, f)
+
+
+def score_natural_gradient_diag(theta, mean, p, f, c_mu, c_p, prior_mean=None, prior_precision=None):
+    """Diagonal form of `score_natural_gradient_full`: score of p_i is p_i - p_i^2 a_i^2."""
+    a = theta - mean[None, :]
+    score_p = p[None, :] - tf.square(p[None, :] * a)
+    nat_mu = tf.reduce_mean(a * (f[:, None] - c_mu[None, :]), axis=0)
+    nat_p = tf.reduce_mean(score_p * (f[:, None] - c_p[None, :]), axis=0)
+    if prior_precision is not None:
+        nat_mu += -prior_precision * (mean - prior_mean) / p
+        nat_p += prior_precision - p
+    return nat_mu, nat_p, control_variate(a, f), control_variate(score_p, f)
+
+
+def clip_by_norm(nat_mu, nat_p, max_norm):
+    """Scale the stacked estimate (nat_mu, nat_P) down to norm max_norm (the paper's GradientMax)."""
+    norm = tf.sqrt(tf.reduce_sum(tf.square(nat_mu)) + tf.reduce_sum(tf.square(nat_p)))
+    scale = tf.minimum(tf.constant(1.0, nat_mu.dtype), max_norm / tf.maximum(norm, 1e-30))
+    return nat_mu * scale, nat_p * scale

@@ -1,0 +1,172 @@
+"""GaussianVariationalOptimizer: base of optimizers whose posterior is an explicit Gaussian q.
+
+Unlike GPF (where the particles ARE the Gaussian), these optimizers keep q's parameters as optimizer
+state, and the model's N particle weight sets are N fresh samples from q: every step the model
+computes the gradients of the log joint at those samples, the optimizer updates q, and writes N new
+samples into the particle variables. The state is saved with the model like any optimizer state.
+
+Blocks: the flattened particle variables are partitioned into blocks (one for all weights, one per
+layer, or one per variable); a block is the unit with its own (mean, precision) pair.
+"""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer, is_particle_variable
+
+tfd = tfp.distributions
+
+
+class GaussianVariationalOptimizer(ParticleOptimizer):
+    """Shared machinery; subclasses implement `_build_blocks`, `_update_blocks`, `_block_sample`,
+    `_block_entropy` and `_block_distribution`.
+
+    Reports the evidence lower bound per training example as the metric "elbo"
+    (mean_n log p(y, w_n) + H(q)) / dataset_size, with w_n the step's samples from q.
+    """
+
+    reports_elbo = True
+    posterior_dtype = "float64"
+
+    def __init__(self, learning_rate, seed=None, **kwargs):
+        kwargs.pop("step_rule", None)
+        super().__init__(learning_rate=learning_rate, step_rule="sgd", **kwargs)
+        self.seed = seed
+        self._observed = {}
+        self._priors = None
+
+    # -- contract with the model ---------------------------------------------------------------
+    def bind_priors(self, priors):
+        """`priors`: {variable key: (Prior, fan_in)} for every particle variable (from BayesianModel)."""
+        self._priors = {k: v for k, v in priors.items()}
+
+    def observe(self, log_likelihood, log_prior, temperature=1.0):
+        """This step's per-particle (N,) log likelihood (dataset-scaled) and log prior, both already
+        divided by the posterior temperature (called by BayesianModel.train_step before apply)."""
+        self._observed = {"log_likelihood": log_likelihood, "log_prior": log_prior, "temperature": temperature}
+
+    # -- build ---------------------------------------------------------------------------------
+    def _block_groups(self, groups):
+        raise NotImplementedError
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._pvars = [v for v in variables if is_particle_variable(v)]
+        if not self._pvars:
+            raise ValueError(f"{type(self).__name__} needs particle variables (bayes_keras particle layers).")
+        self._num_samples = int(self._pvars[0].shape[0])
+        self._blocks = self._block_groups(self._groups_for(self._pvars))
+        self._sizes = [int(np.prod(v.shape[1:])) for v in self._pvars]
+        self._block_dims = [sum(self._sizes[i] for i in b) for b in self._blocks]
+        self.lower_bound = self.add_variable((), dtype="float32", name="lower_bound")
+        self._sample_counter = self.add_variable((), dtype="int64", name="sample_counter")
+        self._state = [self._build_block(j, dim) for j, dim in enumerate(self._block_dims)]
+        with tf.init_scope():  # Keras may build inside the traced train step: initialise eagerly
+            initial = [np.reshape(v.numpy(), (self._num_samples, -1)) for v in self._pvars]
+            for j, block in enumerate(self._blocks):
+                mean = np.concatenate([initial[i][0] for i in block])  # one member's initialisation
+                self._initialize_block(j, mean)
+            self.resample()
+
+    def _build_block(self, index, dim):
+        raise NotImplementedError
+
+    def _initialize_block(self, index, mean):
+        raise NotImplementedError
+
+    def _var(self, shape, name, dtype=None):
+        return self.add_variable(tuple(shape), dtype=dtype or self.posterior_dtype, name=name)
+
+    # -- sampling ------------------------------------------------------------------------------
+    def _normal(self, shape, offset=0):
+        """Standard normals from a stateless generator keyed by (seed, draw counter): a resumed run
+        draws exactly what an uninterrupted one would."""
+        seed = 0 if self.seed is None else int(self.seed)
+        key = tf.stack([tf.constant(seed, tf.int64), self._sample_counter.value + offset])
+        return tf.random.stateless_normal(shape, seed=key, dtype=self.posterior_dtype)
+
+    def sample(self, num_samples):
+        """`num_samples` weight sets from q: a list of (num_samples, *shape) tensors, one per particle
+        variable (in the model's particle-variable order)."""
+        per_block = []
+        for j, dim in enumerate(self._block_dims):
+            eps = self._normal((num_samples, dim), offset=j)
+            per_block.append(self._block_sample(j, eps))
+        self._sample_counter.assign_add(len(self._block_dims))
+        return self._unflatten(per_block, num_samples)
+
+    def resample(self):
+        """Write N fresh samples from q into the particle variables."""
+        for v, value in zip(self._pvars, self.sample(self._num_samples)):
+            v.assign(tf.cast(value, v.dtype))
+
+    def _unflatten(self, per_block, num_samples):
+        out = [None] * len(self._pvars)
+        for block, flat in zip(self._blocks, per_block):
+            pieces = tf.split(flat, [self._sizes[i] for i in block], axis=1) if len(block) > 1 else [flat]
+            for i, piece in zip(block, pieces):
+                out[i] = tf.reshape(piece, (num_samples,) + tuple(self._pvars[i].shape[1:]))
+        return out
+
+    def _flatten(self, tensors):
+        """Per-variable (N, ...) tensors -> per-block (N, D_b) float64 tensors."""
+        flat = [tf.cast(tf.reshape(t, (self._num_samples, -1)), self.posterior_dtype) for t in tensors]
+        return [flat[b[0]] if len(b) == 1 else tf.concat([flat[i] for i in b], axis=1) for b in self._blocks]
+
+    # -- the update ----------------------------------------------------------------------------
+    def _update_particles(self, pvars, grads, slots, learning_rate, step):
+        if [v.path for v in pvars] != [v.path for v in self._pvars]:
+            raise ValueError(f"{type(self).__name__} was built for particle variables "
+                             f"{[v.path for v in self._pvars]}; got {[v.path for v in pvars]}.")
+        thetas = self._flatten([v.value for v in pvars])
+        # The model hands over gradients of the NEGATIVE log joint; the methods ascend the log joint.
+        log_joint_grads = [-g for g in self._flatten(grads)]
+        self._update_blocks(thetas, log_joint_grads, tf.cast(learning_rate, self.posterior_dtype), step)
+        self.resample()
+
+    def _update_blocks(self, thetas, grads, learning_rate, step):
+        raise NotImplementedError
+
+    # -- the Gaussian --------------------------------------------------------------------------
+    def entropy(self, particle_variables=None):
+        """Entropy of q (the particle values are not used: q is the optimizer's state)."""
+        return tf.cast(tf.add_n([self._block_entropy(j) for j in range(len(self._blocks))]), tf.float32)
+
+    def posterior(self, flatten=True):
+        """q as TFP distributions. flatten=True: one distribution over all particle weights,
+        flattened and concatenated in particle-variable order (event shape (D,)). flatten=False: a
+        dict {variable path: distribution over that variable's flattened weights} (marginals of q)."""
+        blocks = [self._block_distribution(j) for j in range(len(self._blocks))]
+        if flatten:
+            if len(blocks) == 1:
+                return blocks[0]
+            order = [i for b in self._blocks for i in b]
+            if order != sorted(order):
+                raise NotImplementedError("flatten=True needs blocks in variable order.")
+            return tfd.Blockwise(blocks)
+        out = {}
+        for j, block in enumerate(self._blocks):
+            offset = 0
+            for i in block:
+                out[self._pvars[i].path] = self._marginal(j, offset, self._sizes[i])
+                offset += self._sizes[i]
+        return out
+
+    @property
+    def posterior_variables(self):
+        """The optimizer variables that define q (to snapshot / restore, e.g. by LowerBoundStopping)."""
+        return [v for block in self._state for v in block.values()]
+
+    def check_num_particles(self, num_particles):
+        if num_particles < 1:
+            raise ValueError(f"{type(self).__name__} needs at least one sample per step; got {num_particles}.")
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("step_rule", None)
+        config.update({"seed": self.seed})
+        return config
+

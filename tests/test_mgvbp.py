@@ -1,0 +1,210 @@
+"""MGVBP: the manifold operations' guarantees, and the exact posterior of a conjugate model through fit."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bayes_keras as bk
+from bayes_keras.inference import mgvbp as core
+from test_model import _class_data, _exact_posterior, _linear_data, _linear_model, _tiny_classifier
+
+
+def _random_spd(rng, d, log10_cond):
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    eig = 10.0 ** rng.uniform(0, log10_cond, d) * 10.0 ** rng.uniform(-3, 3)
+    return (q * eig) @ q.T
+
+
+def _random_symmetric(rng, d, scale):
+    a = rng.standard_normal((d, d))
+    return scale * (a + a.T) / 2
+
+
+def _is_pd(m):
+    try:
+        np.linalg.cholesky(m)
+        return True
+    except np.linalg.LinAlgError:
+        return False
+
+
+# -- manifold operations ---------------------------------------------------------------------------
+
+def test_retraction_keeps_precision_positive_definite_for_any_step():
+    """R_P(xi) = 1/2 P + 1/2 (P + xi) P^-1 (P + xi) is PD for every symmetric xi: 3000 random trials
+    (sizes 1-40, conditioning up to 1e6, steps up to 1e4 x ||P||), Cholesky succeeds on all; the
+    first-order update P + xi on the same trials is not PD in most of them (the test can fail)."""
+    rng = np.random.default_rng(0)
+    ok, first_order_ok, trials = 0, 0, 0
+    for _ in range(300):
+        d = int(rng.integers(1, 41))
+        p = _random_spd(rng, d, rng.uniform(0, 6))
+        for _ in range(10):
+            xi = _random_symmetric(rng, d, 10.0 ** rng.uniform(-3, 4) * np.linalg.norm(p, 2))
+            new = core.retract_full(tf.constant(p), tf.constant(xi)).numpy()
+            ok += _is_pd(new)
+            first_order_ok += _is_pd(p + xi)
+            trials += 1
+    assert ok == trials == 3000
+    assert first_order_ok < trials / 2
+
+
+def test_diagonal_retraction_stays_positive_for_any_step():
+    rng = np.random.default_rng(1)
+    p = 10.0 ** rng.uniform(-6, 6, 200_000)
+    xi = rng.standard_normal(200_000) * 10.0 ** rng.uniform(-3, 8, 200_000)
+    new = core.retract_diag(tf.constant(p), tf.constant(xi)).numpy()
+    assert np.all(new > 0) and np.all(np.isfinite(new))
+    assert np.mean(p + xi > 0) < 0.7  # the first-order step would leave the manifold
+
+
+def test_transport_maps_the_base_point_and_keeps_symmetry():
+    rng = np.random.default_rng(2)
+    for d in (1, 3, 12):
+        p_old, p_new = _random_spd(rng, d, 3), _random_spd(rng, d, 3)
+        # T maps P_old to P_new: E P_old E^T = P_new for E = (P_new P_old^-1)^(1/2)
+        np.testing.assert_allclose(core.transport_full(tf.constant(p_old), tf.constant(p_old), tf.constant(p_new)),
+                                   p_new, rtol=1e-7, atol=1e-9 * np.abs(p_new).max())
+        m = _random_symmetric(rng, d, 1.0)
+        tm = core.transport_full(tf.constant(m), tf.constant(p_old), tf.constant(p_new)).numpy()
+        np.testing.assert_allclose(tm, tm.T)
+        np.testing.assert_allclose(core.transport_full(tf.constant(m), tf.constant(p_old), tf.constant(p_old)), m,
+                                   atol=1e-8 * np.abs(m).max())
+    # the diagonal rule is the full transport restricted to diagonal matrices
+    a, b, m = 10.0 ** rng.uniform(-2, 2, 5), 10.0 ** rng.uniform(-2, 2, 5), rng.standard_normal(5)
+    full = core.transport_full(tf.constant(np.diag(m)), tf.constant(np.diag(a)), tf.constant(np.diag(b))).numpy()
+    np.testing.assert_allclose(np.diag(full), core.transport_diag(m, a, b), rtol=1e-10)
+
+
+def test_step_halving_finds_a_valid_step_or_keeps_P():
+    p = tf.constant(np.diag([1.0, 2.0, 3.0]))
+    first_order = lambda q, xi: q + xi  # a retraction that CAN leave the manifold
+    new, factor = core.retract_with_halving(p, -1.5 * p, first_order, core.is_positive_definite_full)
+    assert float(factor) == 0.5  # P - 1.5 P fails, P - 0.75 P = 0.25 P is PD
+    np.testing.assert_allclose(new, 0.25 * p.numpy())
+    new, factor = core.retract_with_halving(p, -1e6 * p, first_order, core.is_positive_definite_full, max_halvings=5)
+    assert float(factor) == 0.0
+    np.testing.assert_array_equal(new, p)
+    # a valid first try is taken whole
+    new, factor = core.retract_with_halving(p, 0.5 * p, core.retract_full, core.is_positive_definite_full)
+    assert float(factor) == 1.0
+
+
+def test_full_and_diagonal_estimators_agree_on_diagonal_problems():
+    """With a diagonal P and independent coordinates, the full estimators' diagonals are the diagonal ones."""
+    rng = np.random.default_rng(3)
+    d, s = 4, 6
+    mean, p = rng.standard_normal(d), 10.0 ** rng.uniform(-1, 1, d)
+    theta = mean + rng.standard_normal((s, d)) / np.sqrt(p)
+    g = rng.standard_normal((s, d))
+    f = rng.standard_normal(s)
+    args = [tf.constant(a) for a in (theta, mean)]
+    mu_f, p_f = core.reparam_natural_gradient_full(*args, tf.constant(np.diag(p)), tf.constant(g))
+    mu_d, p_d = core.reparam_natural_gradient_diag(*args, tf.constant(p), tf.constant(g))
+    np.testing.assert_allclose(mu_f, mu_d)
+    np.testing.assert_allclose(np.diag(p_f.numpy()), p_d)
+    zeros = tf.zeros(d, tf.float64)
+    mu_f, p_f, *_ = core.score_natural_gradient_full(*args, tf.constant(np.diag(p)), tf.constant(f), zeros,
+                                                     tf.zeros((d, d), tf.float64), zeros, tf.ones(d, tf.float64))
+    mu_d, p_d, *_ = core.score_natural_gradient_diag(*args, tf.constant(p), tf.constant(f), zeros, zeros, zeros,
+                                                     tf.ones(d, tf.float64))
+    np.testing.assert_allclose(mu_f, mu_d)
+    np.testing.assert_allclose(np.diag(p_f.numpy()), p_d)
+
+
+# -- the exact posterior through model.fit -----------------------------------------------------------
+
+@pytest.mark.parametrize("estimator,lr,tau,samples,steps", [
+    ("gradient", 0.1, 300, 100, 5000),
+    ("score", 0.05, 300, 200, 8000),  # the paper's default estimator: log likelihood + closed-form prior
+    ("score_h", 0.01, 1000, 100, 4000),  # the paper's black-box h-function form
+])
+def test_full_recovers_conjugate_posterior(estimator, lr, tau, samples, steps):
+    """Bayesian linear regression with known noise: q's optimum is the exact posterior (Gaussian).
+    Constant step then beta tau / t (the paper's schedule) lets the Monte Carlo noise average out."""
+    noise = 0.5
+    x, y = _linear_data(noise=noise)
+    mean, cov = _exact_posterior(x, y, noise)
+    precision = np.linalg.inv(cov)
+    model = _linear_model(3, samples, bk.likelihoods.Normal(scale=noise))
+    optimizer = bk.optimizers.MGVBP(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
+                                    estimator=estimator, seed=1)
+    model.compile(optimizer=optimizer)
+    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
+    state = optimizer._state[0]
+    mu, p = state["mean"].numpy(), state["precision"].numpy()
+    assert np.linalg.norm(mu - mean) / np.linalg.norm(mean) < 0.02
+    assert np.linalg.norm(p - precision) / np.linalg.norm(precision) < 0.02
+    # the reported lower bound is the exact one at the optimum: log evidence / n
+    assert np.isfinite(history.history["elbo"][-1])
+    # posterior() is that Gaussian
+    q = optimizer.posterior()
+    np.testing.assert_allclose(q.mean(), mu)
+    np.testing.assert_allclose(q.covariance(), np.linalg.inv(p), rtol=1e-8)
+
+
+def test_diagonal_structure_finds_the_mean_field_optimum():
+    """Mean-field optimum of a Gaussian posterior: the exact mean, and precisions equal to the diagonal
+    of the posterior PRECISION (correlated inputs make that far from 1 / diag(covariance))."""
+    noise = 0.5
+    x, y = _linear_data(noise=noise)
+    x = (x @ np.array([[1.0, 0.9, 0.6], [0.0, 0.4, 0.3], [0.0, 0.0, 0.4]])).astype(np.float32)
+    mean, cov = _exact_posterior(x, y, noise)
+    target = np.diag(np.linalg.inv(cov))
+    assert np.max(np.abs(1.0 / np.diag(cov) / target - 1.0)) > 0.3  # the two candidates differ
+    model = _linear_model(3, 200, bk.likelihoods.Normal(scale=noise))
+    # Diagonal preconditioning on a correlated posterior: the mean needs a longer constant phase.
+    optimizer = bk.optimizers.MGVBP(bk.schedules.ConstantThenInverseTime(0.1, 2000), structure="diagonal", seed=2)
+    model.compile(optimizer=optimizer)
+    model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(6000), dataset_size=len(x), verbose=0)
+    mu = np.concatenate([optimizer._state[0]["mean"].numpy(), optimizer._state[1]["mean"].numpy()])
+    p = np.concatenate([optimizer._state[0]["precision"].numpy(), optimizer._state[1]["precision"].numpy()])
+    assert np.all(np.abs(mu - mean) < 0.05 / np.sqrt(target))  # within 5% of q's own sd
+    np.testing.assert_allclose(p, target, rtol=0.05)
+
+
+# -- robustness and errors -------------------------------------------------------------------------
+
+def test_nonfinite_gradient_never_reaches_mu_or_P():
+    x, y = _class_data()
+    model = _tiny_classifier()
+    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="layer"))
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    before = [v.numpy().copy() for v in model.optimizer.posterior_variables]
+    x_bad = x.copy()
+    x_bad[3, 2] = np.nan
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        model.fit(x_bad, y, epochs=1, batch_size=64, verbose=0)
+    for b, v in zip(before, model.optimizer.posterior_variables):
+        np.testing.assert_array_equal(b, v.numpy())
+
+
+def test_full_structure_on_a_large_model_suggests_block_or_diagonal():
+    (x, y), _ = bk.datasets.load_digits(image=True)
+    model = bk.zoo.lenet5(num_particles=2)
+    model.compile(optimizer=bk.optimizers.MGVBP(structure="full"))
+    with pytest.raises(ValueError, match="structure='layer'.*structure='diagonal'"):
+        model.fit(x[:64], y[:64], verbose=0)
+
+
+def test_bad_arguments_are_reported():
+    with pytest.raises(ValueError, match="structure"):
+        bk.optimizers.MGVBP(structure="kron")
+    with pytest.raises(ValueError, match="estimator"):
+        bk.optimizers.MGVBP(estimator="magic")
+    with pytest.raises(ValueError, match="momentum"):
+        bk.optimizers.MGVBP(momentum=1.0)
+
+
+def test_posterior_samples_beyond_the_particles(tmp_path):
+    x, y = _class_data()
+    model = _tiny_classifier(n_particles=4)
+    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=0))
+    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    draws = model.optimizer.sample(5000)
+    kernel = model.particle_variables[0]
+    assert draws[0].shape == (5000,) + tuple(kernel.shape[1:])
+    q = model.optimizer.posterior(flatten=False)[kernel.path]
+    np.testing.assert_allclose(np.mean(draws[0].numpy().reshape(5000, -1), 0), q.mean(), atol=4 * np.max(q.stddev()) / np.sqrt(5000) * 3)
+    np.testing.assert_allclose(np.std(draws[0].numpy().reshape(5000, -1), 0), q.stddev(), rtol=0.1)
