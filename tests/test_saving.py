@@ -17,6 +17,8 @@ def digits():
 @pytest.mark.parametrize("optimizer", [
     lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer", step_rule="adam"),
     lambda: bk.optimizers.IndependentParticles(1e-3),
+    lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", seed=3),
+    lambda: bk.optimizers.MeanFieldVI(1e-3, seed=4),
 ])
 def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):
     tf.config.experimental.enable_op_determinism()
@@ -36,6 +38,8 @@ def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 9
     for a, b in zip(model.get_weights(), loaded.get_weights()):
         np.testing.assert_array_equal(a, b)
+    for a, b in zip(model.optimizer.variables, loaded.optimizer.variables):  # e.g. q's mean and precision
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_learned_noise_and_temperature_survive_saving(tmp_path):

@@ -77,8 +77,8 @@ class Adam(StepRule):
         m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
         v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * self._squared(direction)
         t = tf.cast(step, direction.dtype)
-        m_hat = m / (1.0 - tf.pow(self.beta_1, t))
-        v_hat = v / (1.0 - tf.pow(self.beta_2, t))
+        m_hat = m / (1.0 - tf.pow(tf.constant(self.beta_1, t.dtype), t))
+        v_hat = v / (1.0 - tf.pow(tf.constant(self.beta_2, t.dtype), t))
         return learning_rate * m_hat / (tf.sqrt(v_hat) + self.epsilon), {"m": m, "v": v}
 
     def get_config(self):

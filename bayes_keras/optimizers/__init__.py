@@ -3,10 +3,11 @@
 from bayes_keras.optimizers.gaussian_particle_flow import GaussianParticleFlow
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.independent_particles import IndependentParticles
+from bayes_keras.optimizers.mean_field_vi import MeanFieldVI
 from bayes_keras.optimizers.mgvbp import MGVBP
 from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 
 GPF = GaussianParticleFlow
 
 __all__ = ["ParticleOptimizer", "GaussianParticleFlow", "GPF", "IndependentParticles", "GaussianVariationalOptimizer",
-           "MGVBP"]
+           "MGVBP", "MeanFieldVI"]
