@@ -225,12 +225,13 @@ class BayesianModel(keras.Model):
             # Before apply: the particles are samples of the q whose entropy this is.
             elbo = (tf.reduce_mean(log_joint) + self.optimizer.entropy()) / float(self.dataset_size)
             self._elbo_tracker.update_state(elbo)
-            self.optimizer.lower_bound.assign(elbo)
         if hasattr(self.optimizer, "observe"):
             self.optimizer.observe(tf.stop_gradient(scaled_loglik), tf.stop_gradient(particle_prior),
                                    self.temperature)
 
         def apply():
+            if getattr(self.optimizer, "reports_elbo", False):
+                self.optimizer.lower_bound.assign(elbo)  # this step's bound, for LowerBoundStopping
             self.optimizer.apply(grads, trainable)
             return tf.constant(True)
 

@@ -1,0 +1,5 @@
+"""Keras callbacks for Bayesian training."""
+
+from bayes_keras.callbacks.lower_bound_stopping import LowerBoundStopping
+
+__all__ = ["LowerBoundStopping"]
