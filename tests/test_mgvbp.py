@@ -208,3 +208,19 @@ def test_posterior_samples_beyond_the_particles(tmp_path):
     q = model.optimizer.posterior(flatten=False)[kernel.path]
     np.testing.assert_allclose(np.mean(draws[0].numpy().reshape(5000, -1), 0), q.mean(), atol=4 * np.max(q.stddev()) / np.sqrt(5000) * 3)
     np.testing.assert_allclose(np.std(draws[0].numpy().reshape(5000, -1), 0), q.stddev(), rtol=0.1)
+
+
+@pytest.mark.parametrize("structure", ["diagonal", "full"])
+def test_overflowing_update_leaves_q_unchanged(structure):
+    """Finite but enormous gradients (an exploding network) make the update overflow: q keeps its state."""
+    x, y = _class_data()
+    model = _tiny_classifier()
+    optimizer = bk.optimizers.MGVBP(1e-2, structure=structure)
+    model.compile(optimizer=optimizer)
+    model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+    before = [v.numpy().copy() for v in optimizer.posterior_variables]
+    thetas = optimizer._flatten([v.value for v in optimizer._pvars])
+    huge = [tf.fill(tf.shape(t), tf.constant(1e308, tf.float64)) for t in thetas]  # the mean gradient overflows
+    optimizer._update_blocks(thetas, huge, tf.constant(1.0, tf.float64), tf.constant(2.0))
+    for b, v in zip(before, optimizer.posterior_variables):
+        np.testing.assert_array_equal(b, v.numpy())

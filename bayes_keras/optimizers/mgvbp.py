@@ -210,13 +210,18 @@ class MGVBP(GaussianVariationalOptimizer):
                 nat_mu, nat_p = core.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
             m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
             m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
-            old_p = s["precision"].value
+            old_p, old_mu = s["precision"].value, s["mean"].value
             new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract, valid, self.max_halvings)
-            s["mean"].assign(s["mean"].value + learning_rate * m_mu)
-            s["precision"].assign(new_p)
+            new_mu = old_mu + learning_rate * m_mu
             # The momentum lives in the tangent space at P: carry it to the new point.
-            s["m_mean"].assign(m_mu)
-            s["m_precision"].assign(transport(m_p, old_p, new_p))
+            new_m_p = transport(m_p, old_p, new_p)
+            # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
+            # block's old state when anything came out non-finite.
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
+            s["mean"].assign(tf.where(finite, new_mu, old_mu))
+            s["precision"].assign(tf.where(finite, new_p, old_p))
+            s["m_mean"].assign(tf.where(finite, m_mu, s["m_mean"].value))
+            s["m_precision"].assign(tf.where(finite, new_m_p, s["m_precision"].value))
 
     def get_config(self):
         config = super().get_config()
