@@ -34,8 +34,6 @@ import argparse
 import gc
 import json
 import os
-import random
-import statistics
 import sys
 import time
 
@@ -79,42 +77,12 @@ def build_groups(archs, ns, warmup):
     return groups, variants
 
 
-def summarise(groups):
-    rows = []
-    for g in groups:
-        per_key = {k: [v[k] for v in g.visits] for k in VARIANTS}
-        rows.append({
-            "model": g.arch,
-            "N": g.n,
-            "seconds_per_step": {k: statistics.median(t) for k, t in per_key.items()},
-            "min_seconds_per_step": {k: min(t) for k, t in per_key.items()},
-            "ratios": {name: statistics.median(v[a] / v[b] for v in g.visits) for name, a, b in RATIOS},
-            "ratios_of_medians": {name: statistics.median(per_key[a]) / statistics.median(per_key[b])
-                                  for name, a, b in RATIOS},
-            "ratios_of_minima": {name: min(per_key[a]) / min(per_key[b]) for name, a, b in RATIOS},
-        })
-    return rows
-
-
 def targets(rows):
     out = {}
     for r in rows:
         q = r["ratios"]["m/a"]
         out[f"m <= {TARGET} a ({r['model']}/N={r['N']})"] = {"ratio": round(q, 4), "pass": bool(q <= TARGET)}
     return out
-
-
-def markdown_table(rows):
-    head = (["model", "N"] + [f"({VARIANTS[k][0]}) {k} ms" for k in VARIANTS] + [r[0] for r in RATIOS]
-            + [f"m/a <= {TARGET}"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["model"], str(r["N"])]
-        cells += [f"{1e3 * r['seconds_per_step'][k]:.2f}" for k in VARIANTS]
-        cells += [f"{r['ratios'][name]:.2f}" for name, _, _ in RATIOS]
-        cells.append("PASS" if r["ratios"]["m/a"] <= TARGET else "FAIL")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def method_note(args):
@@ -186,14 +154,11 @@ def main(argv=None):
     groups, variants = build_groups(args.models, ns, args.warmup)
     t_built = time.perf_counter()
 
-    rng = random.Random(args.seed)
-    for r in range(args.rounds):
-        for g in rng.sample(groups, len(groups)):
-            g.visit(args.steps, rng)
-        print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
+    st.run_rounds(groups, args.rounds, args.steps, args.seed, t_start)
 
-    rows = summarise(groups)
-    table = markdown_table(rows)
+    rows = st.summarise(groups, VARIANTS, RATIOS)
+    table = st.markdown_table(rows, VARIANTS, RATIOS, extra_columns=[
+        (f"m/a <= {TARGET}", lambda r: "PASS" if r["ratios"]["m/a"] <= TARGET else "FAIL")])
     checks = targets(rows)
     print("\n" + table + "\n")
     for name, c in checks.items():

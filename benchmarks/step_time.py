@@ -235,32 +235,47 @@ def build_groups(archs, ns, driver, warmup):
 
 
 # -- reporting -------------------------------------------------------------------------------------
-def summarise(groups):
+def summarise(groups, variants=VARIANTS, ratios=RATIOS):
+    """Per row: median and minimum seconds per step of every variant, and every ratio as the median of
+    the per-visit (paired) ratios, plus ratios of medians and of minima."""
     rows = []
     for g in groups:
-        per_key = {k: [v[k] for v in g.visits] for k in VARIANTS}
+        per_key = {k: [v[k] for v in g.visits] for k in variants}
         rows.append({
             "model": g.arch,
             "N": g.n,
             "seconds_per_step": {k: statistics.median(t) for k, t in per_key.items()},
             "min_seconds_per_step": {k: min(t) for k, t in per_key.items()},
             # paired: the ratio within each visit, then the median over visits
-            "ratios": {name: statistics.median(v[num] / v[den] for v in g.visits) for name, num, den in RATIOS},
+            "ratios": {name: statistics.median(v[num] / v[den] for v in g.visits) for name, num, den in ratios},
             "ratios_of_medians": {name: statistics.median(per_key[num]) / statistics.median(per_key[den])
-                                  for name, num, den in RATIOS},
+                                  for name, num, den in ratios},
+            "ratios_of_minima": {name: min(per_key[num]) / min(per_key[den]) for name, num, den in ratios},
         })
     return rows
 
 
-def markdown_table(rows):
-    head = ["model", "N"] + [f"({VARIANTS[k][0]}) {k} ms" for k in VARIANTS] + [r[0] for r in RATIOS]
+def markdown_table(rows, variants=VARIANTS, ratios=RATIOS, extra_columns=()):
+    """`extra_columns`: (header, row -> cell text) pairs appended after the ratios."""
+    head = (["model", "N"] + [f"({variants[k][0]}) {k} ms" for k in variants] + [r[0] for r in ratios]
+            + [h for h, _ in extra_columns])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["model"], str(r["N"])]
-        cells += [f"{1e3 * r['seconds_per_step'][k]:.2f}" for k in VARIANTS]
-        cells += [f"{r['ratios'][name]:.2f}" for name, _, _ in RATIOS]
+        cells += [f"{1e3 * r['seconds_per_step'][k]:.2f}" for k in variants]
+        cells += [f"{r['ratios'][name]:.2f}" for name, _, _ in ratios]
+        cells += [cell(r) for _, cell in extra_columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run_rounds(groups, rounds, steps, seed, t_start):
+    """Interleaved timing: every round visits every group once, groups in shuffled order."""
+    rng = random.Random(seed)
+    for r in range(rounds):
+        for g in rng.sample(groups, len(groups)):
+            g.visit(steps, rng)
+        print(f"  round {r + 1}/{rounds} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
 
 def targets(rows):
@@ -352,11 +367,7 @@ def main(argv=None):
     groups, variants = build_groups(args.models, ns, args.driver, args.warmup)
     t_built = time.perf_counter()
 
-    rng = random.Random(args.seed)
-    for r in range(args.rounds):
-        for g in rng.sample(groups, len(groups)):
-            g.visit(args.steps, rng)
-        print(f"  round {r + 1}/{args.rounds} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
+    run_rounds(groups, args.rounds, args.steps, args.seed, t_start)
 
     rows = summarise(groups)
     table = markdown_table(rows)

@@ -5,14 +5,14 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
-from test_model import _exact_posterior, _linear_data, _linear_model
+from test_mgvbp import _correlated_linear_data
+from test_model import _exact_posterior, _linear_model
 
 
 def test_mean_field_vi_finds_the_mean_field_optimum():
     """Same target as MGVBP's diagonal test: exact mean, precisions = diag of the posterior precision."""
     noise = 0.5
-    x, y = _linear_data(noise=noise)
-    x = (x @ np.array([[1.0, 0.9, 0.6], [0.0, 0.4, 0.3], [0.0, 0.0, 0.4]])).astype(np.float32)
+    x, y = _correlated_linear_data(noise)
     mean, cov = _exact_posterior(x, y, noise)
     target = np.diag(np.linalg.inv(cov))
     model = _linear_model(3, 100, bk.likelihoods.Normal(scale=noise))

@@ -113,6 +113,12 @@ def test_full_and_diagonal_estimators_agree_on_diagonal_problems():
     np.testing.assert_allclose(np.diag(p_f.numpy()), p_d)
 
 
+def _correlated_linear_data(noise):
+    """Linear-regression data whose inputs are strongly correlated (a far-from-diagonal posterior)."""
+    x, y = _linear_data(noise=noise)
+    return (x @ np.array([[1.0, 0.9, 0.6], [0.0, 0.4, 0.3], [0.0, 0.0, 0.4]])).astype(np.float32), y
+
+
 # -- the exact posterior through model.fit -----------------------------------------------------------
 
 @pytest.mark.parametrize("estimator,lr,tau,samples,steps", [
@@ -148,8 +154,7 @@ def test_diagonal_structure_finds_the_mean_field_optimum():
     """Mean-field optimum of a Gaussian posterior: the exact mean, and precisions equal to the diagonal
     of the posterior PRECISION (correlated inputs make that far from 1 / diag(covariance))."""
     noise = 0.5
-    x, y = _linear_data(noise=noise)
-    x = (x @ np.array([[1.0, 0.9, 0.6], [0.0, 0.4, 0.3], [0.0, 0.0, 0.4]])).astype(np.float32)
+    x, y = _correlated_linear_data(noise)
     mean, cov = _exact_posterior(x, y, noise)
     target = np.diag(np.linalg.inv(cov))
     assert np.max(np.abs(1.0 / np.diag(cov) / target - 1.0)) > 0.3  # the two candidates differ

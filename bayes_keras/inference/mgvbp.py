@@ -28,9 +28,9 @@ def symmetrize(a):
 
 
 # -- retraction, transport, guard ----------------------------------------------------------------
-def retract_full(precision, xi):
-    """R_P(xi) = P + xi + 1/2 xi P^-1 xi (symmetrised)."""
-    chol = tf.linalg.cholesky(precision)
+def retract_full(precision, xi, chol=None):
+    """R_P(xi) = P + xi + 1/2 xi P^-1 xi (symmetrised). `chol`: P's Cholesky factor, if already known."""
+    chol = tf.linalg.cholesky(precision) if chol is None else chol
     return symmetrize(precision + xi + 0.5 * tf.matmul(xi, tf.linalg.cholesky_solve(chol, xi)))
 
 

@@ -1,6 +1,7 @@
 """MGVBP: natural-gradient Gaussian VI on the precision matrix (Magris, Shabani, Iosifidis)."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -96,7 +97,7 @@ class MGVBP(GaussianVariationalOptimizer):
             pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
             groups = self._block_groups(self._groups_for(pvars))
             for g in groups:
-                dim = sum(int(tf.size(pvars[i][0])) for i in g)
+                dim = sum(int(np.prod(pvars[i].shape[1:])) for i in g)
                 if dim > self.max_block_size:
                     names = ", ".join(pvars[i].path for i in g)
                     raise ValueError(
@@ -198,7 +199,6 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def _update_blocks(self, thetas, grads, learning_rate, step):
         diag = self._diagonal
-        retract = core.retract_diag if diag else core.retract_full
         valid = core.is_positive_definite_diag if diag else core.is_positive_definite_full
         transport = core.transport_diag if diag else core.transport_full
         first = tf.equal(step, 1.0)
@@ -211,6 +211,11 @@ class MGVBP(GaussianVariationalOptimizer):
             m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
             m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
             old_p, old_mu = s["precision"].value, s["mean"].value
+            if diag:
+                retract = core.retract_diag
+            else:  # every halving retracts from the same P: factor it once
+                chol = tf.linalg.cholesky(old_p)
+                retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
             new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract, valid, self.max_halvings)
             new_mu = old_mu + learning_rate * m_mu
             # The momentum lives in the tangent space at P: carry it to the new point.
