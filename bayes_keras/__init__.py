@@ -11,9 +11,9 @@ if _keras.backend.backend() != "tensorflow":
         f"bayes_keras needs the TensorFlow backend of Keras 3; KERAS_BACKEND is {_keras.backend.backend()!r}."
     )
 
-from bayes_keras import callbacks, datasets, inference, layers, likelihoods, metrics, optimizers, priors, schedules, zoo  # noqa: E402
+from bayes_keras import callbacks, curvature, datasets, inference, layers, likelihoods, metrics, optimizers, priors, schedules, zoo  # noqa: E402
 from bayes_keras.model import BayesianModel  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "inference",
-           "schedules"]
+           "schedules", "curvature"]

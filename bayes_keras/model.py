@@ -1,5 +1,6 @@
 """BayesianModel: a keras.Model whose outputs carry a particle axis and whose fit does inference."""
 
+import contextlib
 import warnings
 
 import keras
@@ -7,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras import likelihoods as likelihoods_lib
+from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer
 
 
@@ -201,8 +203,12 @@ class BayesianModel(keras.Model):
             raise ValueError("Unknown training-set size: pass dataset_size= to compile() or fit().")
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         trainable = self.trainable_variables
+        # Curvature: only when the optimizer asks; the layers then report their inputs and
+        # pre-activations, differentiated in the same backward pass as the weights.
+        wants_curvature = getattr(self.optimizer, "curvature_request", None) is not None
         with tf.GradientTape() as tape:
-            outputs = self(x, training=True)
+            with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
+                outputs = self(x, training=True)
             self._build_likelihood(outputs.shape)
             log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
                 y, outputs, sample_weight, parts=True)
@@ -211,7 +217,10 @@ class BayesianModel(keras.Model):
             loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
             if self.losses:
                 loss += n * tf.add_n(self.losses)
-        grads = tape.gradient(loss, trainable)
+        grads = tape.gradient(loss, trainable + [r.preactivations for r in records])
+        grads, preactivation_grads = grads[:len(trainable)], grads[len(trainable):]
+        if records:
+            self._finish_records(records, preactivation_grads, tf.shape(outputs)[0])
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
         finite = tf.math.is_finite(loss)
@@ -225,9 +234,13 @@ class BayesianModel(keras.Model):
             # Before apply: the particles are samples of the q whose entropy this is.
             elbo = (tf.reduce_mean(log_joint) + self.optimizer.entropy()) / float(self.dataset_size)
             self._elbo_tracker.update_state(elbo)
+        if records:
+            for r in records:
+                finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
+            self.optimizer.observe_curvature(records)
         if hasattr(self.optimizer, "observe"):
             self.optimizer.observe(tf.stop_gradient(scaled_loglik), tf.stop_gradient(particle_prior),
-                                   self.temperature)
+                                   self.temperature, float(self.dataset_size))
 
         def apply():
             if getattr(self.optimizer, "reports_elbo", False):
@@ -241,6 +254,19 @@ class BayesianModel(keras.Model):
 
         tf.cond(finite, apply, skip)
         return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+
+    def _finish_records(self, records, preactivation_grads, batch):
+        """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n).
+
+        loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
+        """
+        scale = float(self.dataset_size) / (tf.cast(batch, tf.float32) * self.temperature)
+        for r, g in zip(records, preactivation_grads):
+            if g is None:
+                raise ValueError(f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
+                                 "computed for it.")
+            r.output_gradients = g / tf.cast(scale, g.dtype)
+            r.dataset_scale = scale
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)

@@ -49,6 +49,38 @@ def keras_lenet5(input_shape=(8, 8, 1), num_classes=10):
     ], name="lenet5")
 
 
+def gru_classifier(num_particles=10, units=32, num_classes=10, input_shape=(8, 8, 1), deterministic_layers=(),
+                   **model_kwargs):
+    """GRU classifier read row by row: image rows are time steps (digits: 8 steps of 8 pixels).
+
+    input (batch, *input_shape) -> reshaped to (batch, input_shape[0], prod(rest)) -> GRU(units)
+    -> Dense(num_classes) logits, (batch, N, num_classes). The default input is the (8, 8, 1)
+    images of `bayes_keras.datasets.load_digits()`; a (T, F) input_shape takes sequences as is.
+    `deterministic_layers` names layers ("gru", "out") whose weights are shared by all particles.
+
+    Example:
+        >>> model = bayes_keras.zoo.gru_classifier(10, units=32, num_classes=10)
+    """
+    det = set(deterministic_layers)
+    unknown = det - {"gru", "out"}
+    if unknown:
+        raise ValueError(f"Unknown GRU classifier layer names {sorted(unknown)}; use gru, out.")
+    input_shape = tuple(input_shape)
+    if len(input_shape) < 2:
+        raise ValueError(f"gru_classifier needs input_shape (time, features, ...); got {input_shape}.")
+    model_kwargs.setdefault("likelihood", "categorical")
+    inputs = keras.Input(input_shape)
+    h = inputs
+    if len(input_shape) > 2:
+        features = 1
+        for d in input_shape[1:]:
+            features *= d
+        h = keras.layers.Reshape((input_shape[0], features), name="rows")(h)
+    h = layers.GRU(units, num_particles=num_particles, deterministic="gru" in det, name="gru")(h)
+    outputs = layers.Dense(num_classes, deterministic="out" in det, name="out")(h)
+    return BayesianModel(inputs, outputs, name="bayesian_gru_classifier", **model_kwargs)
+
+
 def mlp(input_dim, output_dim, hidden=(50, 50), activation="relu", num_particles=10, **model_kwargs):
     """Fully connected BayesianModel: input_dim -> hidden... -> output_dim (logits or means).
 

@@ -200,6 +200,35 @@ def test_bad_arguments_are_reported():
         bk.optimizers.MGVBP(estimator="magic")
     with pytest.raises(ValueError, match="momentum"):
         bk.optimizers.MGVBP(momentum=1.0)
+    with pytest.raises(ValueError, match="curvature"):
+        bk.optimizers.MGVBP(curvature="hessian")
+    with pytest.raises(ValueError, match="diagonal"):
+        bk.optimizers.MGVBP(structure="layer", curvature="empirical_fisher")
+    with pytest.raises(ValueError, match="estimator='gradient'"):
+        bk.optimizers.MGVBP(estimator="score", curvature="empirical_fisher")
+
+
+def test_empirical_fisher_step_matches_a_hand_computation():
+    """One diagonal step with curvature='empirical_fisher' against numpy: the target precision is
+    h = n / (B T) * mean_n sum_b g_bn^2 + prior_precision / T with g_bn the per-example gradient of
+    -log p(y_b | x_b, w_n); the first step retracts P toward h: p + xi + xi^2 / (2p), xi = beta (h - p)."""
+    noise, temperature, beta, p0 = 0.5, 0.5, 0.3, 10.0
+    x, y = _linear_data(n=40, noise=noise)
+    model = _linear_model(3, 6, bk.likelihoods.Normal(scale=noise))
+    opt = bk.optimizers.MGVBP(beta, structure="diagonal", curvature="empirical_fisher", initial_precision=p0, seed=3)
+    model.compile(optimizer=opt, dataset_size=len(x), temperature=temperature)
+    opt.build(model.trainable_variables)
+    k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)  # (N, 3, 1), (N, 1)
+    resid = y[None, :] - (np.einsum("bi,ni->nb", x, k[:, :, 0]) + b)  # (N, B)
+    g_kernel = -resid[:, :, None] * x[None] / noise**2  # d -log p(y_b) / d w, per particle and example
+    g_bias = -resid / noise**2
+    scale = len(x) / (len(x) * temperature)  # full batch
+    h_kernel = scale * np.mean(np.sum(g_kernel**2, axis=1), axis=0) + 1.0 / temperature  # prior N(0, 1)
+    h_bias = scale * np.mean(np.sum(g_bias**2, axis=1), axis=0) + 1.0 / temperature
+    model.train_on_batch(x, y)
+    for state, h in zip(opt._state, (h_kernel, h_bias)):
+        xi = beta * (h - p0)
+        np.testing.assert_allclose(state["precision"].numpy(), p0 + xi + xi**2 / (2 * p0), rtol=1e-4)
 
 
 def test_posterior_samples_beyond_the_particles(tmp_path):

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
 
@@ -117,6 +118,7 @@ class Conv2D(ParticleLayer):
         y = tf.transpose(y, [0, 3, 1, 2, 4])
         if self.bias is not None:
             y = y + tf.reshape(self.bias, (1, n, 1, 1, f))
+        capture.record(self, x, y)
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
 
@@ -86,6 +87,7 @@ class Dense(ParticleLayer):
         if self.bias is not None:
             bshape = [1, n] + [1] * (len(y.shape) - 3) + [self.units]
             y = y + tf.reshape(self.bias, bshape)
+        capture.record(self, x, y)
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):

@@ -41,10 +41,12 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         """`priors`: {variable key: (Prior, fan_in)} for every particle variable (from BayesianModel)."""
         self._priors = {k: v for k, v in priors.items()}
 
-    def observe(self, log_likelihood, log_prior, temperature=1.0):
+    def observe(self, log_likelihood, log_prior, temperature=1.0, dataset_size=None):
         """This step's per-particle (N,) log likelihood (dataset-scaled) and log prior, both already
-        divided by the posterior temperature (called by BayesianModel.train_step before apply)."""
-        self._observed = {"log_likelihood": log_likelihood, "log_prior": log_prior, "temperature": temperature}
+        divided by the posterior temperature, and the training-set size (called by
+        BayesianModel.train_step before apply)."""
+        self._observed = {"log_likelihood": log_likelihood, "log_prior": log_prior, "temperature": temperature,
+                          "dataset_size": dataset_size}
 
     # -- build ---------------------------------------------------------------------------------
     def _block_groups(self, groups):

@@ -12,6 +12,7 @@ tfd = tfp.distributions
 
 _STRUCTURES = ("full", "layer", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
+_CURVATURES = ("stein", "empirical_fisher")
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -37,11 +38,23 @@ class MGVBP(GaussianVariationalOptimizer):
       "score_h": the paper's fully black-box form on h = log p(y, w) - log q(w).
     The score-function forms need O(S D^2) memory per step with full P: tens of weights.
 
+    Curvature of the "gradient" estimator (`curvature=`), the target that P is moved toward:
+      "stein": -E_q[hess] = -P Cov(theta, g) (Stein's lemma), unbiased; exact on conjugate models.
+          Noisy and indefinite on networks with few samples: a large negative estimate makes the
+          retraction's xi^2 / (2p) term inflate p, and the run diverges (seen on LeNet-5).
+      "empirical_fisher": the diagonal of the per-example empirical Fisher, sum_i (d log p(y_i|w) / dw)^2,
+          averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
+          VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
+          pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
+          Never negative, so steps stay bounded: use it for deep networks. structure="diagonal" only;
+          needs Normal priors (the default) and Dense / Conv2D particle layers.
+
     Args:
         learning_rate: beta (float or schedule; the paper's schedule is
             `bayes_keras.schedules.ConstantThenInverseTime(beta, tau)`).
         structure: "full" (one D x D precision), "layer" (one full block per layer) or "diagonal".
         estimator: "gradient" | "score" | "score_h" (see above).
+        curvature: "stein" | "empirical_fisher", for estimator="gradient" (see above).
         momentum: omega in m <- omega T(m) + (1 - omega) natgrad (paper: 0.4). The first step sets m
             to the natural gradient.
         initial_precision: P at the start, times the identity (paper: 1 / s0 = 10). mu starts at
@@ -58,13 +71,21 @@ class MGVBP(GaussianVariationalOptimizer):
         >>> q = model.optimizer.posterior()   # tfd distribution over the flattened weights
     """
 
-    def __init__(self, learning_rate=1e-2, structure="diagonal", estimator="gradient", momentum=0.4,
-                 initial_precision=10.0, max_halvings=5, gradient_clip=None, max_block_size=2000, seed=None,
+    def __init__(self, learning_rate=1e-2, structure="diagonal", estimator="gradient", curvature="stein",
+                 momentum=0.4, initial_precision=10.0, max_halvings=5, gradient_clip=None, max_block_size=2000, seed=None,
                  **kwargs):
         if structure not in _STRUCTURES:
             raise ValueError(f"MGVBP structure must be one of {_STRUCTURES}; got {structure!r}.")
         if estimator not in _ESTIMATORS:
             raise ValueError(f"MGVBP estimator must be one of {_ESTIMATORS}; got {estimator!r}.")
+        if curvature not in _CURVATURES:
+            raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
+        if curvature == "empirical_fisher" and structure != "diagonal":
+            raise ValueError("MGVBP curvature='empirical_fisher' is implemented for structure='diagonal'; "
+                             f"got structure={structure!r}.")
+        if curvature != "stein" and estimator != "gradient":
+            raise ValueError(f"MGVBP curvature={curvature!r} belongs to estimator='gradient'; the score "
+                             f"estimators estimate the curvature themselves (got estimator={estimator!r}).")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"MGVBP momentum (omega) must be in [0, 1); got {momentum!r}.")
         if not initial_precision > 0:
@@ -72,6 +93,7 @@ class MGVBP(GaussianVariationalOptimizer):
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.structure = structure
         self.estimator = estimator
+        self.curvature = curvature
         self.momentum = float(momentum)
         self.initial_precision = float(initial_precision)
         self.max_halvings = int(max_halvings)
@@ -149,23 +171,61 @@ class MGVBP(GaussianVariationalOptimizer):
         cov = tf.linalg.inv(s["precision"].value)[offset:offset + size, offset:offset + size]
         return tfd.MultivariateNormalTriL(mean, tf.linalg.cholesky(cov))
 
+    @property
+    def _prior_user(self):
+        return "estimator='score'" if self.estimator == "score" else f"curvature='{self.curvature}'"
+
     def _prior_vectors(self, block):
         """(mean, precision) vectors of the layers' zero-mean Normal priors over a block's coordinates."""
         from bayes_keras.priors import Normal
 
         if self._priors is None:
-            raise ValueError("MGVBP estimator='score' needs the layers' priors: compile a BayesianModel with "
-                             "it, or use estimator='score_h'.")
+            raise ValueError(f"MGVBP {self._prior_user} needs the layers' priors: compile a BayesianModel "
+                             "with it.")
         means, precisions = [], []
         for i in block:
             prior, fan_in = self._priors[self._var_key(self._pvars[i])]
             if not isinstance(prior, Normal):
-                raise ValueError(f"MGVBP estimator='score' handles Normal priors in closed form; "
-                                 f"{self._pvars[i].path} has {prior!r}. Use estimator='score_h' or 'gradient'.")
+                raise ValueError(f"MGVBP {self._prior_user} handles Normal priors in closed form; "
+                                 f"{self._pvars[i].path} has {prior!r}. Use estimator='score_h', or "
+                                 "estimator='gradient' with curvature='stein'.")
             sd = prior.stddev(fan_in)
             means.append(tf.fill((self._sizes[i],), tf.constant(prior.loc, self.posterior_dtype)))
             precisions.append(tf.fill((self._sizes[i],), tf.constant(1.0 / sd ** 2, self.posterior_dtype)))
         return tf.concat(means, 0), tf.concat(precisions, 0)
+
+    # -- curvature (curvature="empirical_fisher") ---------------------------------------------------
+    @property
+    def curvature_request(self):
+        """What BayesianModel must capture for this optimizer (None: nothing)."""
+        return "per_example_diagonal" if self.curvature == "empirical_fisher" else None
+
+    def observe_curvature(self, records):
+        """This step's `bayes_keras.curvature.LayerRecord`s (called by BayesianModel.train_step)."""
+        self._curvature_records = records
+
+    def _fisher_diagonal(self, block):
+        """Tempered, data-set-scaled empirical Fisher diagonal over a block's coordinates, E_q by the
+        mean over the N samples."""
+        from bayes_keras.curvature import per_example_squared_gradients  # noqa: I001 (layers import curvature)
+
+        records = getattr(self, "_curvature_records", None)
+        if records is None:
+            raise ValueError("MGVBP curvature='empirical_fisher' needs the layers' captured curvature: train "
+                             "through BayesianModel.fit.")
+        fisher = {}
+        for r in records:
+            for variable, squares in per_example_squared_gradients(r):
+                flat = tf.reshape(tf.cast(squares, self.posterior_dtype), (self._num_samples, -1))
+                fisher[self._var_key(variable)] = tf.cast(r.dataset_scale, self.posterior_dtype) * tf.reduce_mean(flat, 0)
+        pieces = []
+        for i in block:
+            key = self._var_key(self._pvars[i])
+            if key not in fisher:
+                raise ValueError(f"MGVBP curvature='empirical_fisher': no curvature was captured for "
+                                 f"{self._pvars[i].path} (supported: Dense and Conv2D particle layers).")
+            pieces.append(fisher[key])
+        return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
 
     # -- the update ----------------------------------------------------------------------------
     def _values(self):
@@ -178,6 +238,11 @@ class MGVBP(GaussianVariationalOptimizer):
     def _natural_gradient(self, j, theta, grad, state):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self._diagonal
+        if self.curvature == "empirical_fisher":
+            prior_mean, prior_prec = self._prior_vectors(self._blocks[j])
+            temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
+            h = self._fisher_diagonal(self._blocks[j]) + prior_prec / temperature
+            return tf.reduce_mean(grad, axis=0) / prec, h - prec
         if self.estimator == "gradient":
             fn = core.reparam_natural_gradient_diag if diag else core.reparam_natural_gradient_full
             return fn(theta, mean, prec, grad)
@@ -230,7 +295,8 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"structure": self.structure, "estimator": self.estimator, "momentum": self.momentum,
+        config.update({"structure": self.structure, "estimator": self.estimator, "curvature": self.curvature,
+                       "momentum": self.momentum,
                        "initial_precision": self.initial_precision, "max_halvings": self.max_halvings,
                        "gradient_clip": self.gradient_clip, "max_block_size": self.max_block_size})
         return config

@@ -1,0 +1,11 @@
+"""Curvature of the log likelihood per particle layer (DESIGN: bayes_keras.curvature).
+
+`capture` collects the layer inputs and pre-activation gradients during BayesianModel.train_step
+when the optimizer asks (`optimizer.curvature_request`); the functions here turn them into
+curvature estimates.
+"""
+
+from bayes_keras.curvature.capture import LayerRecord, capturing, record
+from bayes_keras.curvature.diagonal import per_example_squared_gradients
+
+__all__ = ["LayerRecord", "capturing", "record", "per_example_squared_gradients"]

@@ -1,0 +1,65 @@
+"""Capture of the per-layer quantities that curvature approximations need.
+
+KFAC factors and per-example (empirical Fisher / Gauss-Newton) diagonals of a layer are built from
+two things: the layer's inputs and the gradients of the loss with respect to its pre-activations.
+BayesianModel opens a `capturing()` context around the forward pass when its optimizer asks for
+curvature (`optimizer.curvature_request`); every particle layer then reports its input and its
+pre-activation tensor through `record`, and the model differentiates the loss with respect to the
+recorded pre-activations in the same backward pass as the weights. Outside the context `record`
+does nothing, so models trained with other optimizers pay nothing.
+"""
+
+import contextlib
+import dataclasses
+import threading
+
+import tensorflow as tf
+
+_STATE = threading.local()
+
+
+@dataclasses.dataclass
+class LayerRecord:
+    """What one particle layer saw in one forward pass.
+
+    Attributes:
+        layer: the particle layer.
+        inputs: its input, (batch, ...) when the layer starts the particle axis, else (batch, N, ...).
+        preactivations: its output before the activation, (batch, N, ...).
+        output_gradients: per-example gradients of the NEGATIVE log likelihood of each example (not
+            scaled to the data set, not tempered) with respect to `preactivations`; filled in by the
+            model after the backward pass.
+        dataset_scale: n_train / (batch * temperature): the sum over the data set of a per-example
+            quantity, tempered, is estimated by dataset_scale * (sum over the batch).
+    """
+
+    layer: object
+    inputs: tf.Tensor
+    preactivations: tf.Tensor
+    output_gradients: tf.Tensor = None
+    dataset_scale: tf.Tensor = None
+
+
+@contextlib.contextmanager
+def capturing():
+    """Collect a `LayerRecord` for every particle layer called inside the context.
+
+    Example:
+        >>> with capturing() as records:
+        ...     outputs = model(x, training=True)
+        >>> [r.layer.name for r in records]
+    """
+    records = []
+    previous = getattr(_STATE, "records", None)
+    _STATE.records = records
+    try:
+        yield records
+    finally:
+        _STATE.records = previous
+
+
+def record(layer, inputs, preactivations):
+    """Called by particle layers on their pre-activations; a no-op outside `capturing()`."""
+    records = getattr(_STATE, "records", None)
+    if records is not None:
+        records.append(LayerRecord(layer, inputs, preactivations))

@@ -1,0 +1,80 @@
+"""bayes_keras.curvature: captured layer statistics against brute-force per-example gradients."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bayes_keras as bk
+
+
+class _Recording(bk.optimizers.IndependentParticles):
+    """Asks for curvature and keeps, eagerly, the per-example squared gradients it is handed."""
+
+    curvature_request = "per_example_diagonal"
+
+    def observe_curvature(self, records):
+        self.seen = {}
+        for r in records:
+            self.scale = float(r.dataset_scale)
+            for variable, squares in bk.curvature.per_example_squared_gradients(r):
+                self.seen[variable.path] = squares.numpy()
+
+
+def _brute_force(model, x, y):
+    """sum_b (d -log p(y_b | x_b, w_n) / d w_n)^2 by one backward pass per example."""
+    pvars = model.particle_variables
+    total = {v.path: np.zeros(v.shape, np.float64) for v in pvars}
+    for b in range(len(x)):
+        with tf.GradientTape() as tape:
+            out = model(x[b:b + 1], training=True)
+            loss = -tf.reduce_sum(model.likelihood.log_prob(y[b:b + 1], out))  # sum over particles
+        for v, g in zip(pvars, tape.gradient(loss, pvars)):
+            total[v.path] += np.square(g.numpy().astype(np.float64))
+    return total
+
+
+def _conv_net(n):
+    inputs = keras.Input((6, 6, 2))
+    h = bk.layers.Conv2D(3, 3, padding="same", activation="relu", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv2D(4, 3, strides=2, padding="valid", activation="tanh", name="c2")(h)
+    h = bk.layers.Flatten()(h)
+    h = bk.layers.Dense(5, activation="relu", name="d1")(h)
+    out = bk.layers.Dense(3, name="d2")(h)
+    return bk.BayesianModel(inputs, out, likelihood="categorical")
+
+
+def _dense_net(n):
+    inputs = keras.Input((4,))
+    h = bk.layers.Dense(6, activation="tanh", num_particles=n, name="d1")(inputs)
+    out = bk.layers.Dense(2, name="d2")(h)
+    return bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.7))
+
+
+@pytest.mark.parametrize("build", [_dense_net, _conv_net], ids=["dense", "conv"])
+def test_per_example_squared_gradients_match_brute_force(build):
+    rng = np.random.default_rng(0)
+    model = build(3)
+    shape = model.inputs[0].shape[1:]
+    x = rng.standard_normal((7,) + tuple(shape)).astype(np.float32)
+    if model.likelihood.__class__.__name__ == "Categorical":
+        y = rng.integers(0, 3, 7)
+    else:
+        y = rng.standard_normal((7, 2)).astype(np.float32)
+    opt = _Recording(1e-3)
+    model.compile(optimizer=opt, dataset_size=70, temperature=0.5, run_eagerly=True)
+    expected = _brute_force(model, x, y)  # before the step moves the weights
+    model.train_on_batch(x, y)
+    assert opt.scale == pytest.approx(70 / (7 * 0.5))
+    assert set(opt.seen) == set(expected)
+    for path, value in expected.items():
+        np.testing.assert_allclose(opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path)
+
+
+def test_capture_is_off_unless_asked():
+    model = _dense_net(2)
+    with bk.curvature.capturing() as records:
+        model(np.zeros((3, 4), np.float32))
+    assert [r.layer.name for r in records] == ["d1", "d2"]
+    bk.curvature.record(model.layers[1], None, None)  # outside the context: a no-op
+    assert len(records) == 2
