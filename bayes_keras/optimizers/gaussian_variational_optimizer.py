@@ -27,6 +27,9 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     """
 
     reports_elbo = True
+    # Full and block precisions need float64 (inverses, Cholesky factors, log-determinants);
+    # diagonal posteriors are elementwise and stay in float32 like the weights (half the memory
+    # traffic of a step, no casts of (N, D) tensors).
     posterior_dtype = "float64"
 
     def __init__(self, learning_rate, seed=None, **kwargs):
@@ -114,7 +117,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         return out
 
     def _flatten(self, tensors):
-        """Per-variable (N, ...) tensors -> per-block (N, D_b) float64 tensors."""
+        """Per-variable (N, ...) tensors -> per-block (N, D_b) tensors in the posterior dtype."""
         flat = [tf.cast(tf.reshape(t, (self._num_samples, -1)), self.posterior_dtype) for t in tensors]
         return [flat[b[0]] if len(b) == 1 else tf.concat([flat[i] for i in b], axis=1) for b in self._blocks]
 

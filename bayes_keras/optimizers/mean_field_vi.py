@@ -44,8 +44,10 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._adam = step_rules.Adam(self.beta_1, self.beta_2, self.epsilon)
 
+    posterior_dtype = "float32"  # elementwise: no need for float64
+
     def _block_groups(self, groups):
-        return [[i] for g in groups for i in g]  # diagonal: one block per variable
+        return [sorted(i for g in groups for i in g)]  # diagonal: one flat block over all weights
 
     def _build_block(self, j, dim):
         state = {"mean": self._var((dim,), f"block{j}_mean"), "rho": self._var((dim,), f"block{j}_rho")}
@@ -57,7 +59,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     def _initialize_block(self, j, mean):
         self._state[j]["mean"].assign(mean)
         rho = float(tfp.math.softplus_inverse(tf.constant(self.initial_std, tf.float64)))
-        self._state[j]["rho"].assign(tf.fill(mean.shape, tf.constant(rho, tf.float64)))
+        self._state[j]["rho"].assign(tf.fill(mean.shape, tf.constant(rho, self.posterior_dtype)))
 
     def _std(self, j):
         return tf.nn.softplus(self._state[j]["rho"].value)

@@ -104,13 +104,17 @@ class MGVBP(GaussianVariationalOptimizer):
     def _diagonal(self):
         return self.structure == "diagonal"
 
+    @property
+    def posterior_dtype(self):
+        return "float32" if self._diagonal else "float64"
+
     # -- blocks --------------------------------------------------------------------------------
     def _block_groups(self, groups):
         if self.structure == "full":
             return [sorted(i for g in groups for i in g)]
         if self.structure == "layer":
             return groups
-        return [[i] for g in groups for i in g]
+        return [sorted(i for g in groups for i in g)]  # diagonal: one flat block (elementwise anyway)
 
     def build(self, variables):
         if self.built:
@@ -264,8 +268,6 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def _update_blocks(self, thetas, grads, learning_rate, step):
         diag = self._diagonal
-        valid = core.is_positive_definite_diag if diag else core.is_positive_definite_full
-        transport = core.transport_diag if diag else core.transport_full
         first = tf.equal(step, 1.0)
         omega = tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
@@ -276,22 +278,29 @@ class MGVBP(GaussianVariationalOptimizer):
             m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
             m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
             old_p, old_mu = s["precision"].value, s["mean"].value
+            new_mu = old_mu + learning_rate * m_mu
             if diag:
-                retract = core.retract_diag
+                # Elementwise: the retraction ((p + xi)^2 + p^2) / (2p) is positive for any xi, so no
+                # halving; a coordinate whose update overflows keeps its old state.
+                new_p = core.retract_diag(old_p, learning_rate * m_p)
+                new_m_p = core.transport_diag(m_p, old_p, new_p)
+                ok = (new_p > 0) & tf.math.is_finite(new_p)
+                for t in (new_mu, m_mu, new_m_p):
+                    ok = ok & tf.math.is_finite(t)
             else:  # every halving retracts from the same P: factor it once
                 chol = tf.linalg.cholesky(old_p)
                 retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
-            new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract, valid, self.max_halvings)
-            new_mu = old_mu + learning_rate * m_mu
-            # The momentum lives in the tangent space at P: carry it to the new point.
-            new_m_p = transport(m_p, old_p, new_p)
-            # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
-            # block's old state when anything came out non-finite.
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
-            s["mean"].assign(tf.where(finite, new_mu, old_mu))
-            s["precision"].assign(tf.where(finite, new_p, old_p))
-            s["m_mean"].assign(tf.where(finite, m_mu, s["m_mean"].value))
-            s["m_precision"].assign(tf.where(finite, new_m_p, s["m_precision"].value))
+                new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract,
+                                                     core.is_positive_definite_full, self.max_halvings)
+                # The momentum lives in the tangent space at P: carry it to the new point.
+                new_m_p = core.transport_full(m_p, old_p, new_p)
+                # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
+                # block's old state when anything came out non-finite.
+                ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
+            s["mean"].assign(tf.where(ok, new_mu, old_mu))
+            s["precision"].assign(tf.where(ok, new_p, old_p))
+            s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
+            s["m_precision"].assign(tf.where(ok, new_m_p, s["m_precision"].value))
 
     def get_config(self):
         config = super().get_config()
