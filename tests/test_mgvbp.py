@@ -207,6 +207,13 @@ def test_bad_arguments_are_reported():
         bk.optimizers.MGVBP(estimator="score", curvature="empirical_fisher")
 
 
+def test_one_sample_is_refused_where_a_sample_covariance_is_needed():
+    model = _linear_model(3, 1, bk.likelihoods.Normal(scale=0.5))
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        model.compile(optimizer=bk.optimizers.MGVBP(1e-2))
+    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, curvature="empirical_fisher"))  # fine with one
+
+
 def test_empirical_fisher_step_matches_a_hand_computation():
     """One diagonal step with curvature='empirical_fisher' against numpy: the target precision is
     h = n / (B T) * mean_n sum_b g_bn^2 + prior_precision / T with g_bn the per-example gradient of

@@ -198,6 +198,14 @@ class MGVBP(GaussianVariationalOptimizer):
             precisions.append(tf.fill((self._sizes[i],), tf.constant(1.0 / sd ** 2, self.posterior_dtype)))
         return tf.concat(means, 0), tf.concat(precisions, 0)
 
+    def check_num_particles(self, num_particles):
+        super().check_num_particles(num_particles)
+        if num_particles < 2 and self.curvature != "empirical_fisher":
+            what = "the Stein curvature (a sample covariance)" if self.estimator == "gradient" else "control variates"
+            raise ValueError(f"MGVBP estimator={self.estimator!r} needs at least 2 samples of q per step for "
+                             f"{what}; got num_particles={num_particles}. Use more particles, or "
+                             "curvature='empirical_fisher'.")
+
     # -- curvature (curvature="empirical_fisher") ---------------------------------------------------
     @property
     def curvature_request(self):
