@@ -74,7 +74,12 @@ class BayesianModel(keras.Model):
     # -- structure -----------------------------------------------------------------------------
     @property
     def particle_layers(self):
-        return [l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)]
+        # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
+        # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().
+        layers = [l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)]
+        position = {id(v): i for i, v in enumerate(self.weights)}
+        return sorted(layers, key=lambda l: min((position.get(id(v), len(position)) for v in l.weights),
+                                                default=len(position)))
 
     @property
     def num_particles(self):

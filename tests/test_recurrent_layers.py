@@ -274,3 +274,16 @@ def test_bad_inputs_and_arguments_are_reported():
                                                                                return_sequences=True))
     with pytest.raises(ValueError, match="Unknown GRU classifier layer"):
         bk.zoo.gru_classifier(2, deterministic_layers=("conv1",))
+
+
+def test_particle_layers_follow_the_weight_order_inside_bidirectional():
+    """Keras lists a Bidirectional's inner layers in reverse; the model's particle order must not be."""
+    inputs = keras.Input((5, 3))
+    h = bk.layers.Bidirectional(bk.layers.GRU(4, num_particles=2))(inputs)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+    position = {id(v): i for i, v in enumerate(model.weights)}
+    order = [position[id(v)] for layer in model.particle_layers for v in layer.weights]
+    assert order == sorted(order)
+    names = [l.name for l in model.particle_layers]
+    assert names.index(next(n for n in names if n.startswith("forward"))) < \
+        names.index(next(n for n in names if n.startswith("backward")))
