@@ -17,3 +17,7 @@ from bayes_keras.model import BayesianModel  # noqa: E402
 __version__ = "0.1.0"
 __all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "inference",
            "schedules", "curvature"]
+
+from bayes_keras import kernels, preconditioners  # noqa: E402
+
+__all__ += ["kernels", "preconditioners"]

@@ -210,8 +210,11 @@ class BayesianModel(keras.Model):
         trainable = self.trainable_variables
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
-        wants_curvature = getattr(self.optimizer, "curvature_request", None) is not None
-        with tf.GradientTape() as tape:
+        request = getattr(self.optimizer, "curvature_request", None)
+        wants_curvature = request is not None
+        # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
+        sampled_labels = wants_curvature and capture.wants_sampled_labels(request)
+        with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
                 outputs = self(x, training=True)
             self._build_likelihood(outputs.shape)
@@ -222,10 +225,21 @@ class BayesianModel(keras.Model):
             loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
             if self.losses:
                 loss += n * tf.add_n(self.losses)
+            if sampled_labels and records:
+                from bayes_keras.curvature.kfac import sampled_negative_log_likelihood  # noqa: I001
+
+                sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs)  # (batch, N)
+                if sample_weight is not None:
+                    sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
+                sampled_nll = tf.reduce_sum(sampled_nll)
         grads = tape.gradient(loss, trainable + [r.preactivations for r in records])
         grads, preactivation_grads = grads[:len(trainable)], grads[len(trainable):]
         if records:
-            self._finish_records(records, preactivation_grads, tf.shape(outputs)[0])
+            sampled_grads = None
+            if sampled_labels:
+                sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
+            self._finish_records(records, preactivation_grads, tf.shape(outputs)[0], sampled_grads)
+        del tape
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
         finite = tf.math.is_finite(loss)
@@ -242,6 +256,8 @@ class BayesianModel(keras.Model):
         if records:
             for r in records:
                 finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
+                if r.sampled_output_gradients is not None:
+                    finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
             self.optimizer.observe_curvature(records)
         if hasattr(self.optimizer, "observe"):
             self.optimizer.observe(tf.stop_gradient(scaled_loglik), tf.stop_gradient(particle_prior),
@@ -260,18 +276,22 @@ class BayesianModel(keras.Model):
         tf.cond(finite, apply, skip)
         return self._update_metrics(x, y, outputs, log_joint, sample_weight)
 
-    def _finish_records(self, records, preactivation_grads, batch):
+    def _finish_records(self, records, preactivation_grads, batch, sampled_grads=None):
         """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n).
 
         loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
+        `sampled_grads` (true Fisher) are already per-example gradients of -log p(y~_bn | x_b, w_n).
         """
         scale = float(self.dataset_size) / (tf.cast(batch, tf.float32) * self.temperature)
-        for r, g in zip(records, preactivation_grads):
+        for i, (r, g) in enumerate(zip(records, preactivation_grads)):
             if g is None:
                 raise ValueError(f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
                                  "computed for it.")
             r.output_gradients = g / tf.cast(scale, g.dtype)
             r.dataset_scale = scale
+            r.temperature = self.temperature
+            if sampled_grads is not None:
+                r.sampled_output_gradients = sampled_grads[i]
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)

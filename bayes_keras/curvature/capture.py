@@ -31,6 +31,13 @@ class LayerRecord:
             model after the backward pass.
         dataset_scale: n_train / (batch * temperature): the sum over the data set of a per-example
             quantity, tempered, is estimated by dataset_scale * (sum over the batch).
+        sampled_output_gradients: like `output_gradients` but for labels sampled from the model's own
+            predictive, y~_bn ~ p(y | x_b, w_n) (for the true Fisher); filled in only when the
+            optimizer's `curvature_request` asks for sampled labels (`wants_sampled_labels`).
+        temperature: the model's posterior temperature (filled in with `dataset_scale`).
+        extras: layer-specific tensors, laid out (batch, N, ...) like `preactivations` (recurrent
+            layers: "recurrent_inputs" h_{t-1}, and for GRU "reset_gates" r_t or
+            "reset_recurrent_inputs" r_t * h_{t-1}; see bayes_keras.curvature.kfac).
     """
 
     layer: object
@@ -38,6 +45,9 @@ class LayerRecord:
     preactivations: tf.Tensor
     output_gradients: tf.Tensor = None
     dataset_scale: tf.Tensor = None
+    sampled_output_gradients: tf.Tensor = None
+    temperature: float = None
+    extras: dict = None
 
 
 @contextlib.contextmanager
@@ -58,8 +68,23 @@ def capturing():
         _STATE.records = previous
 
 
+def is_capturing():
+    """True inside `capturing()` (layers may then lay out extra tensors for the record)."""
+    return getattr(_STATE, "records", None) is not None
+
+
+def wants_sampled_labels(request):
+    """Whether an optimizer's `curvature_request` asks for pre-activation gradients of labels sampled
+    from the model (the true Fisher): a request string containing "true_fisher"."""
+    return isinstance(request, str) and "true_fisher" in request
+
+
 def record(layer, inputs, preactivations):
-    """Called by particle layers on their pre-activations; a no-op outside `capturing()`."""
+    """Called by particle layers on their pre-activations; a no-op outside `capturing()`. Returns
+    the new `LayerRecord` (None outside), so a layer can add `extras` once they are computed."""
     records = getattr(_STATE, "records", None)
-    if records is not None:
-        records.append(LayerRecord(layer, inputs, preactivations))
+    if records is None:
+        return None
+    r = LayerRecord(layer, inputs, preactivations)
+    records.append(r)
+    return r

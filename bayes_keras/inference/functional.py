@@ -15,11 +15,14 @@ import tensorflow as tf
 
 @dataclasses.dataclass
 class ParticleRun:
-    """Result of `run_particles`: final particles (N, D), free energy trace, skipped steps."""
+    """Result of `run_particles`: final particles (N, D), free energy trace, skipped steps, and (with
+    `record_trajectory=True`) the particles before the first step and after every step
+    (num_steps + 1, N, D)."""
 
     particles: np.ndarray
     free_energy: np.ndarray
     skipped_steps: int
+    trajectory: np.ndarray = None
 
     @property
     def mean(self):
@@ -31,7 +34,7 @@ class ParticleRun:
         return z.T @ z / self.particles.shape[0]
 
 
-def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=500):
+def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=500, record_trajectory=False):
     """Move particles with `optimizer` to fit the density exp(log_prob_fn).
 
     Args:
@@ -40,6 +43,10 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
         optimizer: a `bayes_keras.optimizers.ParticleOptimizer` (e.g. GaussianParticleFlow).
         num_steps: number of updates.
         chunk: steps per compiled loop (the free energy is recorded at every step).
+        record_trajectory: also return the particles after every step (`ParticleRun.trajectory`).
+
+    An optimizer that needs the density itself (e.g. MatrixSVGD with a HessianPreconditioner, for
+    the curvature at the particles) gets it through its `bind_log_prob(log_prob_fn)` when it has one.
 
     Returns:
         ParticleRun. A step whose gradient is not finite is skipped (counted, with a warning).
@@ -55,6 +62,8 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     x.is_particle_variable = True
     if hasattr(optimizer, "check_num_particles"):
         optimizer.check_num_particles(x0.shape[0])
+    if hasattr(optimizer, "bind_log_prob"):
+        optimizer.bind_log_prob(log_prob_fn)
     optimizer.build([x])
     skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped")
     has_entropy = hasattr(optimizer, "entropy")
@@ -81,17 +90,24 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     @tf.function
     def run_chunk(k):
         trace = tf.TensorArray(tf.float32, size=k)
+        path = tf.TensorArray(tf.float32, size=k if record_trajectory else 0)
         for i in tf.range(k):
             trace = trace.write(i, tf.cast(one_step(), tf.float32))
-        return trace.stack()
+            if record_trajectory:
+                path = path.write(i, tf.cast(x.value, tf.float32))
+        return trace.stack(), (path.stack() if record_trajectory else tf.zeros((0,)))
 
-    traces = []
+    traces, paths = [], [x0[None]]
     done = 0
     while done < num_steps:
         k = min(chunk, num_steps - done)
-        traces.append(run_chunk(tf.constant(k)).numpy())
+        trace, path = run_chunk(tf.constant(k))
+        traces.append(trace.numpy())
+        if record_trajectory:
+            paths.append(path.numpy())
         done += k
     n_skipped = int(skipped.numpy())
     if n_skipped:
         warnings.warn(f"run_particles skipped {n_skipped} step(s) with non-finite gradients.", RuntimeWarning)
-    return ParticleRun(np.asarray(x.numpy()), np.concatenate(traces) if traces else np.zeros(0), n_skipped)
+    return ParticleRun(np.asarray(x.numpy()), np.concatenate(traces) if traces else np.zeros(0), n_skipped,
+                       np.concatenate(paths) if record_trajectory else None)

@@ -20,6 +20,16 @@ Where the pre-activations are computed (for curvature / KFAC statistics):
       `(r_t * h_{t-1}) U_h`, so the candidate's recurrent "input" is `r_t * h_{t-1}`, not h_{t-1}.
     W and U are never concatenated, so the input and recurrent Kronecker factors stay separate.
 
+Curvature capture (only inside bayes_keras.curvature.capturing(), i.e. when the optimizer asks):
+the layer records its input x and, as its "pre-activations", the projected input x_t W + b_in laid
+out (batch, N, T, k*units) (two exact transposes around the time-major tensor, so the gradient of
+the loss with respect to it is d(-log p)/d z_t: the projection enters z_t additively). The time loop
+then always runs as a scan (the same step function; only the final state is returned when
+return_sequences=False), and the record's `extras` get h_{t-1} ("recurrent_inputs", h_{-1} = 0) and
+the cell's own extra statistics (GRU: reset gates), recomputed outside the loop from h_{t-1}, all
+(batch, N, T, units) in input time order (also for go_backwards). Numerics of the outputs are
+unchanged; outside capturing nothing of this runs.
+
 Time loop: `tf.scan` over the time axis (or `tf.foldl` when only the last state is needed), a
 graph `while` loop whose body is vectorised over batch and particles, so T may be unknown and the
 graph does not grow with T; `unroll=True` (as in Keras) unrolls a Python loop over a static T,
@@ -33,6 +43,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
+from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
 # Keras RNN arguments that these layers do not implement, with the values that mean "off" (the
@@ -182,8 +193,11 @@ class _ParticleRNN(ParticleLayer):
             layout = "(batch, time, features)" if self.broadcasts else "(batch, particles, time, features)"
             raise ValueError(f"{type(self).__name__} '{self.name}' expects input {layout}; got shape {tuple(x.shape)}.")
 
-    def _loop(self, xs, recurrent_kernel, recurrent_bias):
-        """Run the recurrence over time-major projected inputs xs (T, *lead, k*units)."""
+    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None):
+        """Run the recurrence over time-major projected inputs xs (T, *lead, k*units); returns all
+        states h (T, *lead, units) in processing order when `sequence` (default: return_sequences),
+        else the last one."""
+        sequence = self.return_sequences if sequence is None else sequence
         lead = tf.shape(xs)[1:-1]
         h0 = tf.zeros(tf.concat([lead, [self.units]], 0), dtype=xs.dtype)
         states0 = self._initial_states(h0)
@@ -202,8 +216,8 @@ class _ParticleRNN(ParticleLayer):
             for t in range(steps):
                 states = step(states, xs[t])
                 outputs.append(states[0])
-            return tf.stack(outputs, 0) if self.return_sequences else states[0]
-        if self.return_sequences:
+            return tf.stack(outputs, 0) if sequence else states[0]
+        if sequence:
             return tf.scan(step, xs, initializer=states0)[0]  # (T, *lead, units)
         return tf.foldl(step, xs, initializer=states0)[0]  # (*lead, units)
 
@@ -233,10 +247,37 @@ class _ParticleRNN(ParticleLayer):
             xs = xs + tf.reshape(b_in, (1, n, 1, width))
             if b_rec is not None:
                 recurrent_bias = tf.reshape(b_rec, (n, 1, width))
-        h = self._loop(xs, tf.convert_to_tensor(self.recurrent_kernel), recurrent_bias)
+        recurrent_kernel = tf.convert_to_tensor(self.recurrent_kernel)
+        if capture.is_capturing():
+            h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias)
+        else:
+            h = self._loop(xs, recurrent_kernel, recurrent_bias)
         if self.return_sequences:
             return tf.transpose(h, [2, 1, 0, 3])  # (T, N, B, u) -> (B, N, T, u)
         return tf.transpose(h, [1, 0, 2])  # (N, B, u) -> (B, N, u)
+
+    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias):
+        """`_loop` under curvature capture (see the module docstring): records x, the projected input
+        (B, N, T, width) and, in `extras`, h_{t-1} and the cell's statistics."""
+        xs_b = tf.transpose(xs, [2, 1, 0, 3])  # (T, N, B, w) -> (B, N, T, w): exact
+        rec = capture.record(self, x, xs_b)
+        xs = tf.transpose(xs_b, [2, 1, 0, 3])
+        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True)  # (T, N, B, u), processing order
+        h_prev = tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0))
+        xs_proc = tf.stop_gradient(tf.reverse(xs, [0]) if self.go_backwards else xs)
+        extras = {"recurrent_inputs": h_prev}
+        extras.update(self._curvature_statistics(xs_proc, h_prev, recurrent_kernel, recurrent_bias))
+        for key, value in extras.items():
+            if self.go_backwards:
+                value = tf.reverse(value, [0])  # back to input time order
+            extras[key] = tf.transpose(value, [2, 1, 0, 3])  # (B, N, T, u)
+        rec.extras = extras
+        return hs if self.return_sequences else hs[-1]
+
+    def _curvature_statistics(self, xs, h_prev, recurrent_kernel, recurrent_bias):
+        """Extra per-step tensors (T, N, B, units) KFAC needs besides h_{t-1}, from the time-major
+        projected inputs and previous states in processing order (GRU: its reset gates)."""
+        return {}
 
     def _run_shared(self, x):
         """Shared weights on (M, T, F) -> (M, [T,] units)."""

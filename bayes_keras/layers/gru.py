@@ -73,6 +73,19 @@ class GRU(_ParticleRNN):
             hh = self.activation(a_h + self._recurrent_matmul(r * h, recurrent_kernel[..., 2 * u:]))
         return (z * h + (1.0 - z) * hh,)
 
+    def _curvature_statistics(self, xs, h_prev, recurrent_kernel, recurrent_bias):
+        # r_t recomputed outside the loop exactly as in _step: reset_after needs r_t (the candidate's
+        # recurrent pre-activation gradient is r_t * e_h), reset_before needs r_t * h_{t-1} (the
+        # candidate's recurrent input).
+        u = self.units
+        g_r = self._recurrent_matmul(h_prev, recurrent_kernel[..., u: 2 * u])
+        if self.reset_after and recurrent_bias is not None:
+            g_r = g_r + recurrent_bias[..., u: 2 * u]
+        r = self.recurrent_activation(xs[..., u: 2 * u] + g_r)
+        if self.reset_after:
+            return {"reset_gates": r}
+        return {"reset_recurrent_inputs": r * h_prev}
+
     def get_config(self):
         config = super().get_config()
         config.update({"recurrent_activation": keras.activations.serialize(self.recurrent_activation),

@@ -11,3 +11,8 @@ GPF = GaussianParticleFlow
 
 __all__ = ["ParticleOptimizer", "GaussianParticleFlow", "GPF", "IndependentParticles", "GaussianVariationalOptimizer",
            "MGVBP", "MeanFieldVI"]
+
+from bayes_keras.optimizers.svgd import SVGD  # noqa: E402
+from bayes_keras.optimizers.matrix_svgd import MatrixSVGD  # noqa: E402
+
+__all__ += ["SVGD", "MatrixSVGD"]

@@ -1,0 +1,347 @@
+"""Kronecker-factored (KFAC) curvature of particle layers, as pure functions of `LayerRecord`s.
+
+Conventions (tensorflow/kfac; Martens & Grosse 2015; Grosse & Martens 2016 for convolutions; Martens,
+Ba & Johnson 2018 for recurrent layers), per layer and per particle n (every factor has a leading N axis):
+
+- A layer's weights are viewed as matrices W (rows = inputs, columns = outputs): a Dense kernel
+  (in, out), a Conv2D kernel reshaped to (kh*kw*C, F) in (kh, kw, C) order (the order of
+  tf.image.extract_patches), a recurrent kernel (F or units, k*units). A bias is one more row, so a
+  block covers [kernel; bias] as an (in+1, out) matrix and its input gets a homogeneous coordinate 1
+  appended LAST. The curvature of the row-major vec(W) is approximated by A (x) G, which acts on a
+  direction V (in+1, out) as A V G.
+- Locations: the rows over which statistics are pooled are examples x locations, L locations per
+  example: L = 1 for a Dense layer on (batch, [N,] in), L = the product of the middle axes for a Dense
+  layer on (batch, [N,] ..., in), L = H' W' output positions for Conv2D, L = T time steps for
+  recurrent layers (the "independence across time / space" approximation).
+      A = (1 / (B L)) sum_{b, l} a~_bl a~_bl^T                      (mean over the B*L rows)
+      G = dataset_scale * sum_{b, l} e_bl e_bl^T,   dataset_scale = n_train / (B * temperature)
+  with a~ the input (+ 1) and e the per-example gradient of -log p(y_b | x_b, w_n) with respect to
+  the pre-activation at location l (sum-loss convention: NOT the gradient of a batch-mean loss, which
+  would shrink G by 1/B^2). Then
+      A (x) G = (n_train / temperature) * L * E[a a^T] (x) E[e e^T]
+  is the KFC / RNN-independence approximation of the tempered data set's Fisher
+  (n_train / temperature) E_b[g_b g_b^T] (g_b the per-example weight gradient): the whole scale,
+  data set, temperature and the location count L, sits in G. For one example at one location
+  (B = L = 1) A (x) G is exactly dataset_scale * g g^T.
+- Fisher: "empirical" uses the observed labels (record.output_gradients); "true" uses labels
+  sampled from the model's own predictive, one per example and particle
+  (record.sampled_output_gradients, filled by BayesianModel when the request contains "true_fisher").
+
+Kronecker blocks per layer type (factor names in brackets; `kronecker_spec`):
+- Dense, Conv2D: one block, rows [kernel; bias], [A] (x) [G].
+- SimpleRNN, LSTM: z_t = x_t W + b + h_{t-1} U. Input block rows [W; b]: [A_in] from x_t (+ 1),
+  [G] from e_t = d(-log p)/d z_t. Recurrent block rows [U]: [A_rec] from h_{t-1} (h_{-1} = 0) and the
+  same [G] (the recurrent pre-activation h_{t-1} U enters z_t additively, so its gradient is e_t).
+- GRU, reset_after=True (Keras' default): input block as above (b = bias row 0); recurrent block rows
+  [U; b_rec] (b_rec = bias row 1), [A_rec] from h_{t-1} (+ 1), [G_rec] from the gradient with respect
+  to g_t = h_{t-1} U + b_rec, which is (e_z, e_r, r_t * e_h) (the candidate uses a_h + r_t * g_h).
+- GRU, reset_after=False: input block as above; the recurrent kernel splits by columns into U_zr
+  (first 2*units columns, input h_{t-1}, [A_rec] (x) the (z, r) corner of [G]) and U_h (last units
+  columns, input r_t * h_{t-1}, [A_reset] (x) the candidate corner of [G]).
+Cross-covariances between the blocks of one layer are dropped (block-diagonal within the layer).
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU")
+FISHER_TYPES = ("empirical", "true")
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Rows [row_start, row_start + row_count) of a variable viewed as a (rows, width) matrix."""
+
+    variable: object
+    row_start: int
+    row_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class KroneckerBlock:
+    """One Kronecker-factored block A (x) G of a layer.
+
+    The block's weight matrix (p, q) stacks `pieces` (row slices of the layer's variables) and keeps
+    their columns [columns[0], columns[1]) (all columns when `columns` is None). `a` and `g` name
+    factors of `LayerSpec.factor_dims`; G is restricted to the same column range. `role` names the
+    block within its layer ("weights", "input", "recurrent", "recurrent_zr", "recurrent_h").
+    """
+
+    role: str
+    a: str
+    g: str
+    pieces: tuple
+    columns: tuple = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LayerSpec:
+    """The KFAC structure of one particle layer: factor sizes, matrix views of its variables, blocks.
+
+    `kind` is the layer class name; `reset_after` is set for GRU; `layer` is the layer when the spec was
+    made from it (`kronecker_spec`), None when it was inferred from the variables (`candidate_specs`)."""
+
+    kind: str
+    factor_dims: dict  # name -> d (factor is (N, d, d))
+    views: tuple  # ((variable, (rows, width)), ...) in the layer's variable order
+    blocks: tuple  # KroneckerBlock, ...
+    reset_after: bool = None
+    layer: object = None
+
+    @property
+    def variables(self):
+        return [v for v, _ in self.views]
+
+    def view(self, variable):
+        for v, shape in self.views:
+            if v is variable:
+                return shape
+        raise KeyError(variable.path)
+
+    def block_shape(self, block):
+        """(p, q) of a block's weight matrix."""
+        p = sum(piece.row_count for piece in block.pieces)
+        width = self.view(block.pieces[0].variable)[1]
+        q = width if block.columns is None else block.columns[1] - block.columns[0]
+        return p, q
+
+    def same_structure(self, other):
+        """Same layer kind, factors, variables (by identity), views and blocks."""
+        def key(spec):
+            blocks = tuple((b.role, b.a, b.g, b.columns, tuple((id(pc.variable), pc.row_start, pc.row_count)
+                                                             for pc in b.pieces)) for b in spec.blocks)
+            return (spec.kind, spec.reset_after, tuple(sorted(spec.factor_dims.items())),
+                    tuple((id(v), shape) for v, shape in spec.views), blocks)
+        return key(self) == key(other)
+
+
+def kronecker_spec(layer):
+    """The `LayerSpec` of a built bayes_keras particle layer (Dense, Conv2D, SimpleRNN, LSTM, GRU).
+
+    Raises:
+        ValueError: for other layers, deterministic layers, and variables whose shapes do not match
+            the layer's configuration.
+    """
+    kind = type(layer).__name__
+    name = getattr(layer, "name", repr(layer))
+    if kind not in SUPPORTED_LAYERS:
+        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer '{name}' is a "
+                         f"{kind}.")
+    if getattr(layer, "deterministic", False):
+        raise ValueError(f"Layer '{name}' is deterministic (shared weights): it has no particle curvature.")
+    bias = getattr(layer, "bias", None)
+    if kind in ("Dense", "Conv2D"):
+        return _spec(kind, layer.kernel, bias, layer=layer)
+    reset_after = bool(layer.reset_after) if kind == "GRU" else None
+    return _spec(kind, layer.kernel, bias, layer.recurrent_kernel, int(layer.units), reset_after, layer)
+
+
+def candidate_specs(variables):
+    """The possible `LayerSpec`s of one layer's particle variables (N, ...), from their names ("kernel",
+    "recurrent_kernel", "bias") and shapes alone: a kernel of rank 3 (+ bias) is a Dense layer, of rank
+    5 a Conv2D; with a recurrent kernel (N, units, k*units) it is SimpleRNN (k = 1), GRU (3) or LSTM (4),
+    and a GRU's bias (N, 2, 3*units) means reset_after. Usually one candidate; two for a GRU without
+    bias (reset_after unknown).
+
+    Raises:
+        ValueError: when the variables are not those of a supported particle layer.
+    """
+    names = {}
+    for v in variables:
+        names.setdefault(v.name.split("/")[-1], []).append(v)
+    where = ", ".join(v.path for v in variables)
+    if (any(len(vs) > 1 for vs in names.values()) or "kernel" not in names
+            or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
+        raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
+                         f"({', '.join(SUPPORTED_LAYERS)}: a kernel, an optional recurrent_kernel and an optional "
+                         "bias).")
+    kernel, bias = names["kernel"][0], names.get("bias", [None])[0]
+    if "recurrent_kernel" not in names:
+        kind = {3: "Dense", 5: "Conv2D"}.get(len(kernel.shape))
+        if kind is None:
+            raise ValueError(f"KFAC: kernel {kernel.path} of shape {tuple(kernel.shape)} is neither a Dense (N, in, "
+                             "out) nor a Conv2D (N, kh, kw, C, F) particle kernel.")
+        return [_spec(kind, kernel, bias)]
+    recurrent = names["recurrent_kernel"][0]
+    if len(kernel.shape) != 3 or len(recurrent.shape) != 3:
+        raise ValueError(f"KFAC: recurrent variables [{where}] must be kernel (N, F, k*units) and recurrent_kernel "
+                         "(N, units, k*units).")
+    units, width = int(recurrent.shape[1]), int(recurrent.shape[2])
+    kind = {1: "SimpleRNN", 3: "GRU", 4: "LSTM"}.get(width // units if width % units == 0 else 0)
+    if kind is None:
+        raise ValueError(f"KFAC: recurrent kernel {recurrent.path} of shape {tuple(recurrent.shape)} has "
+                         f"{width} columns for {units} units: not SimpleRNN (1x), GRU (3x) or LSTM (4x).")
+    if kind != "GRU":
+        return [_spec(kind, kernel, bias, recurrent, units)]
+    if bias is not None:
+        return [_spec(kind, kernel, bias, recurrent, units, len(bias.shape) == 3)]
+    return [_spec(kind, kernel, None, recurrent, units, True), _spec(kind, kernel, None, recurrent, units, False)]
+
+
+def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, layer=None):
+    has_bias = bias is not None
+    if recurrent is None:  # Dense, Conv2D
+        out = int(kernel.shape[-1])
+        rows = int(np.prod(kernel.shape[1:-1]))
+        views = [(kernel, (rows, out))]
+        pieces = [Piece(kernel, 0, rows)]
+        if has_bias:
+            _check_shape(bias, (out,))
+            views.append((bias, (1, out)))
+            pieces.append(Piece(bias, 0, 1))
+        return LayerSpec(kind, {"A": rows + has_bias, "G": out}, tuple(views),
+                         (KroneckerBlock("weights", "A", "G", tuple(pieces)),), layer=layer)
+    features, width = int(kernel.shape[1]), int(kernel.shape[2])
+    _check_shape(recurrent, (units, width))
+    views = [(kernel, (features, width)), (recurrent, (units, width))]
+    in_pieces = [Piece(kernel, 0, features)]
+    rec_pieces = [Piece(recurrent, 0, units)]
+    if has_bias:
+        bias_rows = 2 if reset_after else 1
+        _check_shape(bias, (2, width) if reset_after else (width,))
+        views.append((bias, (bias_rows, width)))
+        in_pieces.append(Piece(bias, 0, 1))
+        if reset_after:
+            rec_pieces.append(Piece(bias, 1, 1))
+    dims = {"A_in": features + has_bias, "G": width}
+    blocks = [KroneckerBlock("input", "A_in", "G", tuple(in_pieces))]
+    if kind == "GRU" and not reset_after:
+        dims.update({"A_rec": units, "A_reset": units})
+        blocks += [KroneckerBlock("recurrent_zr", "A_rec", "G", tuple(rec_pieces), (0, 2 * units)),
+                   KroneckerBlock("recurrent_h", "A_reset", "G", tuple(rec_pieces), (2 * units, width))]
+    elif kind == "GRU":
+        dims.update({"A_rec": units + has_bias, "G_rec": width})
+        blocks.append(KroneckerBlock("recurrent", "A_rec", "G_rec", tuple(rec_pieces)))
+    else:
+        dims["A_rec"] = units
+        blocks.append(KroneckerBlock("recurrent", "A_rec", "G", tuple(rec_pieces)))
+    return LayerSpec(kind, dims, tuple(views), tuple(blocks), reset_after, layer)
+
+
+def _check_shape(variable, shape):
+    if tuple(int(d) for d in variable.shape[1:]) != tuple(shape):
+        raise ValueError(f"KFAC: variable {variable.path} has per-particle shape {tuple(variable.shape[1:])}, "
+                         f"expected {tuple(shape)}.")
+
+
+# -- factors -------------------------------------------------------------------------------------
+def kfac_factors(record, fisher="empirical"):
+    """This batch's Kronecker factors of one layer (see the module docstring for the scale).
+
+    Args:
+        record: a `LayerRecord` with output gradients filled in (after BayesianModel's backward pass).
+        fisher: "empirical" (observed labels) or "true" (labels sampled from the model).
+
+    Returns:
+        dict factor name -> (N, d, d) tensor, names as in `kronecker_spec(record.layer).factor_dims`.
+    """
+    if fisher not in FISHER_TYPES:
+        raise ValueError(f"fisher must be one of {FISHER_TYPES}; got {fisher!r}.")
+    e = record.output_gradients if fisher == "empirical" else record.sampled_output_gradients
+    layer = record.layer
+    if e is None:
+        what = ("output_gradients" if fisher == "empirical" else
+                "sampled_output_gradients (the optimizer's curvature_request must contain 'true_fisher')")
+        raise ValueError(f"KFAC: the record of layer '{layer.name}' has no {what}.")
+    if record.dataset_scale is None:
+        raise ValueError(f"KFAC: the record of layer '{layer.name}' has no dataset_scale.")
+    kind = type(layer).__name__
+    if kind not in SUPPORTED_LAYERS:
+        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
+                         f"'{layer.name}' is a {kind}.")
+    n = int(layer.num_particles)
+    has_bias = getattr(layer, "bias", None) is not None
+    scale = tf.cast(record.dataset_scale, e.dtype)
+    batch = tf.shape(e)[0]
+    if kind == "Dense":
+        width = layer.units
+        in_dim = int(layer.kernel.shape[1])
+        a = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, in_dim))
+        e = tf.reshape(e, (batch, n, -1, width))
+        return {"A": _input_factor(a, has_bias, n), "G": _gradient_factor(e, scale)}
+    if kind == "Conv2D":
+        e = tf.reshape(e, (batch, n, -1, layer.filters))
+        return {"A": _input_factor(conv_patches(layer, record.inputs), has_bias, n), "G": _gradient_factor(e, scale)}
+    # recurrent
+    extras = record.extras or {}
+    if "recurrent_inputs" not in extras:
+        raise ValueError(f"KFAC: the record of recurrent layer '{layer.name}' has no recurrent inputs (h_(t-1)).")
+    units, width = int(layer.units), int(layer.kernel.shape[2])
+    x = record.inputs
+    features = int(layer.kernel.shape[1])
+    x = tf.reshape(x, (batch, 1 if layer.broadcasts else n, -1, features))
+    e = tf.reshape(e, (batch, n, -1, width))
+    h_prev = tf.reshape(extras["recurrent_inputs"], (batch, n, -1, units))
+    factors = {"A_in": _input_factor(x, has_bias, n), "G": _gradient_factor(e, scale)}
+    if kind == "GRU" and layer.reset_after:
+        r = tf.reshape(extras["reset_gates"], (batch, n, -1, units))
+        e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units:]], axis=-1)
+        factors["A_rec"] = _input_factor(h_prev, has_bias, n)
+        factors["G_rec"] = _gradient_factor(e_rec, scale)
+    elif kind == "GRU":
+        factors["A_rec"] = _input_factor(h_prev, False, n)
+        factors["A_reset"] = _input_factor(tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)),
+                                           False, n)
+    else:
+        factors["A_rec"] = _input_factor(h_prev, False, n)
+    return factors
+
+
+def _input_factor(a, homogeneous, n):
+    """a (B, N or 1, L, p) -> (N, p[+1], p[+1]): mean over the B*L rows of a~ a~^T, a~ = [a; 1]."""
+    rows = tf.cast(tf.shape(a)[0] * tf.shape(a)[2], a.dtype)
+    second = tf.einsum("bnli,bnlj->nij", a, a) / rows
+    if homogeneous:
+        first = tf.reduce_sum(a, axis=(0, 2)) / rows  # (N|1, p)
+        top = tf.concat([second, first[:, :, None]], axis=2)
+        bottom = tf.concat([first[:, None, :], tf.ones_like(first[:, :1])[:, None, :]], axis=2)
+        second = tf.concat([top, bottom], axis=1)
+    if second.shape[0] != n:
+        second = tf.broadcast_to(second, (n,) + tuple(second.shape[1:]))
+    return second
+
+
+def _gradient_factor(e, scale):
+    """e (B, N, L, q) -> (N, q, q): dataset_scale * sum over the B*L rows of e e^T."""
+    return scale * tf.einsum("bnlo,bnlp->nop", e, e)
+
+
+def conv_patches(layer, x):
+    """Input patches of a particle Conv2D, (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order."""
+    kh, kw = layer.kernel_size
+    batch = tf.shape(x)[0]
+    images = x if layer.broadcasts else tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
+    patches = tf.image.extract_patches(
+        images, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1], rates=[1, *layer.dilation_rate, 1],
+        padding=layer.padding.upper())
+    k = patches.shape[-1]
+    return tf.reshape(patches, (batch, 1 if layer.broadcasts else layer.num_particles, -1, k))
+
+
+# -- true Fisher ---------------------------------------------------------------------------------
+def sampled_negative_log_likelihood(likelihood, outputs):
+    """-log p(y~_bn | x_b, w_n) (batch, N) for labels y~_bn drawn from each particle's own predictive
+    (held constant: gradients flow through the outputs only). Its gradient with respect to the
+    pre-activations gives the true-Fisher statistics. Supports the Categorical, Bernoulli and Normal
+    likelihoods of bayes_keras.likelihoods."""
+    kind = type(likelihood).__name__
+    if kind == "Categorical":
+        logits = outputs
+        k = tf.shape(logits)[-1]
+        flat = tf.reshape(tf.stop_gradient(logits), (-1, k))
+        labels = tf.reshape(tf.random.categorical(flat, 1, dtype=tf.int32), tf.shape(logits)[:-1])
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    if kind == "Bernoulli":
+        logits = outputs[..., 0] if outputs.shape.rank == 3 else outputs
+        p = tf.sigmoid(tf.stop_gradient(logits))
+        labels = tf.cast(tf.random.uniform(tf.shape(p), dtype=p.dtype) < p, logits.dtype)
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+    if kind == "Normal":
+        s = tf.stop_gradient(likelihood.noise_scale(outputs.dtype))
+        y = tf.stop_gradient(outputs + s * tf.random.normal(tf.shape(outputs), dtype=outputs.dtype))
+        z = (y - outputs) / s
+        return tf.reduce_sum(0.5 * tf.square(z) + tf.math.log(s) + 0.5 * np.log(2.0 * np.pi), axis=-1)
+    raise ValueError(f"The true Fisher samples labels from the likelihood; {kind} is not supported (Categorical, "
+                     "Bernoulli, Normal). Use fisher='empirical'.")

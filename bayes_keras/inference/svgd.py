@@ -1,0 +1,176 @@
+"""Stein variational gradient descent, scalar and matrix-valued kernels, as pure tensor functions.
+
+Notation (../shared/papers/matrix-svgd.md): particles x_1..x_N in R^D given as lists of (N, d_v)
+tensors (one per flattened variable, never concatenated here); g_j = grad of the NEGATIVE log density
+at x_j (what the model hands the optimizers), so grad log p(x_j) = -g_j. Every function returns the
+DIRECTION TO SUBTRACT, -phi, as gpf_direction does (the optimizer steps x <- x - step(direction)).
+
+Vanilla SVGD (Liu & Wang 2016):
+    phi(x_i) = (1/N) sum_j [ k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i) ].
+
+Matrix-valued kernels (Wang et al. 2019, Algorithm 1): phi(x_i) = (1/N) sum_j [K(x_i, x_j) grad log p(x_j)
++ K(x_i, x_j) grad_{x_j}], with (K grad)_l = sum_m d/dx_m K_lm.
+
+"average" (Eqs. 12-15), K(x, x') = Q^{-1} k_Q(x, x') with the constant Q = Q_bar (the particles' average
+curvature) and k_Q(x, x') = k(||x - x'||_Q^2) (for RBF exp(-||x - x'||_Q^2 / h), h from the median of
+the squared Q-distances). Since Q^{-1} grad_{x_j} exp(-||x_j - x_i||_Q^2 / h) = (2 / h) k (x_i - x_j):
+    phi(x_i) = (1/N) sum_j k_Q(x_i, x_j) [ Q^{-1} grad log p(x_j) + (2 / h) (x_i - x_j) ]      [D]
+(the paper's Eq. 13 writes exp(-||.||^2 / (2h)), whose constant is 1 / h: same kernel, h doubled).
+This is vanilla SVGD on y = Q^{1/2} x mapped back (Lemma 2 / Theorem 3), which the tests check.
+
+"mixture" (Eqs. 16-18), anchors z_l = the particles, Q_l = Q(z_l), weights
+    w_l(x) = N(x; z_l, Q_l^{-1})^beta / sum_l' N(x; z_l', Q_l'^{-1})^beta   (log space, with log det Q_l)
+and the kernel K(x, x') = N sum_l w_l(x) w_l(x') Q_l^{-1} k_{Q_l}(x, x') (we multiply the paper's kernel by
+the number of anchors N, so that uniform weights (beta = 0) with equal Q_l give exactly "average").
+Its Stein direction ([D], derived from Theorem 1 with the product rule on w_l(x')):
+    phi_l(x_i) = (1/N) sum_j w_l(x_j) [ k_l(x_i, x_j) Q_l^{-1}(grad log p(x_j) + grad log w_l(x_j))
+                                        + Q_l^{-1} grad_{x_j} k_l(x_j, x_i) ],
+    grad log w_l(x) = beta [ -Q_l (x - z_l) + sum_l' w_l'(x) Q_l' (x - z_l') ],
+    phi(x_i) = N sum_l w_l(x_i) phi_l(x_i).
+Each anchor's bandwidth h_l is the median rule on squared Q_l-distances.
+
+metric="euclidean" is the separable shortcut of the authors' code [C]: the scalar kernel uses the
+Euclidean distance and the curvature only multiplies the result, K = k(x, x') Q_bar^{-1} ("average":
+phi = Q_bar^{-1} phi_vanilla) or K = N sum_l w_l(x) w_l(x') k(x, x') Q_l^{-1} with isotropic weights
+w_l(x) proportional to N(x; z_l, I)^beta ("mixture", as [C]). Both are valid matrix-valued kernels.
+
+Curvature operators: bayes_keras.preconditioners (Curvature.apply / solve / apply_mean / solve_mean /
+log_det take lists aligned with the variables; None entries for variables outside a group).
+"""
+
+import tensorflow as tf
+
+from bayes_keras.kernels.kernel import pairwise_sq_distances
+
+
+def _n(particles):
+    return tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+
+
+def _select(values, group, size):
+    """A list of length `size` with values[k] at position group[k] and None elsewhere."""
+    out = [None] * size
+    for k, v in enumerate(group):
+        out[v] = values[k]
+    return out
+
+
+def svgd_direction(particles, grads, kernel, groups):
+    """Vanilla SVGD: -phi for every particle.
+
+    Args:
+        particles: list of (N, d_v) tensors.
+        grads: list of (N, d_v) gradients of the NEGATIVE log density at the particles.
+        kernel: a bayes_keras.kernels.Kernel.
+        groups: list of lists of indices into `particles`; one kernel per group ([[0, ..., V-1]] is
+            one joint kernel over all coordinates, one group per layer gives per-layer kernels).
+
+    Returns:
+        list of (N, d_v) tensors: -phi(x_i) = (1/N) sum_j [k_ij g_j - grad_{x_j} k(x_j, x_i)].
+    """
+    n = _n(particles)
+    out = [None] * len(particles)
+    for group in groups:
+        k, rep = kernel.evaluate([particles[v] for v in group])
+        for v, r in zip(group, rep):
+            out[v] = (tf.matmul(k, grads[v]) - r) / n
+    return out
+
+
+def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, metric="q"):
+    """Matrix-valued SVGD with the constant ("average") preconditioner Q_bar: -phi for every particle.
+
+    Args:
+        particles, grads, kernel, groups: as `svgd_direction`.
+        curvature: a bayes_keras.preconditioners.Curvature (its mean Q_bar is used).
+        metric: "q" (Eq. 13: kernel on Q_bar-distances) or "euclidean" (Q_bar^{-1} times vanilla SVGD).
+    """
+    size = len(particles)
+    n = _n(particles)
+    out = [None] * size
+    for group in groups:
+        xs = [particles[v] for v in group]
+        ys = None
+        if metric == "q":
+            ys = [y for y in curvature.apply_mean(_select(xs, group, size)) if y is not None]
+        k, rep = kernel.evaluate(xs, ys)
+        if metric == "q":  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
+            drift = curvature.solve_mean(_select([tf.matmul(k, -grads[v]) / n for v in group], group, size))
+            phi = [drift[v] + r / n for v, r in zip(group, rep)]
+        else:  # separable kernel k Q^{-1}: precondition the whole vanilla direction
+            vanilla = [(tf.matmul(k, -grads[v]) + r) / n for v, r in zip(group, rep)]
+            pre = curvature.solve_mean(_select(vanilla, group, size))
+            phi = [pre[v] for v in group]
+        for v, p in zip(group, phi):
+            out[v] = -p
+    return out
+
+
+def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
+    """Mixture weights in log space: returns (log_w, ys, d2) with log_w[l, j] = log w_l(x_j) (N anchors x N
+    particles; softmax over l, every column sums to 1), ys the Q_l-images ys[v][l, j] = (Q_l x_j)_v (None
+    for "euclidean") and d2 the pairwise squared distances in each anchor's metric (L, N, N) (or (N, N)).
+
+    w_l(x) proportional to N(x; z_l, Q_l^{-1})^beta (metric "q") or N(x; z_l, I)^beta ("euclidean").
+    """
+    size = len(particles)
+    group = list(range(size)) if group is None else list(group)
+    xs = [particles[v] for v in group]
+    n_int = int(xs[0].shape[0])
+    if metric == "q":
+        xb = [tf.broadcast_to(x[None], (n_int,) + tuple(x.shape)) for x in xs]
+        ys = [y for y in curvature.apply(_select(xb, group, size)) if y is not None]  # ys[l][j] = Q_l x_j
+        d2 = pairwise_sq_distances(xs, ys)  # (L, N, N): ||x_i - x_j||^2_{Q_l}
+        # [l, j] = d2[l, j, l] = ||x_j - z_l||^2_{Q_l} (d2 is symmetric in its last two axes)
+        to_anchor = tf.transpose(tf.linalg.diag_part(tf.transpose(d2, (1, 0, 2))))
+        logits = beta * (-0.5 * to_anchor + 0.5 * curvature.log_det(group)[:, None])
+    else:
+        ys, d2 = None, pairwise_sq_distances(xs)
+        logits = beta * (-0.5 * d2)  # symmetric: [l, j] = ||x_j - z_l||^2
+    return tf.nn.log_softmax(logits, axis=0), ys, d2
+
+
+def matrix_svgd_mixture_direction(particles, grads, kernel, curvature, groups, metric="q", beta=1.0):
+    """Matrix-valued SVGD with the anchor-mixture kernel (Eqs. 16-18), anchors = particles.
+
+    Args:
+        particles, grads, kernel, groups: as `svgd_direction` (one mixture kernel per group).
+        curvature: a bayes_keras.preconditioners.Curvature (per-particle Q_l).
+        metric: "q" (Eq. 16 with Eq. 13 components) or "euclidean" (the authors' separable shortcut).
+        beta: exponent on the anchor densities in the weights (1: Eq. 17; 0: uniform weights).
+
+    Returns:
+        (directions, entropy): list of (N, d_v) tensors -phi, and the mean over particles and groups
+        of the weights' entropy H_j = -sum_l w_l(x_j) log w_l(x_j) (nats; log N = uniform,
+        0 = one-hot: the collapse to per-particle Newton steps without repulsion).
+    """
+    size = len(particles)
+    n = _n(particles)
+    out = [None] * size
+    entropies = []
+    for group in groups:
+        xs = [particles[v] for v in group]
+        glp = [-grads[v] for v in group]
+        log_w, ys, d2 = mixture_log_weights(particles, curvature, group, metric, beta)
+        w = tf.exp(log_w)  # (L, N): w[l, j] = w_l(x_j)
+        entropies.append(tf.reduce_mean(-tf.reduce_sum(w * log_w, axis=0)))
+        if metric == "q":
+            # t[l, j] = Q_l (x_j - z_l) = y[l, j] - y[l, l]
+            ts = [y - tf.transpose(tf.linalg.diag_part(tf.transpose(y, (2, 0, 1))))[:, None, :] for y in ys]
+            grad_log_w = [beta * (-t + tf.einsum("lj,ljd->jd", w, t)[None]) for t in ts]
+            k, rep = kernel.evaluate(xs, ys, weights=w)  # k (L, N, N), rep[v] (L, N, d_v)
+        else:
+            # grad log w_l(x_j) = beta [z_l - sum_l' w_l'(x_j) z_l'] for unit-covariance anchors
+            grad_log_w = [beta * (x[:, None, :] - tf.einsum("lj,ld->jd", w, x)[None]) for x in xs]
+            k, rep = kernel.evaluate(xs, None, weights=w)  # k (N, N), rep[v] (L, N, d_v)
+        kw = k * w[:, None, :]  # [l, i, j] = w_l(x_j) k_l(x_i, x_j)
+        drift = [tf.einsum("lij,ljd->lid", kw, g[None] + gw) / n for g, gw in zip(glp, grad_log_w)]
+        if metric == "q":
+            pre = curvature.solve(_select(drift, group, size))
+            phi_l = [pre[v] + r / n for v, r in zip(group, rep)]
+        else:
+            pre = curvature.solve(_select([d + r / n for d, r in zip(drift, rep)], group, size))
+            phi_l = [pre[v] for v in group]
+        for v, p in zip(group, phi_l):
+            out[v] = -n * tf.einsum("li,lid->id", w, p)
+    return out, tf.add_n(entropies) / float(len(entropies))

@@ -1,0 +1,192 @@
+"""MatrixSVGD: SVGD with matrix-valued kernels (Wang, Tang, Bajaj & Liu 2019)."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bayes_keras import kernels as kernels_lib
+from bayes_keras import preconditioners as preconditioners_lib
+from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction
+from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer, is_particle_variable
+
+_MODES = ("average", "mixture")
+_METRICS = ("q", "euclidean")
+_SCOPES = ("joint", "layer")
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class MatrixSVGD(ParticleOptimizer):
+    """Stein variational gradient descent with matrix-valued kernels preconditioned by curvature
+    ("Stein Variational Gradient Descent With Matrix-Valued Kernels", NeurIPS 2019,
+    https://arxiv.org/abs/1910.12794).
+
+    SVGD's scalar kernel k I is replaced by a matrix kernel built from a curvature Q (Hessian, Fisher,
+    KFAC): running it is vanilla SVGD in the coordinates y = Q^{1/2} x, so ill-conditioned posteriors
+    are explored at the speed of well-conditioned ones. The exact formulas (and the bandwidth
+    constant) are in bayes_keras.inference.svgd.
+
+    - mode="average" (Eqs. 12-15): one constant Q = Q_bar, the particles' average curvature;
+      K(x, x') = Q^{-1} exp(-||x - x'||_Q^2 / h), h = median squared Q-distance / log N.
+    - mode="mixture" (Eqs. 16-18): anchors = the particles, each with its own Q_l; the kernel mixes
+      the anchors' kernels with Gaussian-mixture weights w_l(x) proportional to N(x; z_l, Q_l^{-1})
+      (computed in log space with log det Q_l). Point-wise preconditioning, O(N^2) curvature
+      applications per step. The mean entropy of the weights is kept in the optimizer variable
+      `mixture_weight_entropy`, updated every applied step (log N: uniform; near 0: the weights
+      collapsed to one-hot and the method became independent per-particle Newton steps with little
+      repulsion; expect that in high dimension). It stays 0 in the average mode. The dense
+      preconditioners shrink each Q_l halfway to the average by default (shrinkage=0.5, as the
+      authors' code; on the 2-D toys it lowers the mixture's final MMD^2 2-10x).
+
+    Defaults and why: mode="average" (the cheap and robust variant; the mixture's weights collapse
+    in high dimension); kernel_metric="q" (the paper's Eq. 13: the kernel measures distances in the
+    metric it preconditions with, which is what makes the change-of-variables equivalence hold;
+    "euclidean" is the separable shortcut of the authors' BNN code, Euclidean RBF then Q^{-1},
+    cheaper for the mixture); step_rule="sgd" (a diagonal adaptive rule after the preconditioner
+    partly undoes it; Q^{-1} already makes the step scale-free, so learning rates of 0.1-1 are natural).
+
+    Non-finite curvature skips the whole update (particles and step-rule state untouched; counted in
+    `skipped_curvature_steps`).
+
+    Args:
+        learning_rate: step size (default 0.1).
+        preconditioner: a bayes_keras.preconditioners.Preconditioner (or "hessian" / "identity"):
+            HessianPreconditioner for log densities through run_particles, KFAC for networks.
+        mode: "average" (default) or "mixture".
+        kernel: the base scalar kernel (default RBF with the median rule; RBF or IMQ are radial and
+            work in any metric).
+        kernel_metric: "q" (default) or "euclidean".
+        scope: "joint" (default, one kernel over all weights) or "layer" (one per layer; needs a
+            preconditioner that is block-diagonal over layers).
+        mixture_beta: exponent on the anchor densities in the mixture weights (default 1: Eq. 17;
+            0: uniform weights, which with equal Q_l is exactly the average mode).
+        step_rule: "sgd" (default), "rmsprop", "adam" or a StepRule.
+
+    Example:
+        >>> opt = bayes_keras.optimizers.MatrixSVGD(0.5, bayes_keras.preconditioners.HessianPreconditioner(),
+        ...                                         mode="mixture")
+        >>> run = bayes_keras.inference.run_particles(log_prob, x0, opt, 300)
+    """
+
+    def __init__(self, learning_rate=0.1, preconditioner=None, mode="average", kernel=None, kernel_metric="q",
+                 scope="joint", mixture_beta=1.0, step_rule="sgd", **kwargs):
+        if mode not in _MODES:
+            raise ValueError(f"MatrixSVGD mode must be one of {_MODES}; got {mode!r}.")
+        if kernel_metric not in _METRICS:
+            raise ValueError(f"MatrixSVGD kernel_metric must be one of {_METRICS}; got {kernel_metric!r}.")
+        if scope not in _SCOPES:
+            raise ValueError(f"MatrixSVGD scope must be one of {_SCOPES}; got {scope!r}.")
+        if preconditioner is None:
+            raise ValueError("MatrixSVGD needs a preconditioner, e.g. bayes_keras.preconditioners."
+                             "HessianPreconditioner() (functional door) or a KFAC preconditioner.")
+        if isinstance(mixture_beta, bool) or not np.isfinite(mixture_beta) or mixture_beta < 0:
+            raise ValueError(f"mixture_beta must be a non-negative number; got {mixture_beta!r}.")
+        super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
+        self.preconditioner = preconditioners_lib.get(preconditioner)
+        self.kernel = kernels_lib.get(kernel)
+        if kernel_metric == "q" and not isinstance(self.kernel, kernels_lib.RadialKernel):
+            raise ValueError(f"kernel_metric='q' needs a radial kernel (RBF, IMQ); got {self.kernel!r}. "
+                             "Use kernel_metric='euclidean' for other kernels.")
+        self.mode, self.kernel_metric, self.scope = mode, kernel_metric, scope
+        self.mixture_beta = float(mixture_beta)
+
+    # -- contract with the model / functional door ---------------------------------------------
+    @property
+    def curvature_request(self):
+        return getattr(self.preconditioner, "curvature_request", None)
+
+    def observe_curvature(self, records):
+        self.preconditioner.observe_curvature(records)
+
+    def bind_log_prob(self, log_prob_fn):
+        """Called by bayes_keras.inference.run_particles: lets a HessianPreconditioner see the density."""
+        if hasattr(self.preconditioner, "bind_log_prob"):
+            self.preconditioner.bind_log_prob(log_prob_fn)
+
+    def check_num_particles(self, num_particles):
+        if self.mode == "mixture" and num_particles < 2:
+            raise ValueError(f"MatrixSVGD(mode='mixture') uses the particles as mixture anchors and needs at least "
+                             f"2 particles; got num_particles={num_particles}. Use mode='average'.")
+        if num_particles < 1:
+            raise ValueError(f"MatrixSVGD needs at least one particle; got {num_particles}.")
+
+    # -- build / step --------------------------------------------------------------------------
+    def build(self, variables):
+        if self.built:
+            return
+        pvars = [v for v in variables if is_particle_variable(v)]
+        if pvars:
+            self.check_num_particles(int(pvars[0].shape[0]))
+        super().build(variables)
+        self.mixture_weight_entropy = self.add_variable((), dtype="float32", name="mixture_weight_entropy")
+        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
+        if pvars:
+            shapes = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
+            groups = self._kernel_groups(self._groups_for(pvars))
+            self.preconditioner.build(self, shapes, groups)
+            self._check_blocks(self.preconditioner.blocks(len(pvars)), groups)
+
+    def _kernel_groups(self, groups):
+        if self.scope == "joint":
+            return [sorted(i for g in groups for i in g)]
+        return groups
+
+    @staticmethod
+    def _check_blocks(blocks, groups):
+        if blocks is None:
+            return
+        owner = {v: k for k, g in enumerate(groups) for v in g}
+        for block in blocks:
+            if len({owner.get(v) for v in block}) > 1:
+                raise ValueError(f"The preconditioner couples variables {sorted(block)} that scope='layer' puts in "
+                                 "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
+                                 "over layers.")
+
+    def direction(self, particles, grads, groups):
+        directions, _, _ = self._direction_and_status(particles, grads, groups)
+        return directions
+
+    def _direction_and_status(self, particles, grads, groups):
+        groups = self._kernel_groups(groups)
+        curvature = self.preconditioner.update(particles, grads)
+        if self.mode == "average":
+            directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,
+                                                       self.kernel_metric)
+            entropy = tf.constant(float("nan"))
+        else:
+            directions, entropy = matrix_svgd_mixture_direction(particles, grads, self.kernel, curvature, groups,
+                                                                self.kernel_metric, self.mixture_beta)
+        finite = curvature.is_finite()
+        for d in directions:
+            finite = finite & tf.reduce_all(tf.math.is_finite(d))
+        return directions, finite, entropy
+
+    def _update_particles(self, pvars, grads, slots, learning_rate, step):
+        n = pvars[0].shape[0]
+        flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
+        flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)]
+        directions, finite, entropy = self._direction_and_status(flat_x, flat_g, self._groups_for(pvars))
+
+        def apply():
+            for d, v, s in zip(directions, pvars, slots):
+                self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, s, learning_rate, step)
+            if self.mode == "mixture":
+                self.mixture_weight_entropy.assign(tf.cast(entropy, tf.float32))
+            return tf.constant(True)
+
+        def skip():
+            self.skipped_curvature_steps.assign_add(1)
+            return tf.constant(False)
+
+        tf.cond(finite, apply, skip)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "preconditioner": keras.saving.serialize_keras_object(self.preconditioner),
+            "mode": self.mode,
+            "kernel": keras.saving.serialize_keras_object(self.kernel),
+            "kernel_metric": self.kernel_metric,
+            "scope": self.scope,
+            "mixture_beta": self.mixture_beta,
+        })
+        return config

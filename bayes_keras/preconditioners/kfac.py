@@ -1,0 +1,494 @@
+"""KFAC preconditioner: per-particle Kronecker-factored Fisher blocks for Dense, Conv2D and recurrent layers.
+
+The statistics come from BayesianModel's curvature capture (bayes_keras.curvature.capture) and are
+turned into factors by bayes_keras.curvature.kfac (see its docstring for the conventions: matrix
+views, homogeneous coordinate for biases, locations, the scale n_train / temperature sitting in G,
+the Kronecker blocks of recurrent layers). This module keeps running averages of the factors as
+optimizer variables, damps and inverts them, and exposes them as a `Curvature` (preconditioners/base.py).
+
+Per layer (variable group) and particle l, Q_l is block-diagonal over the layer's Kronecker blocks,
+each (A_l + pi sqrt(lambda) I) (x) (G_l + sqrt(lambda) / pi I) (the "pi-split" Tikhonov damping of
+Martens & Grosse 2015, pi = sqrt((tr A / dim A) / (tr G / dim G)), per particle, clipped to
+[1e-8, 1e8], 1 when a trace is 0), lambda = damping + the prior's precision / temperature (below).
+
+Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (preconditioners/base.py); the
+Normal prior adds its precision 1 / (s^2 T) to every coordinate, which a Kronecker product cannot
+hold exactly, so (include_prior=True, default) it is added to the damping lambda of each block (the
+coordinate-weighted mean of the block's prior precisions, e.g. 1 for the default N(0, 1) prior,
+divided by the model's temperature T). Priors without a `stddev` add nothing.
+
+Mean curvature Q_bar (apply_mean / solve_mean, MatrixSVGD's "average" mode): per block
+damp(mean_l A_l) (x) damp(mean_l G_l), the mean of the RAW running factors, damped like a particle's
+(its own pi), and solve_mean is its exact inverse, so the metric and the preconditioner of the
+average kernel are the same Q_bar. (The mean of Kronecker products is not a Kronecker product;
+mean(A) (x) mean(G) differs from mean_l(A_l (x) G_l) by the cross-particle covariance of the factors.
+The authors' code instead solves with mean_l(A_l^-1) (x) mean_l(G_l^-1), which is not the inverse of
+any Q_bar it uses as a metric.)
+
+Schedule: the running factors are updated every step, F <- rho F + (1 - rho) F_batch with
+rho_t = min(1 - 1/t, ema_decay) (t = 1, 2, ... counts the updates, so the first step takes the batch
+factors); the damped factors, their inverses (eigendecomposition in float64) and log-determinants
+are recomputed on updates 1, 1 + k, 1 + 2k, ... (k = inversion_period), inside the compiled step
+(tf.cond on the update counter). A batch whose factors are not finite leaves every state untouched
+(the counter too) and the returned curvature reports is_finite() False, so the optimizer skips the
+step.
+"""
+
+import dataclasses
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bayes_keras.curvature import kfac as kfac_lib
+from bayes_keras.preconditioners.base import Curvature, Preconditioner
+
+_PI_RANGE = (1e-8, 1e8)
+
+
+@dataclasses.dataclass
+class KroneckerOperator:
+    """One Kronecker block's tensors for one step (read from the preconditioner's variables).
+
+    pieces: ((variable index, row start, row count), ...); columns: (c0, c1); p, q: the block's
+    matrix shape. a, g, a_inv, g_inv: (N, p, p) / (N, q, q) damped factors and inverses; log_det: (N,)
+    log det(A (x) G) = q log det A + p log det G; a_mean, ...: the same for Q_bar, (p, p) / (q, q).
+    """
+
+    pieces: tuple
+    columns: tuple
+    p: int
+    q: int
+    a: tf.Tensor
+    g: tf.Tensor
+    a_inv: tf.Tensor
+    g_inv: tf.Tensor
+    log_det: tf.Tensor
+    a_mean: tf.Tensor
+    g_mean: tf.Tensor
+    a_mean_inv: tf.Tensor
+    g_mean_inv: tf.Tensor
+
+    def pair(self, which):
+        return {"apply": (self.a, self.g), "solve": (self.a_inv, self.g_inv),
+                "apply_mean": (self.a_mean, self.g_mean), "solve_mean": (self.a_mean_inv, self.g_mean_inv)}[which]
+
+
+class KFACCurvature(Curvature):
+    """Per-particle Q_l, block-diagonal over layers (`blocks`), each layer a block-diagonal of Kronecker
+    products A (x) G acting on its (rows, columns) matrix views as A V G (see `KroneckerOperator`)."""
+
+    def __init__(self, num_particles, dims, views, layers, finite):
+        super().__init__(num_particles)
+        self.dims = [int(d) for d in dims]
+        self.views = [tuple(v) for v in views]
+        self.layers = [(list(indices), list(ops)) for indices, ops in layers]
+        self.blocks = [list(indices) for indices, _ in self.layers]
+        self._finite = finite
+
+    def _transform(self, vs, which):
+        if len(vs) != len(self.dims):
+            raise ValueError(f"Expected {len(self.dims)} vector parts (one per variable); got {len(vs)}.")
+        per_particle = which in ("apply", "solve")
+        out = [None] * len(vs)
+        for indices, ops in self.layers:
+            present = [vs[i] is not None for i in indices]
+            if not any(present):
+                continue
+            if not all(present):
+                raise ValueError(f"KFAC curvature: variables {indices} form one layer block; got vectors for only "
+                                 f"{[i for i, p in zip(indices, present) if p]} of them.")
+            parts = {i: [] for i in indices}
+            for op in ops:
+                c0, c1 = op.columns
+                mats, dtype = [], vs[op.pieces[0][0]].dtype
+                for i, r0, rc in op.pieces:
+                    rows, width = self.views[i]
+                    shape = (self.num_particles, -1, rows, width) if per_particle else (-1, rows, width)
+                    mats.append(tf.reshape(vs[i], shape)[..., r0: r0 + rc, c0:c1])
+                v = mats[0] if len(mats) == 1 else tf.concat(mats, axis=-2)
+                left, right = (tf.cast(m, dtype) for m in op.pair(which))
+                if per_particle:
+                    left, right = left[:, None], right[:, None]
+                result = tf.matmul(tf.matmul(left, v), right)
+                start = 0
+                for i, r0, rc in op.pieces:
+                    parts[i].append((r0, c0, result[..., start: start + rc, :]))
+                    start += rc
+            for i in indices:
+                out[i] = tf.reshape(_assemble(parts[i]), tf.shape(vs[i]))
+        return out
+
+    def apply(self, vs):
+        return self._transform(vs, "apply")
+
+    def solve(self, vs):
+        return self._transform(vs, "solve")
+
+    def apply_mean(self, vs):
+        return self._transform(vs, "apply_mean")
+
+    def solve_mean(self, vs):
+        return self._transform(vs, "solve_mean")
+
+    def log_det(self, indices=None):
+        chosen = set(range(len(self.dims)) if indices is None else indices)
+        total = None
+        for layer_indices, ops in self.layers:
+            inside = chosen.intersection(layer_indices)
+            if not inside:
+                continue
+            if len(inside) != len(layer_indices):
+                raise ValueError(f"KFAC curvature: variables {layer_indices} form one layer block; a log-det was "
+                                 f"requested over {sorted(inside)} of them only.")
+            for op in ops:
+                total = op.log_det if total is None else total + op.log_det
+        if total is None:
+            return tf.zeros((self.num_particles,))
+        return total
+
+    def is_finite(self):
+        return self._finite
+
+
+def _assemble(parts):
+    """(row start, column start, (..., rows, cols) tensor) pieces of one variable -> its (..., rows, width)."""
+    by_row = {}
+    for r0, c0, t in parts:
+        by_row.setdefault(r0, []).append((c0, t))
+    rows = []
+    for r0 in sorted(by_row):
+        cols = [t for _, t in sorted(by_row[r0], key=lambda ct: ct[0])]
+        rows.append(cols[0] if len(cols) == 1 else tf.concat(cols, axis=-1))
+    return rows[0] if len(rows) == 1 else tf.concat(rows, axis=-2)
+
+
+def _clean(path):
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in path)
+
+
+def _same_variables(a, b):
+    a, b = list(a), list(b)
+    return len(a) == len(b) and all(any(x is y for y in b) for x in a)
+
+
+def _identity_initializer(d):
+    def init(shape, dtype=None):
+        eye = np.eye(d, dtype=np.float32)
+        return tf.constant(np.broadcast_to(eye, shape).copy(), dtype=dtype or "float32")
+
+    return init
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class KFACPreconditioner(Preconditioner):
+    """Kronecker-factored Fisher curvature per particle and layer (KFAC; Martens & Grosse 2015), for
+    networks of bayes_keras Dense, Conv2D, SimpleRNN, LSTM and GRU particle layers (Bidirectional:
+    each direction is its own layer) trained through BayesianModel.fit.
+
+    The conventions (scale, locations, recurrent blocks) are in bayes_keras.curvature.kfac; damping,
+    prior, the mean curvature and the schedule in this module's docstring.
+
+    Args:
+        damping: Tikhonov damping lambda > 0 added (pi-split) to every Kronecker block, in the units of
+            the tempered data-set Fisher (default 1e-3).
+        ema_decay: running-average decay in [0, 1); rho_t = min(1 - 1/t, ema_decay) (default 0.95).
+        inversion_period: recompute the damped inverses every this many updates (default 20).
+        fisher: "empirical" (observed labels, default) or "true" (labels sampled from the model's own
+            predictive, one per example and particle: BayesianModel then runs a second backward pass
+            to the pre-activations).
+        damping_split: True (default): A + pi sqrt(lambda) I, G + sqrt(lambda) / pi I; False: pi = 1.
+        include_prior: add the Normal prior's precision / temperature to lambda (default True).
+
+    Example:
+        >>> opt = bayes_keras.optimizers.MatrixSVGD(0.5, bayes_keras.preconditioners.KFACPreconditioner())
+        >>> model.compile(optimizer=opt)
+        >>> model.fit(x, y, epochs=10)
+    """
+
+    def __init__(self, damping=1e-3, ema_decay=0.95, inversion_period=20, fisher="empirical", damping_split=True,
+                 include_prior=True):
+        if isinstance(damping, bool) or not np.isfinite(damping) or not damping > 0:
+            raise ValueError(f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}.")
+        if isinstance(ema_decay, bool) or not 0.0 <= ema_decay < 1.0:
+            raise ValueError(f"KFAC ema_decay must be in [0, 1); got {ema_decay!r}.")
+        if isinstance(inversion_period, bool) or int(inversion_period) != inversion_period or inversion_period < 1:
+            raise ValueError(f"KFAC inversion_period must be a positive integer; got {inversion_period!r}.")
+        if fisher not in kfac_lib.FISHER_TYPES:
+            raise ValueError(f"KFAC fisher must be one of {kfac_lib.FISHER_TYPES}; got {fisher!r}.")
+        self.damping, self.ema_decay = float(damping), float(ema_decay)
+        self.inversion_period, self.fisher = int(inversion_period), fisher
+        self.damping_split, self.include_prior = bool(damping_split), bool(include_prior)
+        self._records = None
+        self._built = False
+
+    @property
+    def curvature_request(self):
+        return "kfac_true_fisher" if self.fisher == "true" else "kfac_empirical_fisher"
+
+    def observe_curvature(self, records):
+        self._records = list(records)
+
+    # -- build -----------------------------------------------------------------------------------
+    def build(self, optimizer, shapes, groups):
+        """Create the running factors, damped factors and inverses (identity until the first inversion)
+        as optimizer variables. The structure comes from the layers' particle variables (names and
+        shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per layer by the optimizer
+        (BayesianModel.compile binds the groups); the first step checks it against the captured layers."""
+        super().build(optimizer, shapes, groups)
+        pvars = self._particle_variables(optimizer)
+        if getattr(optimizer, "_layer_groups", None) is None or not hasattr(optimizer, "_groups_for"):
+            raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
+                             "BayesianModel built from bayes_keras particle layers (compile() binds the groups). The "
+                             "functional door has no layers: use HessianPreconditioner there.")
+        n = self._shapes[0][0]
+        self._layer_indices, self._state = [], []
+        self._views = [None] * len(pvars)
+        for group in optimizer._groups_for(pvars):
+            candidates = kfac_lib.candidate_specs([pvars[i] for i in group])  # raises for unsupported layers
+            spec = candidates[0]
+            index = {id(pvars[i]): i for i in group}
+            for v, view in spec.views:
+                i = index[id(v)]
+                if int(np.prod(view)) != self._shapes[i][1] or self._shapes[i][0] != n:
+                    raise ValueError(f"KFACPreconditioner: variable {v.path} is {view} per particle but the "
+                                     f"optimizer's particles have shape {self._shapes[i]}.")
+                self._views[i] = view
+            self._layer_indices.append([index[id(v)] for v, _ in spec.views])
+            self._state.append(self._make_state(optimizer, candidates, n, index))
+        self._updates = optimizer.add_variable((), dtype="int64", name="kfac_updates")
+        self._num_particles = n
+        self._built = True
+
+    def _particle_variables(self, optimizer):
+        variables = getattr(optimizer, "_trainable_variables", None) or []
+        pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
+        got = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
+        if got != list(self._shapes):
+            raise ValueError(f"KFACPreconditioner: the optimizer's particle variables {got} do not match the particle "
+                             f"shapes {list(self._shapes)} it was built with (KFAC needs the model's particle "
+                             "variables, in the optimizer's order).")
+        return pvars
+
+    def _make_state(self, optimizer, candidates, n, index):
+        """Variables for the union of the candidates' factors and blocks (two candidates only for a GRU
+        without bias, whose reset_after the variables cannot tell)."""
+        base = _clean(candidates[0].variables[0].path.rsplit("/", 1)[0])
+        add = optimizer.add_variable
+        factors, blocks = {}, {}
+        for spec in candidates:
+            for name, d in spec.factor_dims.items():
+                if name not in factors:
+                    factors[name] = add((n, d, d), initializer="zeros", name=f"kfac_{base}_{name}")
+            for block in spec.blocks:
+                if block.role in blocks:
+                    continue
+                p, q = spec.block_shape(block)
+                tag = f"kfac_{base}_{block.role}"
+                blocks[block.role] = {
+                    "p": p, "q": q,
+                    "a": add((n, p, p), initializer=_identity_initializer(p), name=f"{tag}_a_damped"),
+                    "g": add((n, q, q), initializer=_identity_initializer(q), name=f"{tag}_g_damped"),
+                    "a_inv": add((n, p, p), initializer=_identity_initializer(p), name=f"{tag}_a_inverse"),
+                    "g_inv": add((n, q, q), initializer=_identity_initializer(q), name=f"{tag}_g_inverse"),
+                    "log_det": add((n,), initializer="zeros", name=f"{tag}_log_det"),
+                    "a_mean": add((p, p), initializer=_identity_initializer(p), name=f"{tag}_a_mean_damped"),
+                    "g_mean": add((q, q), initializer=_identity_initializer(q), name=f"{tag}_g_mean_damped"),
+                    "a_mean_inv": add((p, p), initializer=_identity_initializer(p), name=f"{tag}_a_mean_inverse"),
+                    "g_mean_inv": add((q, q), initializer=_identity_initializer(q), name=f"{tag}_g_mean_inverse"),
+                }
+        return {"candidates": candidates, "spec": candidates[0], "index": index, "factors": factors,
+                "blocks": blocks, "prior": {}}
+
+    @staticmethod
+    def _prior_precision(layer, block, q):
+        """Coordinate-weighted mean prior precision 1 / s^2 over a block's weights (0 without stddev)."""
+        total, count = 0.0, 0
+        for piece in block.pieces:
+            precision = 0.0
+            for variable, prior, fan_in in getattr(layer, "_prior_terms", ()):
+                if variable is piece.variable and hasattr(prior, "stddev"):
+                    precision = 1.0 / float(prior.stddev(fan_in)) ** 2
+            total += precision * piece.row_count * q
+            count += piece.row_count * q
+        return total / max(count, 1)
+
+    def blocks(self, num_variables):
+        if not self._built:
+            return None
+        return [list(ix) for ix in self._layer_indices]
+
+    # -- step ------------------------------------------------------------------------------------
+    def batch_factors(self):
+        """This step's factors from the observed records: a list (one per layer) of {name: (N, d, d)}.
+
+        Also resolves each layer's structure against the captured layer (errors for unsupported layers
+        or a mismatch with the structure inferred from the variables) and its prior precisions."""
+        if self._records is None:
+            raise ValueError("KFACPreconditioner needs the layers' captured statistics: train through "
+                             "BayesianModel.fit (the optimizer's curvature_request makes the model capture them).")
+        out = []
+        for state in self._state:
+            variables = state["candidates"][0].variables
+            found = [r for r in self._records if _same_variables(getattr(r.layer, "particle_variables", ()), variables)]
+            where = ", ".join(v.path for v in variables)
+            if not found:
+                raise ValueError(f"KFACPreconditioner: no curvature was captured for the layer of [{where}] in this "
+                                 "step (KFAC supports the particle layers " + ", ".join(kfac_lib.SUPPORTED_LAYERS) +
+                                 "; is the layer part of the model being trained?).")
+            if len(found) > 1:
+                raise ValueError(f"KFACPreconditioner: layer '{found[0].layer.name}' was called {len(found)} times in "
+                                 "one forward pass; KFAC supports layers applied once per step.")
+            layer = found[0].layer
+            actual = kfac_lib.kronecker_spec(layer)  # raises for unsupported layers
+            if not any(c.same_structure(actual) for c in state["candidates"]):
+                raise ValueError(f"KFACPreconditioner: layer '{layer.name}' ({actual.kind}) does not match the "
+                                 f"structure its variables [{where}] suggested at build time "
+                                 f"({state['candidates'][0].kind}).")
+            state["spec"] = actual
+            for block in actual.blocks:
+                state["prior"][block.role] = self._prior_precision(layer, block, actual.block_shape(block)[1])
+            factors = kfac_lib.kfac_factors(found[0], self.fisher)
+            for name, d in actual.factor_dims.items():
+                shape = tuple(factors[name].shape)
+                if shape != (self._num_particles, d, d):
+                    raise ValueError(f"KFACPreconditioner: factor {name} of layer '{layer.name}' has shape "
+                                     f"{shape}, expected {(self._num_particles, d, d)}.")
+            out.append(factors)
+        return out
+
+    def _temperature(self):
+        temps = [r.temperature for r in self._records or [] if getattr(r, "temperature", None) is not None]
+        return float(temps[0]) if temps else 1.0
+
+    def update(self, particles=None, grads=None):
+        if not self._built:
+            raise ValueError("KFACPreconditioner.update before build (build it through the optimizer's build).")
+        batch = self.batch_factors()
+        finite = tf.constant(True)
+        for factors in batch:
+            for f in factors.values():
+                finite = finite & tf.reduce_all(tf.math.is_finite(f))
+        temperature = self._temperature()
+
+        def accumulate():
+            t = tf.cast(self._updates + 1, tf.float32)
+            rho = tf.minimum(1.0 - 1.0 / t, self.ema_decay)
+            for state, factors in zip(self._state, batch):
+                for name in factors:
+                    variable = state["factors"][name]
+                    variable.assign(rho * variable.value + (1.0 - rho) * tf.cast(factors[name], variable.dtype))
+            self._updates.assign_add(1)
+            return tf.constant(True)
+
+        tf.cond(finite, accumulate, lambda: tf.constant(False))
+        due = finite & tf.equal(tf.math.floormod(self._updates - 1, self.inversion_period), 0)
+
+        def invert():
+            self._invert(temperature)
+            return tf.constant(True)
+
+        tf.cond(due, invert, lambda: tf.constant(False))
+        return self.curvature(finite)
+
+    def damping_for(self, layer_index, role, temperature=1.0):
+        """lambda of one block: damping + (its prior precision / temperature when include_prior)."""
+        lam = self.damping
+        if self.include_prior:
+            lam += self._state[layer_index]["prior"].get(role, 0.0) / float(temperature)
+        return lam
+
+    def _invert(self, temperature):
+        for k, state in enumerate(self._state):
+            for block in state["spec"].blocks:
+                b = state["blocks"][block.role]
+                a = tf.cast(state["factors"][block.a].value, tf.float64)
+                g = tf.cast(state["factors"][block.g].value, tf.float64)
+                if block.columns is not None:
+                    c0, c1 = block.columns
+                    g = g[:, c0:c1, c0:c1]
+                lam = self.damping_for(k, block.role, temperature)
+                a_d, a_inv, a_logdet, g_d, g_inv, g_logdet = damped_inverses(a, g, lam, self.damping_split)
+                b["a"].assign(tf.cast(a_d, b["a"].dtype))
+                b["g"].assign(tf.cast(g_d, b["g"].dtype))
+                b["a_inv"].assign(tf.cast(a_inv, b["a_inv"].dtype))
+                b["g_inv"].assign(tf.cast(g_inv, b["g_inv"].dtype))
+                b["log_det"].assign(tf.cast(b["q"] * a_logdet + b["p"] * g_logdet, b["log_det"].dtype))
+                am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0), lam,
+                                                                   self.damping_split)
+                b["a_mean"].assign(tf.cast(am_d, b["a_mean"].dtype))
+                b["g_mean"].assign(tf.cast(gm_d, b["g_mean"].dtype))
+                b["a_mean_inv"].assign(tf.cast(am_inv, b["a_mean_inv"].dtype))
+                b["g_mean_inv"].assign(tf.cast(gm_inv, b["g_mean_inv"].dtype))
+
+    def curvature(self, finite=None):
+        """The current `KFACCurvature` (the damped factors and inverses of the last inversion)."""
+        layers = []
+        for indices, state in zip(self._layer_indices, self._state):
+            spec, index = state["spec"], state["index"]
+            ops = []
+            for block in spec.blocks:
+                b = state["blocks"][block.role]
+                pieces = tuple((index[id(pc.variable)], pc.row_start, pc.row_count) for pc in block.pieces)
+                columns = block.columns or (0, spec.view(block.pieces[0].variable)[1])
+                ops.append(KroneckerOperator(pieces, columns, b["p"], b["q"], b["a"].value, b["g"].value,
+                                             b["a_inv"].value, b["g_inv"].value, b["log_det"].value,
+                                             b["a_mean"].value, b["g_mean"].value, b["a_mean_inv"].value,
+                                             b["g_mean_inv"].value))
+            layers.append((indices, ops))
+        finite = tf.constant(True) if finite is None else finite
+        return KFACCurvature(self._num_particles, [s[1] for s in self._shapes], self._views, layers, finite)
+
+    @property
+    def updates(self):
+        """Number of factor updates so far (an optimizer variable)."""
+        return self._updates
+
+    @property
+    def factor_variables(self):
+        """[{factor name: (N, d, d) running-average variable}] per layer group, in the optimizer's order."""
+        return [dict(state["factors"]) for state in self._state]
+
+    def block_variables(self, layer_index):
+        """{block role: {"a", "g", "a_inv", "g_inv", "log_det", "a_mean", ...: variable}} of one layer group."""
+        return {role: {k: v for k, v in b.items() if k not in ("p", "q")}
+                for role, b in self._state[layer_index]["blocks"].items()}
+
+    def get_config(self):
+        return {"damping": self.damping, "ema_decay": self.ema_decay, "inversion_period": self.inversion_period,
+                "fisher": self.fisher, "damping_split": self.damping_split, "include_prior": self.include_prior}
+
+
+def split_damping(a, g, lam, split=True):
+    """(pi sqrt(lambda), sqrt(lambda) / pi) added to A and G (batched over leading axes).
+
+    pi = sqrt((tr A / dim A) / (tr G / dim G)) (1 when a trace is not positive, clipped to [1e-8, 1e8])."""
+    root = math.sqrt(lam)
+    if not split:
+        one = tf.ones(tf.shape(a)[:-2], a.dtype)
+        return root * one, root * one
+    ta = tf.linalg.trace(a) / tf.cast(tf.shape(a)[-1], a.dtype)
+    tg = tf.linalg.trace(g) / tf.cast(tf.shape(g)[-1], g.dtype)
+    ok = (ta > 0) & (tg > 0)
+    pi = tf.where(ok, tf.sqrt(tf.where(ok, ta, 1.0) / tf.where(ok, tg, 1.0)), tf.ones_like(ta))
+    pi = tf.clip_by_value(pi, *_PI_RANGE)
+    return pi * root, root / pi
+
+
+def damped_inverses(a, g, lam, split=True):
+    """Damped factors, their inverses and log-determinants (symmetrised, eigendecomposition).
+
+    Returns (A_d, A_d^-1, log det A_d, G_d, G_d^-1, log det G_d); A_d = A + c_A I, G_d = G + c_G I with
+    (c_A, c_G) from `split_damping`. Eigenvalues are floored at c (exact for PSD A, G)."""
+    c_a, c_g = split_damping(a, g, lam, split)
+    out = []
+    for m, c in ((a, c_a), (g, c_g)):
+        m = 0.5 * (m + tf.linalg.matrix_transpose(m))
+        eye = tf.eye(tf.shape(m)[-1], dtype=m.dtype)
+        m_d = m + c[..., None, None] * eye
+        vals, vecs = tf.linalg.eigh(m_d)
+        vals = tf.maximum(vals, c[..., None])
+        inv = tf.matmul(vecs / vals[..., None, :], vecs, transpose_b=True)
+        out += [m_d, inv, tf.reduce_sum(tf.math.log(vals), axis=-1)]
+    return tuple(out)
