@@ -14,6 +14,7 @@ from scipy.spatial.distance import pdist
 import bayes_keras as bk
 from bayes_keras.inference.gpf import gpf_direction
 from bayes_keras.inference.svgd import svgd_direction
+from test_model import _linear_data, _linear_model
 
 
 def _autodiff_repulsion(kernel_fn, x):
@@ -142,20 +143,6 @@ def test_rbf_svgd_converges_on_a_2d_gaussian():
     assert run.skipped_steps == 0
 
 
-def _linear_data(n=60, d=3, noise=0.5, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d)).astype(np.float32)
-    w = rng.standard_normal(d)
-    y = (x @ w + 0.3 + noise * rng.standard_normal(n)).astype(np.float32)
-    return x, y
-
-
-def _linear_model(d, n_particles, noise):
-    inputs = keras.Input((d,))
-    out = bk.layers.Dense(1, num_particles=n_particles, kernel_prior=1.0, bias_prior=1.0)(inputs)
-    return bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=noise))
-
-
 def test_centred_linear_svgd_through_fit_recovers_conjugate_posterior():
     """The whole Keras path (gradient hand-off, per-layer groups, scaling): with the centred linear
     kernel and D + 1 = 5 particles SVGD is GPF, whose fixed point is the exact posterior."""
@@ -164,7 +151,7 @@ def test_centred_linear_svgd_through_fit_recovers_conjugate_posterior():
     xb = np.concatenate([x, np.ones((len(x), 1))], 1).astype(np.float64)
     cov = np.linalg.inv(xb.T @ xb / noise**2 + np.eye(4))
     mean = cov @ xb.T @ y / noise**2
-    model = _linear_model(3, 5, noise)
+    model = _linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
     model.compile(optimizer=bk.optimizers.SVGD(2e-3, kernel="centred_linear", step_rule="sgd"))
     model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(4000), epochs=1, dataset_size=len(x), verbose=0,
               shuffle=False)
