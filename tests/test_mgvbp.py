@@ -237,6 +237,53 @@ def test_empirical_fisher_step_matches_a_hand_computation():
     np.testing.assert_allclose(opt._state[0]["precision"].numpy(), p0 + xi + xi**2 / (2 * p0), rtol=1e-4)
 
 
+def test_true_fisher_step_uses_sampled_labels():
+    """curvature='fisher' moves P toward the Monte Carlo true Fisher: labels drawn from the model. For a
+    linear-Gaussian model E_y~[g^2] = x^2 / sigma^2 whatever the weights, so the target is known in
+    closed form; the empirical Fisher at the (untrained) start is far larger (large residuals)."""
+    noise, beta, p0 = 0.5, 0.5, 10.0
+    x, y = _linear_data(n=1000, noise=noise)
+    y = y + 5.0  # the untrained model misses by ~5: the empirical Fisher is ~100x the true one
+    model = _linear_model(3, 6, bk.likelihoods.Normal(scale=noise))
+    opt = bk.optimizers.MGVBP(beta, structure="diagonal", curvature="fisher", initial_precision=p0, seed=3)
+    model.compile(optimizer=opt, dataset_size=len(x))
+    opt.build(model.trainable_variables)
+    k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)
+    h_true = np.concatenate([np.sum(x**2, axis=0), [len(x)]]) / noise**2 + 1.0  # + prior N(0, 1)
+    resid = y[None, :] - (np.einsum("bi,ni->nb", x, k[:, :, 0]) + b)
+    h_empirical = np.concatenate([np.mean(np.einsum("nb,bi->ni", resid**2, x**2), 0),
+                                  [np.mean(np.sum(resid**2, 1))]]) / noise**4 + 1.0
+    model.train_on_batch(x, y)
+    p = opt._state[0]["precision"].numpy().astype(np.float64)
+    # Undo the retraction p = p0 + xi + xi^2 / (2 p0), xi = beta (h - p0), to read off the target h.
+    h = p0 + p0 * (np.sqrt(1.0 + 2.0 * (p - p0) / p0) - 1.0) / beta
+    # 6 particles x 1000 sampled labels: ~3% Monte Carlo error per coordinate.
+    np.testing.assert_allclose(h, h_true, rtol=0.12)
+    assert np.all(h < 0.2 * h_empirical)
+
+
+def test_mean_learning_rate_scales_only_the_mean_step():
+    """The first step sets the momentum to the natural gradient: mu moves by mean_learning_rate x
+    nat_mu, P by learning_rate (unchanged by the mean's rate)."""
+    x, y = _class_data()
+    steps = {}
+    for mlr in (None, 0.05):
+        keras.utils.set_random_seed(0)
+        model = _tiny_classifier(n_particles=4)
+        opt = bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="empirical_fisher",
+                                  mean_learning_rate=mlr, initial_precision=100.0, seed=0)
+        model.compile(optimizer=opt, dataset_size=len(x))
+        opt.build(model.trainable_variables)
+        mu0 = opt._state[0]["mean"].numpy()
+        model.train_on_batch(x[:64], y[:64])
+        steps[mlr] = (opt._state[0]["mean"].numpy() - mu0, opt._state[0]["precision"].numpy())
+    np.testing.assert_allclose(steps[0.05][0], 5.0 * steps[None][0], rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(steps[0.05][1], steps[None][1], rtol=1e-6)
+    assert np.max(np.abs(steps[None][0])) > 0
+    config = bk.optimizers.MGVBP(1e-2, mean_learning_rate=0.05).get_config()
+    assert bk.optimizers.MGVBP.from_config(config).mean_learning_rate == 0.05
+
+
 def test_posterior_samples_beyond_the_particles(tmp_path):
     x, y = _class_data()
     model = _tiny_classifier(n_particles=4)

@@ -11,22 +11,30 @@ unlike a Stein or Hessian estimate it is never negative.
 import tensorflow as tf
 
 
-def per_example_squared_gradients(record):
+def per_example_squared_gradients(record, labels="observed"):
     """Batch sums of squared per-example gradients for the particle variables of one layer.
 
     Args:
         record: a `LayerRecord` with `output_gradients` filled in.
+        labels: "observed" (the empirical Fisher) or "sampled" (labels drawn from the model's own
+            predictive, one per example and particle: a Monte Carlo estimate of the true Fisher's
+            diagonal; needs `sampled_output_gradients`).
 
     Returns:
         A list of (variable, tensor) pairs; each tensor has the variable's (N, ...) shape and holds
         sum_b (d -log p(y_b | x_b, w_n) / d w_n)^2 (not scaled to the data set).
     """
+    if labels not in ("observed", "sampled"):
+        raise ValueError(f"labels must be 'observed' or 'sampled'; got {labels!r}.")
     layer = record.layer
     kind = type(layer).__name__
+    grads = record.output_gradients if labels == "observed" else record.sampled_output_gradients
+    if grads is None:
+        raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
     if kind == "Dense":
-        kernel, bias = _dense(layer, record.inputs, record.output_gradients)
+        kernel, bias = _dense(layer, record.inputs, grads)
     elif kind == "Conv2D":
-        kernel, bias = _conv2d(layer, record.inputs, record.output_gradients)
+        kernel, bias = _conv2d(layer, record.inputs, grads)
     else:
         raise NotImplementedError(f"Per-example squared gradients are implemented for Dense and Conv2D "
                                   f"particle layers; got {kind} ('{layer.name}').")

@@ -12,7 +12,8 @@ tfd = tfp.distributions
 
 _STRUCTURES = ("full", "layer", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
-_CURVATURES = ("stein", "empirical_fisher")
+_CURVATURES = ("stein", "empirical_fisher", "fisher")
+_FISHERS = ("empirical_fisher", "fisher")
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -46,15 +47,24 @@ class MGVBP(GaussianVariationalOptimizer):
           averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
           VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
           pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
-          Never negative, so steps stay bounded: use it for deep networks. structure="diagonal" only;
-          needs Normal priors (the default) and Dense / Conv2D particle layers.
+          Never negative: use it (or "fisher") for deep networks. structure="diagonal" only; needs
+          Normal priors (the default) and Dense / Conv2D particle layers.
+      "fisher": as "empirical_fisher" but with labels sampled from the model's own predictive (one
+          per example and sample of q): a Monte Carlo estimate of the true Fisher (the generalised
+          Gauss-Newton for these likelihoods) diagonal. Costs a second backward pass to the
+          pre-activations; unlike the empirical Fisher it does not shrink with the residuals.
 
     Args:
         learning_rate: beta (float or schedule; the paper's schedule is
             `bayes_keras.schedules.ConstantThenInverseTime(beta, tau)`).
+        mean_learning_rate: step size of mu (float or schedule); None (default) uses `learning_rate`
+            for both, as the paper does. An extension for networks, after VOGN's separate mean and
+            precision rates: a precision that moves slower than the mean keeps the noise of q small
+            while the network is still untrained (on LeNet-5, equal rates let the variance grow
+            before the mean had learned anything, and one seed of three ended as a dead network).
         structure: "full" (one D x D precision), "layer" (one full block per layer) or "diagonal".
         estimator: "gradient" | "score" | "score_h" (see above).
-        curvature: "stein" | "empirical_fisher", for estimator="gradient" (see above).
+        curvature: "stein" | "empirical_fisher" | "fisher", for estimator="gradient" (see above).
         momentum: omega in m <- omega T(m) + (1 - omega) natgrad (paper: 0.4). The first step sets m
             to the natural gradient.
         initial_precision: P at the start, times the identity (paper: 1 / s0 = 10). mu starts at
@@ -73,15 +83,15 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def __init__(self, learning_rate=1e-2, structure="diagonal", estimator="gradient", curvature="stein",
                  momentum=0.4, initial_precision=10.0, max_halvings=5, gradient_clip=None, max_block_size=2000, seed=None,
-                 **kwargs):
+                 mean_learning_rate=None, **kwargs):
         if structure not in _STRUCTURES:
             raise ValueError(f"MGVBP structure must be one of {_STRUCTURES}; got {structure!r}.")
         if estimator not in _ESTIMATORS:
             raise ValueError(f"MGVBP estimator must be one of {_ESTIMATORS}; got {estimator!r}.")
         if curvature not in _CURVATURES:
             raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
-        if curvature == "empirical_fisher" and structure != "diagonal":
-            raise ValueError("MGVBP curvature='empirical_fisher' is implemented for structure='diagonal'; "
+        if curvature in _FISHERS and structure != "diagonal":
+            raise ValueError(f"MGVBP curvature={curvature!r} is implemented for structure='diagonal'; "
                              f"got structure={structure!r}.")
         if curvature != "stein" and estimator != "gradient":
             raise ValueError(f"MGVBP curvature={curvature!r} belongs to estimator='gradient'; the score "
@@ -99,6 +109,9 @@ class MGVBP(GaussianVariationalOptimizer):
         self.max_halvings = int(max_halvings)
         self.gradient_clip = None if gradient_clip is None else float(gradient_clip)
         self.max_block_size = int(max_block_size)
+        if isinstance(mean_learning_rate, dict):
+            mean_learning_rate = keras.optimizers.schedules.deserialize(mean_learning_rate)
+        self.mean_learning_rate = mean_learning_rate
 
     @property
     def _diagonal(self):
@@ -200,17 +213,19 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
-        if num_particles < 2 and self.curvature != "empirical_fisher":
+        if num_particles < 2 and self.curvature not in _FISHERS:
             what = "the Stein curvature (a sample covariance)" if self.estimator == "gradient" else "control variates"
             raise ValueError(f"MGVBP estimator={self.estimator!r} needs at least 2 samples of q per step for "
                              f"{what}; got num_particles={num_particles}. Use more particles, or "
                              "curvature='empirical_fisher'.")
 
-    # -- curvature (curvature="empirical_fisher") ---------------------------------------------------
+    # -- curvature (curvature="empirical_fisher" | "fisher") ------------------------------------------
     @property
     def curvature_request(self):
         """What BayesianModel must capture for this optimizer (None: nothing)."""
-        return "per_example_diagonal" if self.curvature == "empirical_fisher" else None
+        if self.curvature == "empirical_fisher":
+            return "per_example_diagonal"
+        return "per_example_diagonal_true_fisher" if self.curvature == "fisher" else None
 
     def observe_curvature(self, records):
         """This step's `bayes_keras.curvature.LayerRecord`s (called by BayesianModel.train_step)."""
@@ -223,18 +238,19 @@ class MGVBP(GaussianVariationalOptimizer):
 
         records = getattr(self, "_curvature_records", None)
         if records is None:
-            raise ValueError("MGVBP curvature='empirical_fisher' needs the layers' captured curvature: train "
+            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
                              "through BayesianModel.fit.")
+        labels = "sampled" if self.curvature == "fisher" else "observed"
         fisher = {}
         for r in records:
-            for variable, squares in per_example_squared_gradients(r):
+            for variable, squares in per_example_squared_gradients(r, labels):
                 flat = tf.reshape(tf.cast(squares, self.posterior_dtype), (self._num_samples, -1))
                 fisher[self._var_key(variable)] = tf.cast(r.dataset_scale, self.posterior_dtype) * tf.reduce_mean(flat, 0)
         pieces = []
         for i in block:
             key = self._var_key(self._pvars[i])
             if key not in fisher:
-                raise ValueError(f"MGVBP curvature='empirical_fisher': no curvature was captured for "
+                raise ValueError(f"MGVBP curvature={self.curvature!r}: no curvature was captured for "
                                  f"{self._pvars[i].path} (supported: Dense and Conv2D particle layers).")
             pieces.append(fisher[key])
         return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
@@ -250,7 +266,7 @@ class MGVBP(GaussianVariationalOptimizer):
     def _natural_gradient(self, j, theta, grad, state):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self._diagonal
-        if self.curvature == "empirical_fisher":
+        if self.curvature in _FISHERS:
             prior_mean, prior_prec = self._prior_vectors(self._blocks[j])
             temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
             h = self._fisher_diagonal(self._blocks[j]) + prior_prec / temperature
@@ -274,8 +290,17 @@ class MGVBP(GaussianVariationalOptimizer):
         state["c_precision"].assign(new_c_p)
         return nat_mu, nat_p
 
+    def _mean_step_size(self, learning_rate, step):
+        lr = self.mean_learning_rate
+        if lr is None:
+            return learning_rate
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+            lr = lr(step - 1.0)
+        return tf.cast(lr, self.posterior_dtype)
+
     def _update_blocks(self, thetas, grads, learning_rate, step):
         diag = self._diagonal
+        mean_lr = self._mean_step_size(learning_rate, step)
         first = tf.equal(step, 1.0)
         omega = tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
@@ -286,7 +311,7 @@ class MGVBP(GaussianVariationalOptimizer):
             m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
             m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
             old_p, old_mu = s["precision"].value, s["mean"].value
-            new_mu = old_mu + learning_rate * m_mu
+            new_mu = old_mu + mean_lr * m_mu
             if diag:
                 # Elementwise: the retraction ((p + xi)^2 + p^2) / (2p) is positive for any xi, so no
                 # halving; a coordinate whose update overflows keeps its old state.
@@ -315,8 +340,15 @@ class MGVBP(GaussianVariationalOptimizer):
         config.update({"structure": self.structure, "estimator": self.estimator, "curvature": self.curvature,
                        "momentum": self.momentum,
                        "initial_precision": self.initial_precision, "max_halvings": self.max_halvings,
-                       "gradient_clip": self.gradient_clip, "max_block_size": self.max_block_size})
+                       "gradient_clip": self.gradient_clip, "max_block_size": self.max_block_size,
+                       "mean_learning_rate": _serialize_rate(self.mean_learning_rate)})
         return config
+
+
+def _serialize_rate(rate):
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        return keras.optimizers.schedules.serialize(rate)
+    return None if rate is None else float(rate)
 
 
 def _covariance_cholesky(precision):
