@@ -212,3 +212,60 @@ def clip_by_norm(nat_mu, nat_p, max_norm):
     norm = tf.sqrt(tf.reduce_sum(tf.square(nat_mu)) + tf.reduce_sum(tf.square(nat_p)))
     scale = tf.minimum(tf.constant(1.0, nat_mu.dtype), max_norm / tf.maximum(norm, 1e-30))
     return nat_mu * scale, nat_p * scale
+
+
+# -- Kronecker-factored precision: P = A (x) G over a (p, q) weight matrix, row-major vec -----------
+# (the structure="kronecker" blocks: Noisy-KFAC's family, Zhang et al. 2018, moved by MGVBP's
+# retraction applied to each factor).
+def balance_factors(a, g):
+    """Rescale (A, G) -> (c A, G / c) so that both have the same mean eigenvalue; A (x) G is unchanged.
+    Keeps the split of the product between the factors canonical, so that factor-wise updates of
+    state and target pairs compare like with like."""
+    p = tf.cast(tf.shape(a)[0], a.dtype)
+    q = tf.cast(tf.shape(g)[0], g.dtype)
+    c = tf.sqrt(tf.maximum(tf.linalg.trace(g) / q, 1e-300) / tf.maximum(tf.linalg.trace(a) / p, 1e-300))
+    return a * c, g / c
+
+
+def damped_kronecker_factors(a, g, damping):
+    """Factored damping (Martens & Grosse 2015, Sec. 6.3): A (x) G + damping I is approximated by
+    (A + pi sqrt(damping) I) (x) (G + sqrt(damping) / pi I), pi = sqrt((tr A / p) / (tr G / q));
+    returned balanced. Exact when one factor is 1 x 1 up to the split, and PD whenever damping > 0."""
+    p = tf.cast(tf.shape(a)[0], a.dtype)
+    q = tf.cast(tf.shape(g)[0], g.dtype)
+    tiny = tf.constant(1e-300, a.dtype)
+    pi = tf.sqrt(tf.maximum(tf.linalg.trace(a) / p, tiny) / tf.maximum(tf.linalg.trace(g) / q, tiny))
+    damping = tf.cast(damping, a.dtype) if tf.is_tensor(damping) else tf.constant(damping, a.dtype)
+    root = tf.sqrt(damping)
+    a = a + pi * root * tf.eye(tf.shape(a)[0], dtype=a.dtype)
+    g = g + root / pi * tf.eye(tf.shape(g)[0], dtype=g.dtype)
+    return balance_factors(a, g)
+
+
+def sample_kronecker(mean, chol_a, chol_g, eps):
+    """theta = mu + vec(L_A^-T E L_G^-1) for eps (S, p*q): Cov = A^-1 (x) G^-1 = P^-1 (row-major vec)."""
+    p, q = chol_a.shape[0], chol_g.shape[0]
+    eye_p = tf.eye(p, dtype=chol_a.dtype)
+    eye_q = tf.eye(q, dtype=chol_g.dtype)
+    left = tf.linalg.matrix_transpose(tf.linalg.triangular_solve(chol_a, eye_p, lower=True))  # L_A^-T
+    right = tf.linalg.triangular_solve(chol_g, eye_q, lower=True)  # L_G^-1
+    e = tf.reshape(eps, (-1, p, q))
+    z = tf.einsum("ij,sjk,kl->sil", left, e, right)
+    return mean[None, :] + tf.reshape(z, (-1, p * q))
+
+
+def kronecker_solve(chol_a, chol_g, v):
+    """P^-1 v = vec(A^-1 V G^-1) for v (p*q,) (V its row-major (p, q) matrix)."""
+    p, q = chol_a.shape[0], chol_g.shape[0]
+    x = tf.linalg.cholesky_solve(chol_a, tf.reshape(v, (p, q)))
+    x = tf.linalg.matrix_transpose(tf.linalg.cholesky_solve(chol_g, tf.linalg.matrix_transpose(x)))
+    return tf.reshape(x, (p * q,))
+
+
+def entropy_kronecker(chol_a, chol_g):
+    """Entropy of N(mu, (A (x) G)^-1): log det (A (x) G) = q log det A + p log det G."""
+    p = tf.cast(chol_a.shape[0], chol_a.dtype)
+    q = tf.cast(chol_g.shape[0], chol_g.dtype)
+    logdet = 2.0 * (q * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_a)))
+                    + p * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_g))))
+    return -0.5 * logdet + 0.5 * p * q * _LOG_2PI_E

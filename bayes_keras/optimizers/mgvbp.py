@@ -10,7 +10,7 @@ from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariat
 
 tfd = tfp.distributions
 
-_STRUCTURES = ("full", "layer", "diagonal")
+_STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
 _CURVATURES = ("stein", "empirical_fisher", "fisher")
 _FISHERS = ("empirical_fisher", "fisher")
@@ -62,7 +62,12 @@ class MGVBP(GaussianVariationalOptimizer):
             precision rates: a precision that moves slower than the mean keeps the noise of q small
             while the network is still untrained (on LeNet-5, equal rates let the variance grow
             before the mean had learned anything, and one seed of three ended as a dead network).
-        structure: "full" (one D x D precision), "layer" (one full block per layer) or "diagonal".
+        structure: "full" (one D x D precision), "layer" (one full block per layer), "kronecker" (per
+            Dense / Conv2D layer P = A (x) G over its [kernel; bias] matrix, KFAC's factors from
+            bayes_keras.curvature: the mean steps by P^-1 E[g] through the factors, each factor is
+            retracted toward the batch's factors damped by the prior precision / T (pi split), no
+            momentum on the factors; needs curvature "empirical_fisher" or "fisher"; an extension in
+            the spirit of Noisy K-FAC, not in the paper) or "diagonal".
         estimator: "gradient" | "score" | "score_h" (see above).
         curvature: "stein" | "empirical_fisher" | "fisher", for estimator="gradient" (see above).
         momentum: omega in m <- omega T(m) + (1 - omega) natgrad (paper: 0.4). The first step sets m
@@ -71,7 +76,7 @@ class MGVBP(GaussianVariationalOptimizer):
             the first particle's initial weights (or at `model.initialize_particles` values).
         max_halvings: retraction step halvings tried before a step of P is dropped.
         gradient_clip: if set, the stacked natural gradient (mu, P) of each block is scaled to at
-            most this norm (the paper's GradientMax = 100).
+            most this norm (the paper's GradientMax = 100); not for structure="kronecker".
         max_block_size: a full block larger than this raises an error (O(D^3) per step).
         seed: seed of the sample stream (draws are keyed by (seed, counter), so a resumed run
             samples what an uninterrupted one would).
@@ -90,12 +95,18 @@ class MGVBP(GaussianVariationalOptimizer):
             raise ValueError(f"MGVBP estimator must be one of {_ESTIMATORS}; got {estimator!r}.")
         if curvature not in _CURVATURES:
             raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
-        if curvature in _FISHERS and structure != "diagonal":
-            raise ValueError(f"MGVBP curvature={curvature!r} is implemented for structure='diagonal'; "
-                             f"got structure={structure!r}.")
+        if curvature in _FISHERS and structure not in ("diagonal", "kronecker"):
+            raise ValueError(f"MGVBP curvature={curvature!r} is implemented for structure='diagonal' and "
+                             f"'kronecker'; got structure={structure!r}.")
+        if structure == "kronecker" and curvature not in _FISHERS:
+            raise ValueError("MGVBP structure='kronecker' moves P toward KFAC factors: it needs "
+                             f"curvature='empirical_fisher' or 'fisher'; got curvature={curvature!r}.")
         if curvature != "stein" and estimator != "gradient":
             raise ValueError(f"MGVBP curvature={curvature!r} belongs to estimator='gradient'; the score "
                              f"estimators estimate the curvature themselves (got estimator={estimator!r}).")
+        if structure == "kronecker" and gradient_clip is not None:
+            raise ValueError("MGVBP gradient_clip is not implemented for structure='kronecker'; got "
+                             f"gradient_clip={gradient_clip!r}.")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"MGVBP momentum (omega) must be in [0, 1); got {momentum!r}.")
         if not initial_precision > 0:
@@ -118,6 +129,10 @@ class MGVBP(GaussianVariationalOptimizer):
         return self.structure == "diagonal"
 
     @property
+    def _kronecker(self):
+        return self.structure == "kronecker"
+
+    @property
     def posterior_dtype(self):
         return "float32" if self._diagonal else "float64"
 
@@ -125,14 +140,16 @@ class MGVBP(GaussianVariationalOptimizer):
     def _block_groups(self, groups):
         if self.structure == "full":
             return [sorted(i for g in groups for i in g)]
-        if self.structure == "layer":
+        if self.structure in ("layer", "kronecker"):
             return groups
         return [sorted(i for g in groups for i in g)]  # diagonal: one flat block (elementwise anyway)
 
     def build(self, variables):
         if self.built:
             return
-        if not self._diagonal:
+        if self._kronecker:
+            self._build_kronecker_shapes(variables)
+        elif not self._diagonal:
             pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
             groups = self._block_groups(self._groups_for(pvars))
             for g in groups:
@@ -146,7 +163,40 @@ class MGVBP(GaussianVariationalOptimizer):
                         "large, or raise max_block_size.")
         super().build(variables)
 
+    def _build_kronecker_shapes(self, variables):
+        """Each block is one Dense / Conv2D layer's [kernel; bias] as a (p, q) matrix (KFAC's view)."""
+        from bayes_keras.curvature.kfac import candidate_specs  # noqa: I001 (layers import curvature)
+
+        pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
+        self._kron_shapes, self._kron_index = [], {}
+        for j, g in enumerate(self._block_groups(self._groups_for(pvars))):
+            group = [pvars[i] for i in g]
+            names = ", ".join(v.path for v in group)
+            try:
+                spec = candidate_specs(group)[0]
+            except ValueError as error:
+                raise ValueError(f"MGVBP structure='kronecker' needs Dense or Conv2D particle layers; [{names}]: "
+                                 f"{error} Use structure='diagonal' for this model.") from None
+            if spec.kind not in ("Dense", "Conv2D"):
+                raise ValueError(f"MGVBP structure='kronecker' supports Dense and Conv2D particle layers; [{names}] "
+                                 f"is a {spec.kind}. Use structure='diagonal' for this model.")
+            if spec.variables != group:  # the flat block must be [kernel, bias], KFAC's row order
+                raise ValueError(f"MGVBP structure='kronecker': expected the variables of [{names}] in the order "
+                                 f"{[v.path for v in spec.variables]}.")
+            p, q = spec.block_shape(spec.blocks[0])
+            if max(p, q) > self.max_block_size:
+                raise ValueError(f"MGVBP structure='kronecker' needs a {max(p, q)} x {max(p, q)} factor for "
+                                 f"[{names}], above max_block_size={self.max_block_size}. Use "
+                                 "structure='diagonal', or raise max_block_size.")
+            self._kron_shapes.append((p, q))
+            self._kron_index[self._var_key(group[0])] = j
+
     def _build_block(self, j, dim):
+        if self._kronecker:
+            p, q = self._kron_shapes[j]
+            return {"mean": self._var((dim,), f"block{j}_mean"), "m_mean": self._var((dim,), f"block{j}_m_mean"),
+                    "factor_a": self._var((p, p), f"block{j}_factor_a"),
+                    "factor_g": self._var((q, q), f"block{j}_factor_g")}
         p_shape = (dim,) if self._diagonal else (dim, dim)
         state = {"mean": self._var((dim,), f"block{j}_mean"), "precision": self._var(p_shape, f"block{j}_precision"),
                  "m_mean": self._var((dim,), f"block{j}_m_mean"), "m_precision": self._var(p_shape, f"block{j}_m_precision")}
@@ -158,24 +208,49 @@ class MGVBP(GaussianVariationalOptimizer):
     def _initialize_block(self, j, mean):
         state = self._state[j]
         state["mean"].assign(mean)
+        if self._kronecker:  # P = A (x) G = initial_precision I
+            root = np.sqrt(self.initial_precision)
+            for name in ("factor_a", "factor_g"):
+                state[name].assign(root * tf.eye(state[name].shape[0], dtype=self.posterior_dtype))
+            return
         dim = mean.shape[0]
         p0 = self.initial_precision * (tf.ones(dim, self.posterior_dtype) if self._diagonal
                                        else tf.eye(dim, dtype=self.posterior_dtype))
         state["precision"].assign(p0)
 
     # -- the Gaussian --------------------------------------------------------------------------
+    def _kron_cholesky(self, j):
+        s = self._state[j]
+        return tf.linalg.cholesky(s["factor_a"].value), tf.linalg.cholesky(s["factor_g"].value)
+
     def _block_sample(self, j, eps):
         s = self._state[j]
+        if self._kronecker:
+            return core.sample_kronecker(s["mean"].value, *self._kron_cholesky(j), eps)
         if self._diagonal:
             return core.sample_diag(s["mean"].value, s["precision"].value, eps)
         return core.sample_full(s["mean"].value, s["precision"].value, eps)
 
     def _block_entropy(self, j):
+        if self._kronecker:
+            return core.entropy_kronecker(*self._kron_cholesky(j))
         p = self._state[j]["precision"].value
         return core.entropy_diag(p) if self._diagonal else core.entropy_full(p)
 
+    def _kron_scales(self, j, rows=None):
+        """Lower-triangular square roots of the row and column covariances A^-1, G^-1 (rows: a row range)."""
+        s = self._state[j]
+        cov_a, cov_g = tf.linalg.inv(s["factor_a"].value), tf.linalg.inv(s["factor_g"].value)
+        if rows is not None:
+            cov_a = cov_a[rows[0]:rows[1], rows[0]:rows[1]]
+        return (tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_a)),
+                tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_g)))
+
     def _block_distribution(self, j):
         s = self._state[j]
+        if self._kronecker:  # row-major vec: Cov = A^-1 (x) G^-1
+            return tfd.MultivariateNormalLinearOperator(
+                s["mean"].value, tf.linalg.LinearOperatorKronecker(list(self._kron_scales(j))))
         if self._diagonal:
             return tfd.Independent(tfd.Normal(s["mean"].value, tf.math.rsqrt(s["precision"].value)), 1)
         return tfd.MultivariateNormalTriL(s["mean"].value, _covariance_cholesky(s["precision"].value))
@@ -183,6 +258,11 @@ class MGVBP(GaussianVariationalOptimizer):
     def _marginal(self, j, offset, size):
         s = self._state[j]
         mean = s["mean"].value[offset:offset + size]
+        if self._kronecker:  # a variable is a range of whole rows of the block's matrix
+            q = self._kron_shapes[j][1]
+            rows = (offset // q, (offset + size) // q)
+            return tfd.MultivariateNormalLinearOperator(
+                mean, tf.linalg.LinearOperatorKronecker(list(self._kron_scales(j, rows))))
         if self._diagonal:
             return tfd.Independent(tfd.Normal(mean, tf.math.rsqrt(s["precision"].value[offset:offset + size])), 1)
         cov = tf.linalg.inv(s["precision"].value)[offset:offset + size, offset:offset + size]
@@ -223,9 +303,10 @@ class MGVBP(GaussianVariationalOptimizer):
     @property
     def curvature_request(self):
         """What BayesianModel must capture for this optimizer (None: nothing)."""
-        if self.curvature == "empirical_fisher":
-            return "per_example_diagonal"
-        return "per_example_diagonal_true_fisher" if self.curvature == "fisher" else None
+        if self.curvature not in _FISHERS:
+            return None
+        kind = "kfac" if self._kronecker else "per_example_diagonal"
+        return f"{kind}_true_fisher" if self.curvature == "fisher" else kind
 
     def observe_curvature(self, records):
         """This step's `bayes_keras.curvature.LayerRecord`s (called by BayesianModel.train_step)."""
@@ -298,11 +379,64 @@ class MGVBP(GaussianVariationalOptimizer):
             lr = lr(step - 1.0)
         return tf.cast(lr, self.posterior_dtype)
 
+    def _kronecker_targets(self):
+        """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
+        (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
+        / T as factored damping (the kernel's prior; bias rows share it)."""
+        from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
+
+        records = getattr(self, "_curvature_records", None)
+        if records is None:
+            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
+                             "through BayesianModel.fit.")
+        fisher = "true" if self.curvature == "fisher" else "empirical"
+        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
+        targets = [None] * len(self._blocks)
+        for r in records:
+            j = self._kron_index.get(self._var_key(r.layer.kernel))
+            if j is None:
+                continue
+            factors = kfac_factors(r, fisher)
+            a = tf.reduce_mean(tf.cast(factors["A"], self.posterior_dtype), 0)
+            g = tf.reduce_mean(tf.cast(factors["G"], self.posterior_dtype), 0)
+            _, prior_prec = self._prior_vectors(self._blocks[j])
+            targets[j] = core.damped_kronecker_factors(a, g, prior_prec[0] / temperature)
+        for j, t in enumerate(targets):
+            if t is None:
+                raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
+                                 f"{self._pvars[self._blocks[j][0]].path}.")
+        return targets
+
+    def _update_kronecker(self, grads, learning_rate, mean_lr, omega):
+        """Mean: the natural gradient P^-1 E[g] through the factors. Precision: MGVBP's retraction on
+        each factor toward the damped batch factors (no momentum on the factors), then rebalanced."""
+        for j, (grad, (a_hat, g_hat)) in enumerate(zip(grads, self._kronecker_targets())):
+            s = self._state[j]
+            old_a, old_g, old_mu = s["factor_a"].value, s["factor_g"].value, s["mean"].value
+            chol_a, chol_g = tf.linalg.cholesky(old_a), tf.linalg.cholesky(old_g)
+            nat_mu = core.kronecker_solve(chol_a, chol_g, tf.reduce_mean(grad, axis=0))
+            m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
+            new_mu = old_mu + mean_lr * m_mu
+            new = []
+            for old, chol, target in ((old_a, chol_a, a_hat), (old_g, chol_g, g_hat)):
+                retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
+                factor, _ = core.retract_with_halving(old, learning_rate * (target - old), retract,
+                                                      core.is_positive_definite_full, self.max_halvings)
+                new.append(factor)
+            new_a, new_g = core.balance_factors(*new)
+            ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, m_mu, new_a, new_g)])
+            s["mean"].assign(tf.where(ok, new_mu, old_mu))
+            s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
+            s["factor_a"].assign(tf.where(ok, new_a, old_a))
+            s["factor_g"].assign(tf.where(ok, new_g, old_g))
+
     def _update_blocks(self, thetas, grads, learning_rate, step):
         diag = self._diagonal
         mean_lr = self._mean_step_size(learning_rate, step)
         first = tf.equal(step, 1.0)
         omega = tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
+        if self._kronecker:
+            return self._update_kronecker(grads, learning_rate, mean_lr, omega)
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
             s = self._state[j]
             nat_mu, nat_p = self._natural_gradient(j, theta, grad, s)
