@@ -345,3 +345,23 @@ def test_hessian_preconditioner_needs_a_log_density_outside_the_functional_door(
     v.is_particle_variable = True
     with pytest.raises(ValueError, match="has no log density"):
         bk.optimizers.MatrixSVGD(0.1, "hessian").build([v])
+
+
+def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_scope():
+    """The interface's contract: build(optimizer, shapes, groups) gets the layer groups, also when the
+    kernel couples all weights (scope='joint')."""
+    seen = []
+
+    class Spy(IdentityPreconditioner):
+        def build(self, optimizer, shapes, groups):
+            super().build(optimizer, shapes, groups)
+            seen.append([list(g) for g in groups])
+
+    model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
+    names = [v.path for v in model.particle_variables]
+    for scope in ("joint", "layer"):
+        opt = bk.optimizers.MatrixSVGD(1e-3, Spy(), scope=scope)
+        model.compile(optimizer=opt)
+        opt.build(model.trainable_variables)
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert [[names[i] for i in g] for g in seen[0]] == [names[:2], names[2:]]  # [kernel, bias] per Dense

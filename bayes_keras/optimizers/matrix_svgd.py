@@ -121,9 +121,9 @@ class MatrixSVGD(ParticleOptimizer):
         self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
         if pvars:
             shapes = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
-            groups = self._kernel_groups(self._groups_for(pvars))
-            self.preconditioner.build(self, shapes, groups)
-            self._check_blocks(self.preconditioner.blocks(len(pvars)), groups)
+            layer_groups = self._groups_for(pvars)
+            self.preconditioner.build(self, shapes, layer_groups)  # the interface's groups: one per layer
+            self._check_blocks(self.preconditioner.blocks(len(pvars)), self._kernel_groups(layer_groups))
 
     def _kernel_groups(self, groups):
         if self.scope == "joint":

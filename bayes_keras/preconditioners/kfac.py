@@ -245,7 +245,7 @@ class KFACPreconditioner(Preconditioner):
         n = self._shapes[0][0]
         self._layer_indices, self._state = [], []
         self._views = [None] * len(pvars)
-        for group in optimizer._groups_for(pvars):
+        for group in groups:  # one per layer (the interface's contract)
             candidates = kfac_lib.candidate_specs([pvars[i] for i in group])  # raises for unsupported layers
             spec = candidates[0]
             index = {id(pvars[i]): i for i in group}
