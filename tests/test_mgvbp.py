@@ -312,3 +312,22 @@ def test_overflowing_update_leaves_q_unchanged(structure):
     optimizer._update_blocks(thetas, huge, tf.constant(1.0, dtype), tf.constant(2.0))
     for b, v in zip(before, optimizer.posterior_variables):
         np.testing.assert_array_equal(b, v.numpy())
+
+
+def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
+    from scipy import stats
+
+    for curvature, mirrored in (("empirical_fisher", True), ("stein", False)):
+        model = _tiny_classifier(n_particles=4)
+        opt = bk.optimizers.MGVBP(1e-2, curvature=curvature, seed=0)
+        model.compile(optimizer=opt, dataset_size=64)
+        opt.build(model.trainable_variables)
+        mu = opt._state[0]["mean"].numpy()
+        draws = np.concatenate([d.numpy().reshape(4, -1) for d in opt.sample(4)], 1) - mu
+        assert np.allclose(draws[:2], -draws[2:], atol=1e-6) == mirrored
+    z = opt._normal((400, 1001)).numpy().ravel()  # odd width: the Box-Muller pair is cut
+    assert z.shape == (400 * 1001,)
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+    assert abs(np.mean(z)) < 0.01 and abs(np.std(z) - 1.0) < 0.01
+    config = bk.optimizers.MGVBP(antithetic=False).get_config()
+    assert bk.optimizers.MGVBP.from_config(config).antithetic is False

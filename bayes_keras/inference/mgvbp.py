@@ -130,11 +130,17 @@ def log_q_diag(theta, mean, p):
 
 
 # -- natural-gradient estimators -----------------------------------------------------------------
-def _centred_cross_moment(a, g, transpose=False):
+def _centred_cross_moment(a, g, transpose=False, antithetic=False):
     """Unbiased sample covariance Cov(a, g) = E[a g^T] (E[a] = 0): both factors centred by their sample
     means, divided by S - 1. Subtracting g's mean is a free control variate: far from the optimum
-    the mean gradient dominates g, and mean_s a_s g_s^T would carry it as noise into the curvature."""
+    the mean gradient dominates g, and mean_s a_s g_s^T would carry it as noise into the curvature.
+    antithetic=True: the samples come in mirrored pairs (a_{s + S/2} = -a_s), so sum_s a_s = 0 exactly,
+    centring g changes nothing, and the unbiased normaliser is S, not S - 1."""
     s = tf.cast(tf.shape(a)[0], a.dtype)
+    if antithetic:
+        if transpose:
+            return tf.matmul(a, g, transpose_a=True) / s
+        return tf.reduce_sum(a * g, axis=0) / s
     a = a - tf.reduce_mean(a, axis=0, keepdims=True)
     g = g - tf.reduce_mean(g, axis=0, keepdims=True)
     if transpose:
@@ -142,21 +148,22 @@ def _centred_cross_moment(a, g, transpose=False):
     return tf.reduce_sum(a * g, axis=0) / (s - 1.0)
 
 
-def reparam_natural_gradient_full(theta, mean, precision, grad_log_joint):
+def reparam_natural_gradient_full(theta, mean, precision, grad_log_joint, antithetic=False):
     """Gradient (reparameterisation / Price-Stein) estimator, an extension for networks (not in the paper):
         nat_mu = Sigma mean_s g_s ;  nat_P = -sym(P Cov_s(a, g)) - P,
     using E[hess log p] = P E[a g^T] = P Cov(a, g) (Stein). g = grad log p(y, theta) (the log JOINT,
-    prior included). Fixed point: mu where E[g] = 0, P = -E[hess log p]. Needs S >= 2 samples."""
+    prior included). Fixed point: mu where E[g] = 0, P = -E[hess log p]. Needs S >= 2 samples.
+    antithetic: the samples are mirrored pairs (see _centred_cross_moment)."""
     chol = tf.linalg.cholesky(precision)
     nat_mu = tf.linalg.cholesky_solve(chol, tf.reduce_mean(grad_log_joint, axis=0)[:, None])[:, 0]
-    cross = _centred_cross_moment(theta - mean[None, :], grad_log_joint, transpose=True)
+    cross = _centred_cross_moment(theta - mean[None, :], grad_log_joint, transpose=True, antithetic=antithetic)
     neg_hessian = -symmetrize(tf.matmul(precision, cross))
     return nat_mu, neg_hessian - precision
 
 
-def reparam_natural_gradient_diag(theta, mean, p, grad_log_joint):
+def reparam_natural_gradient_diag(theta, mean, p, grad_log_joint, antithetic=False):
     nat_mu = tf.reduce_mean(grad_log_joint, axis=0) / p
-    nat_p = -p * _centred_cross_moment(theta - mean[None, :], grad_log_joint) - p
+    nat_p = -p * _centred_cross_moment(theta - mean[None, :], grad_log_joint, antithetic=antithetic) - p
     return nat_mu, nat_p
 
 

@@ -32,10 +32,11 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     # traffic of a step, no casts of (N, D) tensors).
     posterior_dtype = "float64"
 
-    def __init__(self, learning_rate, seed=None, **kwargs):
+    def __init__(self, learning_rate, seed=None, antithetic=None, **kwargs):
         kwargs.pop("step_rule", None)
         super().__init__(learning_rate=learning_rate, step_rule="sgd", **kwargs)
         self.seed = seed
+        self.antithetic = None if antithetic is None else bool(antithetic)
         self._observed = {}
         self._priors = None
 
@@ -87,17 +88,41 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
 
     # -- sampling ------------------------------------------------------------------------------
     def _normal(self, shape):
-        """Standard normals from a stateless generator keyed by (seed, draw counter): a resumed run
-        draws exactly what an uninterrupted one would. float32: the samples land in float32 weights
-        anyway, and float64 draws were the largest single cost of a step (profiled)."""
+        """Standard normals (float32) of `shape` (rows, D) from a stateless generator keyed by (seed, draw
+        counter): a resumed run draws exactly what an uninterrupted one would. Box-Muller on stateless
+        uniforms, written out: 1.6x cheaper than tf.random.stateless_normal on CPU (profiled: drawing
+        the normals was the largest single cost of a Gaussian-VI step). u1 is at least 2^-24, so
+        |z| <= 5.8 (a tail of 8e-9 is cut)."""
         seed = 0 if self.seed is None else int(self.seed)
         key = tf.stack([tf.constant(seed, tf.int64), self._sample_counter.value])
-        return tf.random.stateless_normal(shape, seed=key, dtype=tf.float32)
+        rows, d = shape
+        half = (d + 1) // 2
+        u = tf.random.stateless_uniform((2, rows, half), seed=key, dtype=tf.float32)
+        radius = tf.sqrt(-2.0 * tf.math.log(1.0 - u[0]))  # 1 - u in (0, 1]
+        angle = (2.0 * np.pi) * u[1]
+        z = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
+        return z if 2 * half == d else z[:, :d]
+
+    # Mirrored pairs make first-moment estimates (mean gradients) exact in their odd part, but an
+    # even function of the draw (a a^T in a Stein or score curvature) sees only S / 2 independent
+    # draws: subclasses whose curvature is such a second moment default to independent draws.
+    _antithetic_by_default = True
+
+    def _antithetic_for(self, num_samples):
+        antithetic = self._antithetic_by_default if self.antithetic is None else self.antithetic
+        return antithetic and num_samples % 2 == 0
 
     def sample(self, num_samples):
         """`num_samples` weight sets from q: a list of (num_samples, *shape) tensors, one per particle
-        variable (in the model's particle-variable order)."""
-        eps = self._normal((num_samples, sum(self._block_dims)))  # one draw per step, split by block
+        variable (in the model's particle-variable order). With `antithetic` (and an even count) the
+        second half mirrors the first through the mean, theta_{s + S/2} - mu = -(theta_s - mu): half the
+        random numbers, and the sample mean of theta - mu is exactly zero."""
+        d = sum(self._block_dims)
+        if self._antithetic_for(num_samples):
+            eps = self._normal((num_samples // 2, d))
+            eps = tf.concat([eps, -eps], axis=0)
+        else:
+            eps = self._normal((num_samples, d))
         eps = tf.split(eps, self._block_dims, axis=1) if len(self._block_dims) > 1 else [eps]
         per_block = [self._block_sample(j, tf.cast(e, self.posterior_dtype)) for j, e in enumerate(eps)]
         self._sample_counter.assign_add(1)
@@ -172,6 +197,6 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     def get_config(self):
         config = super().get_config()
         config.pop("step_rule", None)
-        config.update({"seed": self.seed})
+        config.update({"seed": self.seed, "antithetic": self.antithetic})
         return config
 

@@ -29,6 +29,10 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         learning_rate: Adam step size on (mu, rho).
         initial_std: sigma at the start (mu starts at the first particle's initial weights).
         beta_1, beta_2, epsilon: Adam's constants.
+        antithetic: draw the samples of q in mirrored pairs mu +- a (None / True, the default, with
+            an even number of samples; odd counts draw independently): half the random numbers,
+            which dominated the cost of a step on CPU, and exact cancellation of the gradient's odd
+            part in the draw.
         seed: seed of the sample stream.
 
     Example:
