@@ -1,0 +1,664 @@
+"""Matrix-valued-kernel SVGD (KFAC) vs vanilla SVGD on scikit-learn's digits: a GRU's held-out error,
+and LeNet-5's training and step time (issue #3).
+
+Part 1 (--part gru): the 8x8 digits read as sequences of 8 rows of 8 pixels by a GRU classifier
+(bk.zoo.gru_classifier: GRU(32 units) -> Dense(10), every weight a particle, N = 10 particles, N(0, 1)
+prior, batch 64, EPOCHS = 20 epochs as the paper's RNN experiment) trained through model.fit on the
+library's stratified 75/25 split (bk.datasets.load_digits(): 1,347 train / 450 test) with
+
+  vanilla            bk.optimizers.SVGD(lr): RBF kernel, median / log N bandwidth, joint scope, the
+                     library's default step rule (dimension-wise RMSProp shared by the particles)
+  average (T_inv)    bk.optimizers.MatrixSVGD(lr, KFACPreconditioner(inversion_period=T_inv),
+                     mode="average"): Q-metric kernel on the particles' mean KFAC curvature (Eqs. 12-15),
+                     the library's default step rule (plain SGD: Q^-1 already makes the step scale-free)
+  mixture (T_inv)    the same with mode="mixture" (anchors = particles, per-particle KFAC Q_l, Eqs. 16-18)
+
+KFAC: empirical Fisher, damping 1e-3 + the prior precision (1), EMA 0.95, all library defaults except
+the inversion period. T_inv = 5 is the authors' setting for small data sets (1,347 examples is one);
+T_inv = 20 (the library default) is run for the average mode as well, because its first inverse is
+computed from ONE minibatch at initialisation and then used for 20 steps (see the notes in the .md).
+
+Tuning (fair, no test data): each method's learning rate (and, for the average mode, nothing else) is
+chosen on a grid by the validation NLL after the last epoch, training on 75% of the training split and
+validating on the other 25% (stratified, random_state 0), seed 0. Grids: GRID below. The chosen
+configuration is then trained on the whole training split with seeds SEEDS and scored on the test split
+(error = 1 - accuracy of the particle-averaged predictive, NLL of the predictive; mean ± std over seeds).
+
+Part 2 (--part lenet): LeNet-5 (bk.zoo.lenet5, N = 10, batch 64) with MatrixSVGD(mode="average",
+KFACPreconditioner(inversion_period=20)):
+  (a) training: test accuracy / NLL after LENET_EPOCHS epochs of model.fit, seed 0, for a few learning
+      rates (a training check, not a tuned comparison; vanilla SVGD alongside);
+  (b) step time against vanilla SVGD (N = 10, batch 64), timed side by side in one run with the paired,
+      interleaved harness of benchmarks/step_time.py (its Variant / Group / run_rounds / summarise are
+      imported, not copied): each variant runs its own compiled train function on a persistent tf.data
+      iterator repeating one fixed batch (what fit executes per step); per round every variant runs a
+      block of `--steps` steps (default 20 = the inversion period, so every MatrixSVGD block contains
+      exactly one inversion: the amortised cost) back to back in shuffled order; ratios are medians of
+      per-round (paired) ratios. Learning rates are tiny (1e-4) during timing so that 1,000 steps on one
+      repeated batch cannot diverge: a diverged run skips its updates (non-finite guard) and would time
+      a cheaper step; skipped-step counters are checked and reported. Acceptance: MatrixSVGD / SVGD <= 1.5.
+  (c) profile: the same paired run also times variants that add one piece of MatrixSVGD at a time
+      (SVGD with plain SGD; + curvature capture; + KFAC factors and EMA; + the Q-metric kernel and
+      Q_bar^-1; inversion every step), so that the paired differences are the costs of the pieces, and
+      op-level microbenchmarks time each layer's factor computation, each block's inversion and the
+      directions; plus a PROTOTYPE of the proposed fix (a KFACPreconditioner subclass defined here, not
+      a library change) measured in the same run.
+
+Usage:
+    python benchmarks/svgd_digits.py                 # both parts (~10 minutes on 2 shared CPU cores)
+    python benchmarks/svgd_digits.py --part gru      # part 1 only
+    python benchmarks/svgd_digits.py --part lenet    # part 2 only
+    python benchmarks/svgd_digits.py --quick         # ~2-3 minute smoke run (1 seed, short, small grid)
+Writes benchmarks/results/svgd_digits.{json,md} (svgd_digits_quick.* with --quick).
+"""
+
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import bayes_keras as bk  # noqa: E402
+import step_time  # noqa: E402  (the paired, interleaved timing harness)
+from bayes_keras.curvature import capture as capture_lib  # noqa: E402
+from bayes_keras.curvature import kfac as kfac_lib  # noqa: E402
+from bayes_keras.inference.svgd import matrix_svgd_average_direction, svgd_direction  # noqa: E402
+from bayes_keras.preconditioners.kfac import damped_inverses  # noqa: E402
+
+tf.get_logger().setLevel("ERROR")
+# a diverging grid point warns once per skipped step; the counts are recorded instead
+warnings.filterwarnings("ignore", message=".*training step\\(s\\) skipped.*", category=RuntimeWarning)
+
+RESULTS_DIR = os.path.join(HERE, "results")
+PARTICLES, BATCH, UNITS = 10, 64, 32
+EPOCHS, LENET_EPOCHS = 20, 10
+SEEDS = (0, 1, 2)
+# method -> (mode, inversion period, learning-rate grid)
+GRID = {
+    "vanilla": (None, None, (3e-3, 1e-2, 3e-2, 1e-1)),
+    "average (T_inv=5)": ("average", 5, (0.03, 0.1, 0.3)),
+    "average (T_inv=20)": ("average", 20, (0.03, 0.1, 0.3)),
+    "mixture (T_inv=5)": ("mixture", 5, (3e-3, 1e-2, 3e-2)),
+}
+QUICK_GRID = {k: (mode, period, (lrs[1],)) for k, (mode, period, lrs) in GRID.items()}  # one lr each
+LENET_MSVGD_LRS, LENET_SVGD_LR = (1e-2, 3e-2), 1e-2
+TIMING_LR = 1e-4
+NEVER = 10**9  # an inversion period that never comes again after the first step
+
+
+# -- part 1: GRU on digit rows ------------------------------------------------------------------------
+def gru_optimizer(mode, period, lr):
+    if mode is None:
+        return bk.optimizers.SVGD(lr)
+    return bk.optimizers.MatrixSVGD(lr, bk.preconditioners.KFACPreconditioner(inversion_period=period), mode=mode)
+
+
+def skipped_steps(model, optimizer):
+    """(steps skipped by the model's non-finite guard, steps skipped for non-finite curvature)."""
+    model_skips = int(model._skipped.numpy()) if hasattr(model, "_skipped") else -1
+    curvature = getattr(optimizer, "skipped_curvature_steps", None)
+    return model_skips, (int(curvature.numpy()) if curvature is not None else 0)
+
+
+def train_and_score(build_model, optimizer, xtr, ytr, xev, yev, seed, epochs):
+    keras.utils.set_random_seed(seed)
+    model = build_model()
+    model.compile(optimizer=optimizer, metrics=["accuracy"])
+    t0 = time.perf_counter()
+    history = model.fit(xtr, ytr, batch_size=BATCH, epochs=epochs, verbose=0)
+    seconds = time.perf_counter() - t0
+    scores = bk.metrics.evaluate_probs(model.predict(xev, verbose=0), yev)
+    scores = {k: float(v) for k, v in scores.items()}
+    scores["error"] = 1.0 - scores["accuracy"]
+    model_skips, curvature_skips = skipped_steps(model, optimizer)
+    entropy = getattr(optimizer, "mixture_weight_entropy", None)
+    return {**scores, "fit_seconds": seconds, "skipped_steps": model_skips, "skipped_curvature_steps": curvature_skips,
+            "mixture_weight_entropy": float(entropy.numpy()) if entropy is not None and optimizer.mode == "mixture"
+            else None, "train_nll_per_epoch": [float(v) for v in history.history["nll"]]}
+
+
+def _finite_or_inf(v):
+    return v if np.isfinite(v) else math.inf
+
+
+def run_gru(args, log):
+    from sklearn.model_selection import train_test_split
+
+    (xtr, ytr), (xte, yte) = bk.datasets.load_digits(image=True)  # the library's stratified split
+    xfit, xval, yfit, yval = train_test_split(xtr, ytr, test_size=0.25, random_state=0, stratify=ytr)
+    grid = QUICK_GRID if args.quick else GRID
+
+    def build():
+        return bk.zoo.gru_classifier(PARTICLES, units=UNITS)  # (8, 8, 1) images -> 8 rows of 8 pixels
+
+    tuning, chosen = {}, {}
+    for method, (mode, period, lrs) in grid.items():
+        tuning[method] = []
+        for lr in lrs:
+            r = train_and_score(build, gru_optimizer(mode, period, lr), xfit, yfit, xval, yval, args.tune_seed,
+                                args.epochs)
+            tuning[method].append({"learning_rate": lr, **r})
+            log(f"  tune {method:20s} lr {lr:<6g} val NLL {r['nll']:.4f} err {r['error']:.4f} "
+                f"skipped {r['skipped_steps']}/{r['skipped_curvature_steps']} ({r['fit_seconds']:.0f} s)")
+        best = min(tuning[method], key=lambda r: (_finite_or_inf(r["nll"]), r["error"]))
+        chosen[method] = best["learning_rate"]
+
+    final = {}
+    for method, (mode, period, _) in grid.items():
+        final[method] = []
+        for seed in args.seeds:
+            r = train_and_score(build, gru_optimizer(mode, period, chosen[method]), xtr, ytr, xte, yte, seed,
+                                args.epochs)
+            final[method].append({"seed": seed, **r})
+            log(f"  test {method:20s} seed {seed} err {r['error']:.4f} NLL {r['nll']:.4f} "
+                f"skipped {r['skipped_steps']}/{r['skipped_curvature_steps']} ({r['fit_seconds']:.0f} s)")
+    return {"grid": {m: {"mode": mode, "inversion_period": p, "learning_rates": list(lrs)}
+                     for m, (mode, p, lrs) in grid.items()},
+            "chosen_learning_rate": chosen, "tuning": tuning, "final": final,
+            "weights_per_particle": int(sum(np.prod(v.shape[1:]) for v in build().particle_variables)),
+            "split": {"train": len(xtr), "test": len(xte), "tune_fit": len(xfit), "tune_validation": len(xval)}}
+
+
+def _mean_std(values, fmt="{:.4f}"):
+    v = np.array(values, dtype=float)
+    if len(v) == 1:
+        return fmt.format(v[0])
+    return f"{fmt.format(v.mean())} ± {fmt.format(v.std())}"
+
+
+def gru_tables(result):
+    lines = ["| method | step rule | lr (chosen) | test error | test NLL | ECE | fit s / run | skipped steps | "
+             "mixture entropy (nats) |", "|---|---|---|---|---|---|---|---|---|"]
+    for method, runs in result["final"].items():
+        rule = "dim-wise RMSProp" if method == "vanilla" else "SGD"
+        skips = sum(r["skipped_steps"] + r["skipped_curvature_steps"] for r in runs)
+        ent = [r["mixture_weight_entropy"] for r in runs if r["mixture_weight_entropy"] is not None]
+        lines.append(f"| {method} | {rule} | {result['chosen_learning_rate'][method]:g} | "
+                     f"{_mean_std([r['error'] for r in runs])} | {_mean_std([r['nll'] for r in runs])} | "
+                     f"{_mean_std([r['ece'] for r in runs])} | "
+                     f"{_mean_std([r['fit_seconds'] for r in runs], '{:.0f}')} | "
+                     f"{skips} | {', '.join(f'{e:.3f}' for e in ent) if ent else '-'} |")
+    grid = ["| method | lr | validation NLL | validation error | skipped steps (model / curvature) |",
+            "|---|---|---|---|---|"]
+    for method, runs in result["tuning"].items():
+        for r in runs:
+            mark = " **(chosen)**" if r["learning_rate"] == result["chosen_learning_rate"][method] else ""
+            grid.append(f"| {method} | {r['learning_rate']:g}{mark} | {r['nll']:.4f} | {r['error']:.4f} | "
+                        f"{r['skipped_steps']} / {r['skipped_curvature_steps']} |")
+    return "\n".join(lines), "\n".join(grid)
+
+
+# -- part 2: LeNet-5 ------------------------------------------------------------------------------------
+class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
+    """Profile variant: the model captures KFAC statistics (inputs, pre-activation gradients) but the step
+    is vanilla SVGD with plain SGD (no factors, no inverses, no Q-metric kernel)."""
+
+    def _direction_and_status(self, particles, grads, groups):
+        d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
+        return d, tf.constant(True), tf.constant(float("nan"))
+
+
+class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
+    """Profile variant: capture + this batch's KFAC factors + their EMA (and the preconditioner's inversion
+    schedule), but the step is vanilla SVGD with plain SGD."""
+
+    def _direction_and_status(self, particles, grads, groups):
+        curvature = self.preconditioner.update(particles, grads)
+        d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
+        return d, curvature.is_finite(), tf.constant(float("nan"))
+
+
+class AmortisedKFAC(bk.preconditioners.KFACPreconditioner):
+    """PROTOTYPE of the proposed fix, measured here only (not a library change; uses the library's private
+    state, for the average mode only): the KFAC statistics (factors + EMA) are computed only every
+    `factor_period` optimizer steps, immediately followed by the inversion, and only the MEAN factors are
+    inverted (mode="average" reads a_mean / g_mean / their inverses only; the per-particle eigh is the
+    mixture's). ema_decay is per statistics update, so 0.95 ** factor_period keeps the per-step EMA's
+    time window."""
+
+    def __init__(self, factor_period=20, **kwargs):
+        kwargs.setdefault("ema_decay", 0.95 ** factor_period)
+        kwargs.setdefault("inversion_period", 1)
+        super().__init__(**kwargs)
+        self.factor_period = int(factor_period)
+
+    def build(self, optimizer, shapes, groups):
+        super().build(optimizer, shapes, groups)
+        self._iterations = optimizer.iterations
+
+    def update(self, particles=None, grads=None):
+        due = tf.equal(tf.math.floormod(tf.cast(self._iterations, tf.int64), self.factor_period), 0)
+
+        def run():
+            return bk.preconditioners.KFACPreconditioner.update(self, particles, grads).is_finite()
+
+        finite = tf.cond(due, run, lambda: tf.constant(True))
+        return self.curvature(finite)
+
+    def _invert(self, temperature):
+        for k, state in enumerate(self._state):
+            for block in state["spec"].blocks:
+                b = state["blocks"][block.role]
+                a = tf.cast(tf.reduce_mean(state["factors"][block.a].value, 0), tf.float64)
+                g = tf.cast(tf.reduce_mean(state["factors"][block.g].value, 0), tf.float64)
+                if block.columns is not None:
+                    c0, c1 = block.columns
+                    g = g[c0:c1, c0:c1]
+                am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(a, g, self.damping_for(k, block.role, temperature),
+                                                                   self.damping_split)
+                for name, value in (("a_mean", am_d), ("g_mean", gm_d), ("a_mean_inv", am_inv),
+                                    ("g_mean_inv", gm_inv)):
+                    b[name].assign(tf.cast(value, b[name].dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "factor_period": self.factor_period}
+
+
+def kfac(period, **kwargs):
+    return bk.preconditioners.KFACPreconditioner(inversion_period=period, **kwargs)
+
+
+# key -> (description, optimizer factory); the first two are the acceptance pair, the rest the profile
+TIMING_VARIANTS = {
+    "svgd": ("SVGD, RBF, dim-wise RMSProp (library default)", lambda lr: bk.optimizers.SVGD(lr)),
+    "matrix_svgd": ("MatrixSVGD average, KFAC(inversion_period=20), SGD (library default)",
+                    lambda lr: bk.optimizers.MatrixSVGD(lr, kfac(20))),
+    "svgd_sgd": ("SVGD with plain SGD (MatrixSVGD's step rule)", lambda lr: bk.optimizers.SVGD(lr, step_rule="sgd")),
+    "capture": ("+ KFAC capture (layer inputs, pre-activation gradients); vanilla SVGD step, SGD",
+                lambda lr: CaptureOnlySVGD(lr, kfac(NEVER))),
+    "factors": ("+ KFAC factors of every batch and their EMA; vanilla SVGD step, SGD",
+                lambda lr: FactorsOnlySVGD(lr, kfac(NEVER))),
+    "no_inversion": ("MatrixSVGD average, KFAC never re-inverted (all but the inversions)",
+                     lambda lr: bk.optimizers.MatrixSVGD(lr, kfac(NEVER))),
+    "inversion_every_step": ("MatrixSVGD average, KFAC(inversion_period=1)",
+                             lambda lr: bk.optimizers.MatrixSVGD(lr, kfac(1))),
+    "identity_q": ("MatrixSVGD average with Q = I (IdentityPreconditioner: no capture, no KFAC)",
+                   lambda lr: bk.optimizers.MatrixSVGD(lr, bk.preconditioners.IdentityPreconditioner())),
+    "prototype_fix": ("PROTOTYPE: MatrixSVGD average, KFAC statistics + mean-only inversion every 20 steps",
+                      lambda lr: bk.optimizers.MatrixSVGD(lr, AmortisedKFAC(20))),
+}
+QUICK_TIMING = ("svgd", "matrix_svgd", "svgd_sgd", "factors", "no_inversion", "prototype_fix")
+PAIR = (("matrix_svgd/svgd", "matrix_svgd", "svgd"),)
+
+
+def lenet(n=PARTICLES):
+    return bk.zoo.lenet5((8, 8, 1), 10, num_particles=n)
+
+
+def run_lenet_training(args, log):
+    (xtr, ytr), (xte, yte) = bk.datasets.load_digits(image=True)
+    runs = []
+    configs = [("vanilla SVGD (dim-wise RMSProp)", LENET_SVGD_LR, lambda lr: bk.optimizers.SVGD(lr))]
+    lrs = LENET_MSVGD_LRS[:1] if args.quick else LENET_MSVGD_LRS
+    configs += [("MatrixSVGD average, KFAC(T_inv=20)", lr, lambda lr: bk.optimizers.MatrixSVGD(lr, kfac(20)))
+                for lr in lrs]
+    configs.append(("PROTOTYPE fix (statistics + mean inversion every 20 steps)", LENET_MSVGD_LRS[0],
+                    lambda lr: bk.optimizers.MatrixSVGD(lr, AmortisedKFAC(20))))
+    for name, lr, make in configs:
+        r = train_and_score(lenet, make(lr), xtr, ytr, xte, yte, 0, args.lenet_epochs)
+        runs.append({"method": name, "learning_rate": lr, **r})
+        log(f"  lenet {name:60s} lr {lr:<6g} acc {r['accuracy']:.4f} NLL {r['nll']:.4f} "
+            f"skipped {r['skipped_steps']}/{r['skipped_curvature_steps']} ({r['fit_seconds']:.0f} s)")
+    return runs
+
+
+def run_lenet_timing(args, log):
+    x, y, dataset_size = step_time.fixed_batch("lenet5")
+    iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+    keys = QUICK_TIMING if args.quick else tuple(TIMING_VARIANTS)
+    members, models = {}, {}
+    for key in keys:
+        model = step_time.bayesian_model("lenet5", PARTICLES, TIMING_VARIANTS[key][1](TIMING_LR), dataset_size)
+        v = step_time.Variant("lenet5", key, PARTICLES, [model],
+                              [step_time.make_stepper(model, x, y, "fit", iterator)])
+        for _ in range(args.warmup + 1):
+            step_time._sync(v.step())
+        members[key], models[key] = v, model
+        log(f"  built {key}")
+    group = step_time.Group("lenet5", PARTICLES, members)
+    step_time.run_rounds([group], args.rounds, args.steps, args.seed, time.perf_counter())
+    variants = {k: (chr(ord("a") + i), TIMING_VARIANTS[k][0]) for i, k in enumerate(keys)}
+    rows = step_time.summarise([group], variants, PAIR)
+    visits = group.visits
+
+    def paired(fn):
+        return statistics.median(fn(v) for v in visits)
+
+    ms = {k: 1e3 * statistics.median(v[k] for v in visits) for k in keys}
+    pieces = {}
+
+    def piece(name, a, b, scale=1.0):
+        if a in keys and b in keys:
+            pieces[name] = 1e3 * scale * paired(lambda v: v[a] - v[b])
+
+    piece("step rule: dim-wise RMSProp - SGD (svgd - svgd_sgd)", "svgd", "svgd_sgd")
+    piece("curvature capture + pre-activation gradients (capture - svgd_sgd)", "capture", "svgd_sgd")
+    piece("KFAC factors of the batch + EMA (factors - capture)", "factors", "capture")
+    if "capture" not in keys:
+        piece("capture + KFAC factors + EMA (factors - svgd_sgd)", "factors", "svgd_sgd")
+    piece("Q-metric kernel, Q_bar and Q_bar^-1 products (no_inversion - factors)", "no_inversion", "factors")
+    piece("one inversion (inversion_every_step - no_inversion)", "inversion_every_step", "no_inversion")
+    piece("inversion amortised over 20 steps", "inversion_every_step", "no_inversion", 1.0 / 20)
+    piece("Q-metric kernel with Q = I (identity_q - svgd_sgd)", "identity_q", "svgd_sgd")
+    piece("total MatrixSVGD - SVGD (paired)", "matrix_svgd", "svgd")
+    skipped = {k: dict(zip(("model", "curvature"), skipped_steps(m, m.optimizer))) for k, m in models.items()}
+    ratios = {k: paired(lambda v, k=k: v[k] / v["svgd"]) for k in keys}
+    return {"rows": rows, "variants": {k: {"letter": variants[k][0], "description": variants[k][1]} for k in keys},
+            "ms_per_step": ms, "ratio_to_svgd": ratios, "paired_pieces_ms": pieces, "skipped": skipped,
+            "raw_visits": visits, "settings": {"rounds": args.rounds, "steps_per_block": args.steps,
+                                               "warmup": args.warmup, "learning_rate": TIMING_LR}}
+
+
+def _time_interleaved(fns, reps, seed=0):
+    """Median wall milliseconds of compiled zero-argument functions, timed interleaved: every repetition
+    calls each function once, in shuffled order (so that slow phases of the shared machine hit all alike)."""
+    import random
+
+    def sync(out):
+        for t in tf.nest.flatten(out):
+            if hasattr(t, "numpy"):
+                t.numpy()
+
+    for fn in fns.values():
+        sync(fn())  # trace
+    rng = random.Random(seed)
+    samples = {k: [] for k in fns}
+    for _ in range(reps):
+        for k in rng.sample(list(fns), len(fns)):
+            t0 = time.perf_counter()
+            sync(fns[k]())
+            samples[k].append(time.perf_counter() - t0)
+    return {k: 1e3 * statistics.median(v) for k, v in samples.items()}
+
+
+def run_microbenchmarks(args, log):
+    """Op-level costs on one LeNet batch: each layer's KFAC factors (and the conv patches), each block's
+    inversion (per-particle vs mean only), the directions; plus faster equivalents of the hot ops."""
+    reps = 8 if args.quick else 30
+    x, y, dataset_size = step_time.fixed_batch("lenet5")
+    keras.utils.set_random_seed(0)
+    model = lenet()
+    pre = kfac(20)
+    opt = bk.optimizers.MatrixSVGD(TIMING_LR, pre)
+    model.compile(optimizer=opt, dataset_size=dataset_size)
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # builds the optimizer and the KFAC state
+    with capture_lib.capturing() as records:
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            log_joint, _ = model._log_joint(y, outputs, None)
+            loss = -tf.reduce_sum(log_joint)
+    pre_grads = tape.gradient(loss, [r.preactivations for r in records])
+    model._finish_records(records, pre_grads, tf.shape(outputs)[0])
+
+    def closure(f, *a):
+        return tf.function(lambda: f(*a))
+
+    fns, shapes = {}, {}
+    for r in records:
+        name = r.layer.name
+        shapes[name] = {k: tuple(int(d) for d in v.shape) for k, v in kfac_lib.kfac_factors(r).items()}
+        fns[f"factors/{name}"] = closure(kfac_lib.kfac_factors, r)
+        if type(r.layer).__name__ == "Conv2D":
+            patches = kfac_lib.conv_patches(r.layer, r.inputs)
+            shapes[name]["patches"] = tuple(int(d) for d in patches.shape)
+            fns[f"patches/{name}"] = closure(kfac_lib.conv_patches, r.layer, r.inputs)
+            fns[f"einsum_A/{name}"] = closure(lambda p: tf.einsum("bnli,bnlj->nij", p, p), patches)
+    fns["factors/all layers"] = tf.function(lambda: [t for r in records for t in kfac_lib.kfac_factors(r).values()])
+
+    # faster equivalents for the hot spot (conv2): the patches from 'same' padding + kh*kw static slices
+    # (no extract_patches), and one batched matmul on a particle-major (N, B*L, p) layout instead of the einsum
+    conv2 = [r for r in records if r.layer.name == "conv2"][0]
+    kh, kw = conv2.layer.kernel_size
+    images = tf.reshape(conv2.inputs, tf.concat([[-1], tf.shape(conv2.inputs)[2:]], 0))  # (B*N, H, W, C)
+    height, width = int(images.shape[1]), int(images.shape[2])
+    padded = tf.pad(images, [[0, 0], [(kh - 1) // 2, kh // 2], [(kw - 1) // 2, kw // 2], [0, 0]])
+
+    def sliced_patches():  # stride 1, 'same' padding, (kh, kw, C) order as tf.image.extract_patches
+        return tf.concat([padded[:, i:i + height, j:j + width, :] for i in range(kh) for j in range(kw)], -1)
+
+    def fast_conv2_a():
+        pt = tf.reshape(sliced_patches(), (BATCH, PARTICLES, height * width, -1))
+        pt = tf.reshape(tf.transpose(pt, (1, 0, 2, 3)), (PARTICLES, BATCH * height * width, -1))
+        return tf.matmul(pt, pt, transpose_a=True)
+
+    def patches_then_matmul():
+        pt = kfac_lib.conv_patches(conv2.layer, conv2.inputs)
+        pt = tf.reshape(tf.transpose(pt, (1, 0, 2, 3)), (PARTICLES, BATCH * height * width, -1))
+        return tf.matmul(pt, pt, transpose_a=True)
+
+    ref = kfac_lib.conv_patches(conv2.layer, conv2.inputs)
+    ref_a = tf.einsum("bnli,bnlj->nij", ref, ref)
+    fast_error = float(tf.reduce_max(tf.abs(fast_conv2_a() - ref_a)) / tf.reduce_max(tf.abs(ref_a)))
+    fns["alt/conv2 patches: pad + static slices"] = tf.function(sliced_patches)
+    fns["alt/conv2 A: extract_patches + particle-major matmul"] = tf.function(patches_then_matmul)
+    fns["alt/conv2 A: sliced patches + particle-major matmul"] = tf.function(fast_conv2_a)
+    fns["alt/conv2 A: library einsum on 16 of the 64 examples"] = closure(
+        lambda q: tf.einsum("bnli,bnlj->nij", q[:16], q[:16]), ref)
+
+    inversion_names = []
+    for k, state in enumerate(pre._state):
+        for block in state["spec"].blocks:
+            a = tf.cast(state["factors"][block.a].value, tf.float64)
+            g = tf.cast(state["factors"][block.g].value, tf.float64)
+            name = f"{state['spec'].layer.name}/{block.role} A{tuple(a.shape)} G{tuple(g.shape)}"
+            inversion_names.append(name)
+            fns[f"inv_pp/{name}"] = closure(lambda a, g: damped_inverses(a, g, 1.0), a, g)
+            fns[f"inv_mean/{name}"] = closure(
+                lambda a, g: damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0), 1.0), a, g)
+    fns["inv_all"] = tf.function(lambda: (pre._invert(1.0), tf.constant(0.0))[1])
+
+    n = PARTICLES
+    xs = [tf.reshape(v.value, (n, -1)) for v in model.particle_variables]
+    gs = [tf.random.normal(t.shape, seed=1) for t in xs]
+    groups = [list(range(len(xs)))]
+    curvature = pre.curvature()
+    kernel = opt.kernel
+    directions = {
+        "vanilla SVGD direction": tf.function(lambda: svgd_direction(xs, gs, kernel, groups)),
+        "average direction, Q metric (Q_bar x, kernel, Q_bar^-1 drift)": tf.function(
+            lambda: matrix_svgd_average_direction(xs, gs, kernel, curvature, groups)),
+        "average direction, euclidean metric (Q_bar^-1 on vanilla)": tf.function(
+            lambda: matrix_svgd_average_direction(xs, gs, kernel, curvature, groups, "euclidean")),
+        "Q_bar apply (all layers)": tf.function(lambda: curvature.apply_mean(xs)),
+        "Q_bar solve (all layers)": tf.function(lambda: curvature.solve_mean(xs)),
+    }
+    fns.update({f"dir/{k}": f for k, f in directions.items()})
+    t = _time_interleaved(fns, reps)
+
+    out = {"reps": reps, "factors_ms": {}, "inversion_ms": {}, "direction_ms": {}, "alternatives_ms": {}}
+    for r in records:
+        name = r.layer.name
+        entry = {"factor_shapes": shapes[name], "all_factors": t[f"factors/{name}"]}
+        if f"patches/{name}" in t:
+            entry["extract_patches"] = t[f"patches/{name}"]
+            entry["einsum_A"] = t[f"einsum_A/{name}"]
+        out["factors_ms"][name] = entry
+    out["factors_ms"]["all layers"] = t["factors/all layers"]
+    for name in inversion_names:
+        out["inversion_ms"][name] = {"per-particle eigh (float64)": t[f"inv_pp/{name}"],
+                                     "mean only eigh (float64)": t[f"inv_mean/{name}"]}
+    out["inversion_ms"]["whole _invert (per-particle + mean, all layers, with assigns)"] = t["inv_all"]
+    out["direction_ms"] = {k: t[f"dir/{k}"] for k in directions}
+    out["alternatives_ms"] = {k[4:]: v for k, v in t.items() if k.startswith("alt/")}
+    out["alternatives_ms"]["(relative max difference of the fast conv2 A to the library's)"] = fast_error
+    log("  microbenchmarks done")
+    return out
+
+
+def lenet_markdown(training, timing, micro):
+    lines = [f"### (a) Training check: LeNet-5, N = {PARTICLES}, batch {BATCH}, seed 0",
+             "", "| method | lr | epochs | test accuracy | test NLL | fit s | skipped steps (model / curvature) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in training:
+        lines.append(f"| {r['method']} | {r['learning_rate']:g} | {len(r['train_nll_per_epoch'])} | "
+                     f"{r['accuracy']:.4f} | {r['nll']:.4f} | {r['fit_seconds']:.1f} | "
+                     f"{r['skipped_steps']} / {r['skipped_curvature_steps']} |")
+    if timing:
+        row = timing["rows"][0]
+        ratio = row["ratios"]["matrix_svgd/svgd"]
+        lines += ["", f"### (b) Step time (paired, interleaved; {timing['settings']['rounds']} rounds of "
+                  f"{timing['settings']['steps_per_block']}-step blocks)", "",
+                  "| variant | what | ms / step (median) | paired ratio to svgd |", "|---|---|---|---|"]
+        for k, meta in timing["variants"].items():
+            lines.append(f"| ({meta['letter']}) {k} | {meta['description']} | {timing['ms_per_step'][k]:.2f} | "
+                         f"{timing['ratio_to_svgd'][k]:.2f} |")
+        lines += ["", f"**Acceptance MatrixSVGD / SVGD <= 1.5: ratio {ratio:.2f} -> "
+                  f"{'PASS' if ratio <= 1.5 else 'FAIL'}** (ratio of medians "
+                  f"{row['ratios_of_medians']['matrix_svgd/svgd']:.2f}, of minima "
+                  f"{row['ratios_of_minima']['matrix_svgd/svgd']:.2f}). Skipped steps during timing: "
+                  + ", ".join(f"{k} {v['model']}/{v['curvature']}" for k, v in timing["skipped"].items()) + ".",
+                  "", "### (c) Profile: paired differences (median over rounds of the within-round difference)", "",
+                  "| piece | ms / step |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in timing["paired_pieces_ms"].items()]
+    if micro:
+        lines += ["", "Op-level microbenchmarks (compiled tf.function, median ms; one LeNet batch of 64, N = 10):", "",
+                  "| layer | factor shapes | all factors ms | conv patches ms | einsum A ms |", "|---|---|---|---|---|"]
+        for name, e in micro["factors_ms"].items():
+            if isinstance(e, dict):
+                lines.append(f"| {name} | {e['factor_shapes']} | {e['all_factors']:.2f} | "
+                             f"{e.get('extract_patches', float('nan')):.2f} | {e.get('einsum_A', float('nan')):.2f} |")
+        lines.append(f"| all layers | | {micro['factors_ms']['all layers']:.2f} | | |")
+        lines += ["", "| inversion block | per-particle eigh ms | mean-only eigh ms |", "|---|---|---|"]
+        for name, e in micro["inversion_ms"].items():
+            if isinstance(e, dict):
+                lines.append(f"| {name} | {e['per-particle eigh (float64)']:.2f} | "
+                             f"{e['mean only eigh (float64)']:.2f} |")
+            else:
+                lines.append(f"| {name} | {e:.2f} | |")
+        lines += ["", "| direction / alternative | ms |", "|---|---|"]
+        lines += [f"| {k} | {v:.2f} |" for k, v in micro["direction_ms"].items()]
+        lines += [f"| {k} | {v:.3g} |" for k, v in micro["alternatives_ms"].items()]
+    return "\n".join(lines)
+
+
+# -- main -------------------------------------------------------------------------------------------------
+GRU_NOTE = (
+    "Method: bk.zoo.gru_classifier (GRU(32) -> Dense(10), every weight a particle, N = 10, N(0, 1) prior) "
+    "on the 8x8 digits read as 8 time steps of 8 pixels, trained through model.fit (batch 64) on the library's "
+    "stratified split (bk.datasets.load_digits, 1,347 train / 450 test). Learning rates chosen per method on "
+    "the grid below by the validation NLL after the last epoch (fit on 75% of the training split, validate on "
+    "the other 25%, stratified, seed 0); the chosen configuration is then retrained on the whole training "
+    "split with each seed and scored on the test split (error and NLL of the particle-averaged predictive; "
+    "mean ± std over seeds). Vanilla SVGD uses its library default step rule (dimension-wise RMSProp), "
+    "MatrixSVGD its default (SGD: a diagonal adaptive rule after KFAC would partly undo the preconditioning). "
+    "KFAC: empirical Fisher, damping 1e-3 + prior precision 1 (pi-split), EMA 0.95. T_inv = KFAC inversion "
+    "period (5: the authors' small-data setting; 20: the library default). Mixture entropy: mean entropy of "
+    "the mixture weights after the last step (log 10 = 2.30 would be uniform; 0 = one-hot, i.e. per-particle "
+    "natural-gradient steps with no repulsion).")
+LENET_NOTE = (
+    "Method (b), (c): every variant runs its own compiled train function (`model.train_function(iterator)` on a "
+    "persistent tf.data iterator repeating one fixed batch of 64 digits: what fit executes per step), built, "
+    "traced and warmed up first; then per round every variant runs one block of consecutive steps, back to back "
+    "in shuffled order (benchmarks/step_time.py's Group.visit), blocks as long as the inversion period so every "
+    "MatrixSVGD block holds exactly one inversion. Times are medians over rounds of block time / steps; ratios "
+    "and differences are medians over rounds of the within-round ratio / difference (paired: slow phases of "
+    "the shared machine cancel). Learning rate 1e-4 for every timed variant (a diverged run skips its updates "
+    "and would time a cheaper step; the skipped counters above must be 0). Profile variants add one piece at a "
+    "time: svgd_sgd (vanilla SVGD, plain SGD like MatrixSVGD) -> capture (the model captures layer inputs and "
+    "differentiates w.r.t. pre-activations) -> factors (+ KFAC factors of each batch and their EMA) -> "
+    "no_inversion (+ the Q-metric kernel and Q_bar^-1 on the mean factors; never re-inverted) -> "
+    "inversion_every_step (+ one inversion per step); MatrixSVGD(T_inv = 20) ~ no_inversion + one inversion / "
+    "20. prototype_fix is the proposed library change, prototyped as a KFACPreconditioner subclass in this "
+    "script (statistics only every 20 steps, right before the inversion; only the mean factors inverted).")
+
+
+def write_results(args, result, gru_md, lenet_md):
+    os.makedirs(args.out, exist_ok=True)
+    stem = "svgd_digits_quick" if args.quick else "svgd_digits"
+    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    m = result["machine"]
+    device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
+    lines = ["# Matrix-valued-kernel SVGD (KFAC) vs vanilla SVGD on digits: GRU error, LeNet-5 step time", "",
+             f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; TensorFlow {m['tensorflow']}, "
+             f"Keras {m['keras']}, TFP {m['tensorflow_probability']}; {m['date']}; load average at start "
+             f"{result['timing']['load_average_at_start']}; total {result['timing']['total_s']:.0f} s.", ""]
+    if gru_md:
+        table, grid = gru_md
+        lines += [f"## 1. GRU on digit rows (N = {PARTICLES}, {UNITS} units, {args.epochs} epochs, seeds "
+                  f"{list(args.seeds)})", "", table, "", GRU_NOTE, "", "Learning-rate grid (validation split, seed "
+                  f"{args.tune_seed}):", "", grid, ""]
+    if lenet_md:
+        lines += ["## 2. LeNet-5 with MatrixSVGD(average, KFAC(inversion_period=20))", "", lenet_md, "", LENET_NOTE, ""]
+    lines += [f"Command: `{result['settings']['command']}`", ""]
+    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    return stem
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=("all", "gru", "lenet"), default="all")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, few epochs, one lr per method")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"final seeds (default {list(SEEDS)})")
+    parser.add_argument("--tune-seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=None, help=f"GRU epochs (default {EPOCHS}; quick 3)")
+    parser.add_argument("--lenet-epochs", type=int, default=None,
+                        help=f"LeNet epochs (default {LENET_EPOCHS}; quick 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="timing rounds (default 15; quick 4)")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed block (default 20 = T_inv)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--no-micro", action="store_true", help="skip the op-level microbenchmarks")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the timing order")
+    parser.add_argument("--out", default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    args.seeds = args.seeds or ([0] if args.quick else list(SEEDS))
+    args.epochs = args.epochs or (3 if args.quick else EPOCHS)
+    args.lenet_epochs = args.lenet_epochs or (2 if args.quick else LENET_EPOCHS)
+    args.rounds = args.rounds or (4 if args.quick else 15)
+
+    t_start = time.perf_counter()
+    load_at_start = step_time._load_average()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t_start:6.0f} s] {msg}", flush=True)
+
+    result = {"settings": {"particles": PARTICLES, "batch_size": BATCH, "gru_units": UNITS, "gru_epochs": args.epochs,
+                           "lenet_epochs": args.lenet_epochs, "seeds": args.seeds, "tune_seed": args.tune_seed,
+                           "quick": args.quick, "part": args.part,
+                           "command": " ".join(["python", "benchmarks/svgd_digits.py"]
+                                               + (sys.argv[1:] if argv is None else list(argv)))}}
+    gru_md = lenet_md = None
+    if args.part in ("all", "gru"):
+        log("Part 1: GRU on digit rows")
+        t0 = time.perf_counter()
+        result["gru"] = run_gru(args, log)
+        result["gru"]["seconds"] = time.perf_counter() - t0
+        gru_md = gru_tables(result["gru"])
+        print("\n" + gru_md[0] + "\n", flush=True)
+    if args.part in ("all", "lenet"):
+        log("Part 2: LeNet-5")
+        t0 = time.perf_counter()
+        training = run_lenet_training(args, log)
+        timing = run_lenet_timing(args, log)
+        micro = None if args.no_micro else run_microbenchmarks(args, log)
+        result["lenet"] = {"training": training, "timing": timing, "microbenchmarks": micro,
+                           "seconds": time.perf_counter() - t0}
+        ratio = timing["rows"][0]["ratios"]["matrix_svgd/svgd"]
+        result["lenet"]["target"] = {"name": "MatrixSVGD(average, KFAC T_inv=20) / SVGD step time <= 1.5 "
+                                             "(LeNet-5, N=10, batch 64)", "ratio": ratio, "pass": bool(ratio <= 1.5)}
+        lenet_md = lenet_markdown(training, timing, micro)
+        print("\n" + lenet_md + "\n", flush=True)
+    result["machine"] = step_time.machine_info()
+    result["timing"] = {"load_average_at_start": load_at_start, "total_s": time.perf_counter() - t_start}
+    stem = write_results(args, result, gru_md, lenet_md)
+    log(f"Wrote {args.out}/{stem}.json and {stem}.md")
+
+
+if __name__ == "__main__":
+    main()
+    gc.freeze()  # skip the slow garbage collection of the traced models at exit
