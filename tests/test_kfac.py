@@ -379,38 +379,48 @@ def test_damping_split_formula():
     np.testing.assert_allclose(full, cross, rtol=1e-10)
 
 
-def _regression(seed, n=2, b=6, fisher="empirical"):
+def _regression(seed, n=2, b=6, fisher="empirical", num_batches=5):
     rng = np.random.default_rng(seed)
     inputs = keras.Input((3,))
     h = bk.layers.Dense(4, activation="tanh", num_particles=n, name="d1")(inputs)
     out = bk.layers.Dense(2, name="d2")(h)
     model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=SIGMA))
     batches = [(rng.standard_normal((b, 3)).astype(np.float32), rng.standard_normal((b, 2)).astype(np.float32))
-               for _ in range(5)]
+               for _ in range(num_batches)]
     return model, batches
 
 
-def test_ema_schedule_and_inversion_period():
-    """rho_t = min(1 - 1/t, decay); damped inverses (pi split, lambda = damping + prior precision / T)
-    recomputed on updates 1, 4 (period 3) only."""
-    decay, period, damping = 0.6, 3, 1e-2
-    model, batches = _regression(5)
-    pre = bk.preconditioners.KFACPreconditioner(damping=damping, ema_decay=decay, inversion_period=period)
+@pytest.mark.parametrize("factor_period,period", [(1, 3), (2, 4)])
+def test_ema_schedule_and_inversion_period(factor_period, period):
+    """Steps t = 1, 2, ...: statistics (batch factors into the running average, rho_u = min(1 - 1/u, decay)
+    with u counting the statistics updates) on every step t <= period (warm-up) and then on t = 0 mod
+    factor_period; damped inverses (pi split, lambda = damping + prior precision / T) of the CURRENT running
+    average on every statistics update of the warm-up, then on t = 0 mod period; untouched otherwise.
+    (The warm-up: the inverse after t < period steps is that of the average of t batches, not of the first
+    batch alone, which made early steps diverge.)"""
+    decay, damping, steps = 0.6, 1e-2, 9
+    model, batches = _regression(5, num_batches=steps)
+    pre = bk.preconditioners.KFACPreconditioner(damping=damping, ema_decay=decay, inversion_period=period,
+                                                factor_period=factor_period)
     opt = _KFACNewton(pre, learning_rate=1e-3)
     model.compile(optimizer=opt, dataset_size=DATASET, temperature=TEMPERATURE, run_eagerly=True)
-    ema, inverses = None, []
+    ema, inverses, updates, inverted = None, [], 0, []
     for t, (x, y) in enumerate(batches, start=1):
         model.train_on_batch(x, y)
-        batch = opt.batches[-1]
-        rho = min(1 - 1 / t, decay)
-        ema = batch if ema is None else [{k: rho * e[k] + (1 - rho) * f[k] for k in f} for e, f in zip(ema, batch)]
-        assert int(pre.updates) == t
+        if t <= period or t % factor_period == 0:
+            updates += 1
+            batch = opt.batches[-1]
+            rho = min(1 - 1 / updates, decay)
+            ema = batch if ema is None else [{k: rho * e[k] + (1 - rho) * f[k] for k in f}
+                                             for e, f in zip(ema, batch)]
+        assert int(pre.updates) == updates
         for layer_vars, want in zip(pre.factor_variables, ema):
             for name, variable in layer_vars.items():
                 np.testing.assert_allclose(_np(variable), want[name], rtol=1e-5, atol=1e-7 * np.abs(want[name]).max())
         blocks = pre.block_variables(0)["weights"]
         inverses.append(_np(blocks["a_inv"]))
-        if t in (1, 4):  # just inverted: check against numpy
+        if t <= period or t % period == 0:  # just inverted: check against numpy
+            inverted.append(t)
             lam = damping + 1.0 / TEMPERATURE  # default N(0, 1) prior, temperature 0.5
             for k, layer_vars in enumerate(pre.factor_variables):
                 bv = pre.block_variables(k)["weights"]
@@ -424,10 +434,11 @@ def test_ema_schedule_and_inversion_period():
                                                atol=1e-6 * np.abs(np.linalg.inv(g_d)).max())
                     want_logdet = len(g_d) * np.linalg.slogdet(a_d)[1] + len(a_d) * np.linalg.slogdet(g_d)[1]
                     np.testing.assert_allclose(_np(bv["log_det"])[p], want_logdet, rtol=1e-5)
-    np.testing.assert_array_equal(inverses[1], inverses[0])
-    np.testing.assert_array_equal(inverses[2], inverses[0])
-    assert np.abs(inverses[3] - inverses[0]).max() > 1e-4
-    np.testing.assert_array_equal(inverses[4], inverses[3])
+        else:
+            np.testing.assert_array_equal(inverses[-1], inverses[-2])
+    assert inverted == {3: [1, 2, 3, 6, 9], 4: [1, 2, 3, 4, 8]}[period]
+    assert updates == {1: 9, 2: 6}[factor_period]  # (2, 4): steps 1, 2, 3, 4, 6, 8
+    assert all(np.abs(inverses[t] - inverses[t - 1]).max() > 1e-4 for t in range(1, period))  # warm-up moves
 
 
 def test_kfac_newton_step_solves_linear_gaussian_least_squares():
@@ -595,6 +606,8 @@ def test_unsupported_layers_and_mismatches_are_reported():
     (lambda: bk.preconditioners.KFACPreconditioner(damping=0.0), "damping must be a positive"),
     (lambda: bk.preconditioners.KFACPreconditioner(ema_decay=1.0), "ema_decay"),
     (lambda: bk.preconditioners.KFACPreconditioner(inversion_period=0), "inversion_period"),
+    (lambda: bk.preconditioners.KFACPreconditioner(factor_period=0), "factor_period must be a positive"),
+    (lambda: bk.preconditioners.KFACPreconditioner(inversion_period=20, factor_period=3), "multiple of factor_period"),
     (lambda: bk.preconditioners.KFACPreconditioner(fisher="exact"), "fisher must be one of"),
 ])
 def test_bad_arguments_raise(make, match):
@@ -603,10 +616,12 @@ def test_bad_arguments_raise(make, match):
 
 
 def test_config_round_trip():
-    pre = bk.preconditioners.KFACPreconditioner(damping=3e-2, ema_decay=0.9, inversion_period=7, fisher="true",
-                                                damping_split=False, include_prior=False)
+    pre = bk.preconditioners.KFACPreconditioner(damping=3e-2, ema_decay=0.9, inversion_period=14, fisher="true",
+                                                damping_split=False, include_prior=False, factor_period=7)
     again = bk.preconditioners.KFACPreconditioner.from_config(pre.get_config())
-    assert again.get_config() == pre.get_config()
+    assert again.get_config() == pre.get_config() and again.factor_period == 7
+    old = {k: v for k, v in pre.get_config().items() if k != "factor_period"}  # a config saved before factor_period
+    assert bk.preconditioners.KFACPreconditioner.from_config(old).factor_period == 1
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(pre))
     assert isinstance(restored, bk.preconditioners.KFACPreconditioner)
     assert restored.get_config() == pre.get_config() and restored.curvature_request == "kfac_true_fisher"
@@ -662,7 +677,128 @@ def test_matrix_svgd_with_kfac_trains_and_survives_saving(tmp_path, mode):
     for a, b in zip(pre.factor_variables, lpre.factor_variables):
         for name in a:
             np.testing.assert_array_equal(_np(a[name]), _np(b[name]))
-    np.testing.assert_array_equal(_np(lpre.block_variables(0)["weights"]["a_inv"]),
-                                  _np(pre.block_variables(0)["weights"]["a_inv"]))
+    saved, restored = pre.block_variables(0)["weights"], lpre.block_variables(0)["weights"]
+    assert set(saved) == set(restored)
+    for name in saved:
+        np.testing.assert_array_equal(_np(restored[name]), _np(saved[name]))
     loaded.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert int(lpre.updates) == 20
+
+
+# -- factor ops, factor_period in a compiled fit, mean-only inversion ---------------------------------
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("broadcasts", [True, False])
+def test_conv_patches_equal_extract_patches(padding, broadcasts):
+    """The sliced patches are tf.image.extract_patches' values (strides, dilation, uneven 'same' padding
+    with the odd pixel at the bottom / right), also on the fallback path with unknown spatial sizes."""
+    import types
+
+    from bayes_keras.curvature import kfac as kfac_lib
+
+    rng = np.random.default_rng(11)
+    n, b, c = 3, 2, 2
+    for (h, w), kernel, strides, dilation in [((7, 8), (3, 2), (1, 1), (1, 1)), ((7, 8), (4, 3), (2, 3), (1, 1)),
+                                              ((9, 6), (3, 3), (1, 2), (2, 1)), ((5, 5), (2, 2), (2, 2), (1, 1))]:
+        layer = types.SimpleNamespace(kernel_size=kernel, strides=strides, dilation_rate=dilation, padding=padding,
+                                      broadcasts=broadcasts, num_particles=n)
+        x = tf.constant(rng.standard_normal((b, h, w, c) if broadcasts else (b, n, h, w, c)), tf.float32)
+        ref = tf.image.extract_patches(x if broadcasts else tf.reshape(x, (-1, h, w, c)), [1, *kernel, 1],
+                                       [1, *strides, 1], [1, *dilation, 1], padding.upper())
+        ref = tf.reshape(ref, (b, 1 if broadcasts else n, -1, ref.shape[-1])).numpy()
+        np.testing.assert_array_equal(kfac_lib.conv_patches(layer, x).numpy(), ref)
+        spec = tf.TensorSpec(x.shape[:-3] + (None, None, c), tf.float32)  # spatial sizes unknown: fallback
+        unknown = tf.function(lambda t: kfac_lib.conv_patches(layer, t), input_signature=[spec])  # noqa: B023
+        np.testing.assert_array_equal(unknown(x).numpy(), ref)
+
+
+class _Snapshots(keras.callbacks.Callback):
+    def __init__(self, pre):
+        super().__init__()
+        self.pre, self.factors, self.means = pre, [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.factors.append(_np(self.pre.factor_variables[0]["A"]))
+        self.means.append(_np(self.pre.block_variables(0)["weights"]["a_mean_inv"]))
+
+
+def test_factor_period_schedule_in_a_compiled_fit():
+    """In the compiled train step (tf.cond): with factor_period=2, inversion_period=4 the running factors
+    move on steps 1-4 (warm-up) and then on even steps only, Q_bar^-1 on steps 1-4, 8, 12 only."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((12 * 8, 3)).astype(np.float32)
+    y = (x[:, :1] - x[:, 1:2] ** 2).astype(np.float32)
+    model = bk.zoo.mlp(3, 1, (5,), num_particles=3, likelihood=bk.likelihoods.Normal(scale=0.5))
+    pre = bk.preconditioners.KFACPreconditioner(inversion_period=4, factor_period=2)
+    model.compile(optimizer=bk.optimizers.MatrixSVGD(0.05, pre))
+    snap = _Snapshots(pre)
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[snap])
+    assert int(pre.updates) == 4 + 4  # steps 1, 2, 3, 4, 6, 8, 10, 12
+
+    def moved(series, t):  # between the end of step t - 1 and the end of step t (t = 1: from the initial state)
+        return t == 1 or not np.array_equal(series[t - 1], series[t - 2])
+
+    assert [t for t in range(1, 13) if moved(snap.factors, t)] == [1, 2, 3, 4, 6, 8, 10, 12]
+    assert [t for t in range(1, 13) if moved(snap.means, t)] == [1, 2, 3, 4, 8, 12]
+
+
+class _FullKFACMatrixSVGD(bk.optimizers.MatrixSVGD):
+    """MatrixSVGD that declares nothing: its KFAC preconditioner computes everything."""
+
+    curvature_operators = None
+
+
+def test_average_mode_inverts_only_the_mean_and_steps_as_with_full_inversion():
+    """MatrixSVGD(mode="average") declares ("apply_mean", "solve_mean"): KFAC then computes no per-particle
+    factors / inverses (their variables keep the identity) and the per-particle operators raise; the
+    trajectory and Q_bar are those of a full inversion. The mixture mode keeps the per-particle inverses
+    and does not compute the mean."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((48, 3)).astype(np.float32)
+    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2]).astype(np.float32)
+    runs = {}
+    for name, make in [("mean", bk.optimizers.MatrixSVGD), ("full", _FullKFACMatrixSVGD)]:
+        keras.utils.set_random_seed(3)
+        model = bk.zoo.mlp(3, 1, (6,), num_particles=3, likelihood=bk.likelihoods.Normal(scale=0.5))
+        pre = bk.preconditioners.KFACPreconditioner(inversion_period=2)
+        model.compile(optimizer=make(0.2, pre))
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        runs[name] = (model, pre)
+    (mean_model, mean_pre), (full_model, full_pre) = runs["mean"], runs["full"]
+    assert (mean_pre.inverts_per_particle, mean_pre.inverts_mean) == (False, True)
+    assert (full_pre.inverts_per_particle, full_pre.inverts_mean) == (True, True)
+    eye = np.broadcast_to(np.eye(4), (3, 4, 4))  # the first layer's A: 3 inputs + bias, 3 particles
+    np.testing.assert_array_equal(_np(mean_pre.block_variables(0)["weights"]["a_inv"]), eye)  # never computed
+    assert np.abs(_np(full_pre.block_variables(0)["weights"]["a_inv"]) - eye).max() > 1e-3
+    for a, b in zip(mean_model.particle_variables, full_model.particle_variables):
+        np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-7)
+    for k in range(len(mean_pre.factor_variables)):
+        full_blocks = full_pre.block_variables(k)
+        for role, block in mean_pre.block_variables(k).items():
+            for name in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv"):
+                np.testing.assert_allclose(_np(block[name]), _np(full_blocks[role][name]), rtol=1e-6, atol=1e-7)
+    curvature = mean_pre.curvature()
+    vs = [tf.zeros((3, int(np.prod(v.shape[1:])))) for v in mean_model.particle_variables]
+    assert all(t is not None for t in curvature.solve_mean(vs))
+    for call in (lambda: curvature.solve(vs), lambda: curvature.apply(vs), lambda: curvature.log_det()):
+        with pytest.raises(ValueError, match="curvature_operators"):
+            call()
+    # the mixture: per-particle only
+    model = bk.zoo.mlp(3, 1, (6,), num_particles=3, likelihood=bk.likelihoods.Normal(scale=0.5))
+    pre = bk.preconditioners.KFACPreconditioner(inversion_period=2)
+    model.compile(optimizer=bk.optimizers.MatrixSVGD(0.05, pre, mode="mixture"))
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert (pre.inverts_per_particle, pre.inverts_mean) == (True, False)
+    assert np.abs(_np(pre.block_variables(0)["weights"]["a_inv"]) - np.eye(4)).max() > 1e-3  # computed
+    np.testing.assert_array_equal(_np(pre.block_variables(0)["weights"]["a_mean_inv"]), np.eye(4))  # not
+    with pytest.raises(ValueError, match="curvature_operators"):
+        pre.curvature().solve_mean(vs)
+
+
+def test_unknown_curvature_operators_are_rejected():
+    class _Odd(bk.optimizers.MatrixSVGD):
+        curvature_operators = ("solve", "inverse_sqrt")
+
+    model = bk.zoo.mlp(3, 1, (4,), num_particles=2, likelihood=bk.likelihoods.Normal())
+    model.compile(optimizer=_Odd(0.1, bk.preconditioners.KFACPreconditioner()))
+    with pytest.raises(ValueError, match="curvature_operators must be"):
+        model.fit(np.zeros((4, 3), np.float32), np.zeros((4, 1), np.float32), verbose=0)

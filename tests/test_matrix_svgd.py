@@ -365,3 +365,33 @@ def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_sc
         opt.build(model.trainable_variables)
     assert len(seen) == 2 and seen[0] == seen[1]
     assert [[names[i] for i in g] for g in seen[0]] == [names[:2], names[2:]]  # [kernel, bias] per Dense
+
+
+@pytest.mark.parametrize("mode", ["average", "mixture"])
+@pytest.mark.parametrize("metric", ["q", "euclidean"])
+def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
+    """MatrixSVGD.curvature_operators (read by preconditioners at build time: KFAC computes only those)
+    covers every Curvature method the step calls, and with the Q metric is exactly that set."""
+    called = set()
+
+    class Recording(DenseCurvature):
+        pass
+
+    for name in ("apply", "solve", "apply_mean", "solve_mean", "log_det"):
+        def method(self, *args, _name=name, **kwargs):
+            called.add(_name)
+            return getattr(DenseCurvature, _name)(self, *args, **kwargs)
+        setattr(Recording, name, method)
+
+    q = _spd(np.random.default_rng(3), N, D)
+
+    class Spy(bk.preconditioners.Preconditioner):
+        def update(self, particles, grads):
+            return Recording.from_matrices(tf.constant(q, tf.float32))
+
+    opt = bk.optimizers.MatrixSVGD(1e-2, Spy(), mode=mode, kernel_metric=metric)
+    x0 = np.random.default_rng(4).standard_normal((N, D)).astype(np.float32)
+    bk.inference.run_particles(lambda p: -0.5 * tf.reduce_sum(p**2, 1), x0, opt, 2)
+    assert called and called <= set(opt.curvature_operators)
+    if metric == "q":
+        assert called == set(opt.curvature_operators)

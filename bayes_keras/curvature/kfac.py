@@ -289,12 +289,22 @@ def kfac_factors(record, fisher="empirical"):
     return factors
 
 
+def _particle_major(t):
+    """(B, M, L, d) -> (M, B*L, d): the rows of each particle (or of the shared input, M = 1) contiguous, so
+    that a factor is one batched matmul (faster than the equivalent einsum, which TF lowers to a
+    contraction over two axes with transposes of both operands)."""
+    m = t.shape[1] if t.shape[1] is not None else tf.shape(t)[1]
+    d = t.shape[-1] if t.shape[-1] is not None else tf.shape(t)[-1]
+    return tf.reshape(tf.transpose(t, (1, 0, 2, 3)), [m, -1, d])
+
+
 def _input_factor(a, homogeneous, n):
     """a (B, N or 1, L, p) -> (N, p[+1], p[+1]): mean over the B*L rows of a~ a~^T, a~ = [a; 1]."""
     rows = tf.cast(tf.shape(a)[0] * tf.shape(a)[2], a.dtype)
-    second = tf.einsum("bnli,bnlj->nij", a, a) / rows
+    flat = _particle_major(a)  # (N|1, B*L, p)
+    second = tf.matmul(flat, flat, transpose_a=True) / rows
     if homogeneous:
-        first = tf.reduce_sum(a, axis=(0, 2)) / rows  # (N|1, p)
+        first = tf.reduce_sum(flat, axis=1) / rows  # (N|1, p)
         top = tf.concat([second, first[:, :, None]], axis=2)
         bottom = tf.concat([first[:, None, :], tf.ones_like(first[:, :1])[:, None, :]], axis=2)
         second = tf.concat([top, bottom], axis=1)
@@ -305,17 +315,45 @@ def _input_factor(a, homogeneous, n):
 
 def _gradient_factor(e, scale):
     """e (B, N, L, q) -> (N, q, q): dataset_scale * sum over the B*L rows of e e^T."""
-    return scale * tf.einsum("bnlo,bnlp->nop", e, e)
+    flat = _particle_major(e)
+    return scale * tf.matmul(flat, flat, transpose_a=True)
 
 
 def conv_patches(layer, x):
-    """Input patches of a particle Conv2D, (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order."""
+    """Input patches of a particle Conv2D, (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order.
+
+    The same values as tf.image.extract_patches (with the layer's strides, dilation and padding; 'same'
+    pads as TF does, the odd pixel at the bottom / right), built from kh*kw static strided slices of the
+    padded images concatenated along the channels (about 2.5x faster than extract_patches on CPU). Falls
+    back to extract_patches when the spatial size is not static."""
     kh, kw = layer.kernel_size
     batch = tf.shape(x)[0]
     images = x if layer.broadcasts else tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
-    patches = tf.image.extract_patches(
-        images, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1], rates=[1, *layer.dilation_rate, 1],
-        padding=layer.padding.upper())
+    height, width = x.shape[-3], x.shape[-2]
+    patches = None
+    if height is not None and width is not None:
+        sizes = []
+        for size, k, s, d in ((height, kh, layer.strides[0], layer.dilation_rate[0]),
+                              (width, kw, layer.strides[1], layer.dilation_rate[1])):
+            span = (k - 1) * d + 1
+            if layer.padding == "same":
+                out = -(-size // s)
+                total = max((out - 1) * s + span - size, 0)
+                pads = (total // 2, total - total // 2)
+            else:
+                out, pads = (size - span) // s + 1, (0, 0)
+            sizes.append((out, pads, s, d))
+        (out_h, pad_h, s_h, d_h), (out_w, pad_w, s_w, d_w) = sizes
+        if out_h > 0 and out_w > 0:
+            if any(pad_h + pad_w):
+                images = tf.pad(images, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
+            patches = tf.concat([images[:, i * d_h: i * d_h + (out_h - 1) * s_h + 1: s_h,
+                                        j * d_w: j * d_w + (out_w - 1) * s_w + 1: s_w, :]
+                                 for i in range(kh) for j in range(kw)], axis=-1)
+    if patches is None:
+        patches = tf.image.extract_patches(
+            images, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1], rates=[1, *layer.dilation_rate, 1],
+            padding=layer.padding.upper())
     k = patches.shape[-1]
     return tf.reshape(patches, (batch, 1 if layer.broadcasts else layer.num_particles, -1, k))
 

@@ -45,7 +45,8 @@ class MatrixSVGD(ParticleOptimizer):
     partly undoes it; Q^{-1} already makes the step scale-free, so learning rates of 0.1-1 are natural).
 
     Non-finite curvature skips the whole update (particles and step-rule state untouched; counted in
-    `skipped_curvature_steps`).
+    `skipped_curvature_steps`). The preconditioner is told which curvature operators the mode calls
+    (`curvature_operators`): with KFAC, mode="average" computes and stores only the mean curvature.
 
     Args:
         learning_rate: step size (default 0.1).
@@ -96,6 +97,13 @@ class MatrixSVGD(ParticleOptimizer):
 
     def observe_curvature(self, records):
         self.preconditioner.observe_curvature(records)
+
+    @property
+    def curvature_operators(self):
+        """The `Curvature` methods this optimizer calls, read by preconditioners at build time so that they
+        compute only those (KFAC skips its per-particle inverses in the average mode): ("apply_mean",
+        "solve_mean") for mode="average", ("apply", "solve", "log_det") for mode="mixture"."""
+        return ("apply_mean", "solve_mean") if self.mode == "average" else ("apply", "solve", "log_det")
 
     def bind_log_prob(self, log_prob_fn):
         """Called by bayes_keras.inference.run_particles: lets a HessianPreconditioner see the density."""

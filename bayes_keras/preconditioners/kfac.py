@@ -25,13 +25,38 @@ mean(A) (x) mean(G) differs from mean_l(A_l (x) G_l) by the cross-particle covar
 The authors' code instead solves with mean_l(A_l^-1) (x) mean_l(G_l^-1), which is not the inverse of
 any Q_bar it uses as a metric.)
 
-Schedule: the running factors are updated every step, F <- rho F + (1 - rho) F_batch with
-rho_t = min(1 - 1/t, ema_decay) (t = 1, 2, ... counts the updates, so the first step takes the batch
-factors); the damped factors, their inverses (eigendecomposition in float64) and log-determinants
-are recomputed on updates 1, 1 + k, 1 + 2k, ... (k = inversion_period), inside the compiled step
-(tf.cond on the update counter). A batch whose factors are not finite leaves every state untouched
-(the counter too) and the returned curvature reports is_finite() False, so the optimizer skips the
-step.
+Schedule, inside the compiled step (tf.cond), with t = optimizer.iterations + 1 the optimizer step
+(1, 2, ...), f = factor_period and k = inversion_period (a multiple of f):
+- statistics (this batch's factors and the running average F <- rho F + (1 - rho) F_batch,
+  rho = min(1 - 1/u, ema_decay), u = 1, 2, ... counting the statistics updates, so the first takes the
+  batch factors; ema_decay therefore applies PER STATISTICS UPDATE, not per step) on every step of the
+  warm-up t <= k, then on the steps t = 0 mod f. On the other steps nothing is computed: the curvature
+  is the stored damped factors / inverses of the last inversion (BayesianModel still captures the
+  layers' inputs and pre-activation gradients every step, which costs little, and with fisher="true"
+  still runs its second backward pass for the sampled labels).
+- inversion (damped factors, their inverses by eigendecomposition in float64, log-determinants) on
+  every statistics update of the warm-up t <= k, then on the steps t = 0 mod k. The warm-up makes the
+  first inverses follow the running average of 1, 2, ..., k batches instead of resting on the first
+  minibatch for k steps (a one-batch inverse made early steps diverge).
+A batch whose factors are not finite leaves every state untouched (the statistics counter too) and the
+returned curvature reports is_finite() False, so the optimizer skips the step.
+Cost: factor_period=1 (default) computes the factors every step, which dominates the step time of
+small networks (LeNet-5 on digits, N = 10: +10 ms on an 11 ms SVGD step); factor_period =
+inversion_period (e.g. KFACPreconditioner(inversion_period=20, factor_period=20)) computes them once per
+period, right before the inversion, and is the recommended setting when step time matters
+(benchmarks/results/svgd_digits.md). With the default ema_decay=0.95 the running average then spans
+about 20 statistics updates (~400 steps); on LeNet-5 and the GRU of that benchmark this trained as well
+as factor_period=1.
+
+What is inverted: a consumer may declare the `Curvature` methods it calls as the attribute
+`curvature_operators` of the optimizer that builds the preconditioner (a tuple of "apply", "solve",
+"log_det", "apply_mean", "solve_mean"; None or absent: all). The per-particle damped factors, inverses
+and log-determinants (N eigendecompositions per factor) are computed only when "apply", "solve" or
+"log_det" is declared, Q_bar's only when "apply_mean" or "solve_mean" is; the variables exist either
+way (the optimizer's variables, hence saved models, do not depend on the consumer; those not computed
+keep their initial identity / zero values) and calling an operator that was not declared raises.
+MatrixSVGD declares ("apply_mean", "solve_mean") in mode="average" (the per-particle eigendecompositions
+were ~80% of an inversion's cost on LeNet-5) and ("apply", "solve", "log_det") in mode="mixture".
 """
 
 import dataclasses
@@ -45,6 +70,8 @@ from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
 
 _PI_RANGE = (1e-8, 1e8)
+PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
+MEAN_OPERATORS = ("apply_mean", "solve_mean")
 
 
 @dataclasses.dataclass
@@ -54,6 +81,8 @@ class KroneckerOperator:
     pieces: ((variable index, row start, row count), ...); columns: (c0, c1); p, q: the block's
     matrix shape. a, g, a_inv, g_inv: (N, p, p) / (N, q, q) damped factors and inverses; log_det: (N,)
     log det(A (x) G) = q log det A + p log det G; a_mean, ...: the same for Q_bar, (p, p) / (q, q).
+    The per-particle or the mean tensors are None when the preconditioner does not compute them (its
+    optimizer's `curvature_operators`).
     """
 
     pieces: tuple
@@ -71,8 +100,18 @@ class KroneckerOperator:
     g_mean_inv: tf.Tensor
 
     def pair(self, which):
-        return {"apply": (self.a, self.g), "solve": (self.a_inv, self.g_inv),
-                "apply_mean": (self.a_mean, self.g_mean), "solve_mean": (self.a_mean_inv, self.g_mean_inv)}[which]
+        left, right = {"apply": (self.a, self.g), "solve": (self.a_inv, self.g_inv),
+                       "apply_mean": (self.a_mean, self.g_mean),
+                       "solve_mean": (self.a_mean_inv, self.g_mean_inv)}[which]
+        if left is None:
+            raise ValueError(_not_declared(which))
+        return left, right
+
+
+def _not_declared(which):
+    return (f"This KFAC curvature does not hold what {which}() needs: its optimizer's curvature_operators did not "
+            f"declare {which!r}, so the preconditioner never computed it (see "
+            "bayes_keras.preconditioners.kfac: 'What is inverted').")
 
 
 class KFACCurvature(Curvature):
@@ -143,6 +182,8 @@ class KFACCurvature(Curvature):
                 raise ValueError(f"KFAC curvature: variables {layer_indices} form one layer block; a log-det was "
                                  f"requested over {sorted(inside)} of them only.")
             for op in ops:
+                if op.log_det is None:
+                    raise ValueError(_not_declared("log_det"))
                 total = op.log_det if total is None else total + op.log_det
         if total is None:
             return tf.zeros((self.num_particles,))
@@ -188,40 +229,68 @@ class KFACPreconditioner(Preconditioner):
     each direction is its own layer) trained through BayesianModel.fit.
 
     The conventions (scale, locations, recurrent blocks) are in bayes_keras.curvature.kfac; damping,
-    prior, the mean curvature and the schedule in this module's docstring.
+    prior, the mean curvature, the schedule and what is inverted in this module's docstring.
+
+    Schedule in short (t = optimizer step, 1, 2, ...): warm-up t <= inversion_period: statistics and
+    inversion every step (the first inverses follow the running average, not one minibatch); then
+    statistics (the batch's factors + their running average) every `factor_period` steps and the
+    inversion every `inversion_period` steps. Only what the optimizer's `curvature_operators` declares
+    is inverted (MatrixSVGD(mode="average"): the mean curvature only).
+
+    Speed: the default factor_period=1 computes the factors every step; for speed use
+    factor_period = inversion_period, e.g. KFACPreconditioner(inversion_period=20, factor_period=20):
+    on LeNet-5 / digits (N = 10) MatrixSVGD(mode="average") then takes 1.35x vanilla SVGD's step
+    time (2.1x with factor_period=1) and trains as well (test accuracy 0.984 vs 0.982 after 10
+    epochs at lr 0.01; benchmarks/results/svgd_digits.md).
 
     Args:
         damping: Tikhonov damping lambda > 0 added (pi-split) to every Kronecker block, in the units of
             the tempered data-set Fisher (default 1e-3).
-        ema_decay: running-average decay in [0, 1); rho_t = min(1 - 1/t, ema_decay) (default 0.95).
-        inversion_period: recompute the damped inverses every this many updates (default 20).
+        ema_decay: running-average decay in [0, 1) PER STATISTICS UPDATE (every `factor_period` steps
+            after the warm-up); rho_u = min(1 - 1/u, ema_decay), u = 1, 2, ... counting the statistics
+            updates (default 0.95).
+        inversion_period: recompute the damped factors and inverses every this many optimizer steps,
+            and every step during the first inversion_period steps (warm-up) (default 20).
         fisher: "empirical" (observed labels, default) or "true" (labels sampled from the model's own
             predictive, one per example and particle: BayesianModel then runs a second backward pass
             to the pre-activations).
         damping_split: True (default): A + pi sqrt(lambda) I, G + sqrt(lambda) / pi I; False: pi = 1.
         include_prior: add the Normal prior's precision / temperature to lambda (default True).
+        factor_period: compute the batch's factors and update their running average every this many
+            optimizer steps after the warm-up (default 1: every step); inversion_period must be a
+            multiple of it (the inverses are recomputed right after a statistics update). Skipped steps
+            reuse the stored damped factors and inverses.
 
     Example:
-        >>> opt = bayes_keras.optimizers.MatrixSVGD(0.5, bayes_keras.preconditioners.KFACPreconditioner())
+        >>> pre = bayes_keras.preconditioners.KFACPreconditioner(inversion_period=20, factor_period=20)
+        >>> opt = bayes_keras.optimizers.MatrixSVGD(0.01, pre)
         >>> model.compile(optimizer=opt)
         >>> model.fit(x, y, epochs=10)
     """
 
     def __init__(self, damping=1e-3, ema_decay=0.95, inversion_period=20, fisher="empirical", damping_split=True,
-                 include_prior=True):
+                 include_prior=True, factor_period=1):
         if isinstance(damping, bool) or not np.isfinite(damping) or not damping > 0:
             raise ValueError(f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}.")
         if isinstance(ema_decay, bool) or not 0.0 <= ema_decay < 1.0:
             raise ValueError(f"KFAC ema_decay must be in [0, 1); got {ema_decay!r}.")
         if isinstance(inversion_period, bool) or int(inversion_period) != inversion_period or inversion_period < 1:
             raise ValueError(f"KFAC inversion_period must be a positive integer; got {inversion_period!r}.")
+        if isinstance(factor_period, bool) or int(factor_period) != factor_period or factor_period < 1:
+            raise ValueError(f"KFAC factor_period must be a positive integer; got {factor_period!r}.")
+        if int(inversion_period) % int(factor_period):
+            raise ValueError(f"KFAC inversion_period ({inversion_period}) must be a multiple of factor_period "
+                             f"({factor_period}): the inverses are recomputed right after a statistics update. "
+                             "E.g. inversion_period=20, factor_period=20.")
         if fisher not in kfac_lib.FISHER_TYPES:
             raise ValueError(f"KFAC fisher must be one of {kfac_lib.FISHER_TYPES}; got {fisher!r}.")
         self.damping, self.ema_decay = float(damping), float(ema_decay)
         self.inversion_period, self.fisher = int(inversion_period), fisher
         self.damping_split, self.include_prior = bool(damping_split), bool(include_prior)
+        self.factor_period = int(factor_period)
         self._records = None
         self._built = False
+        self._per_particle = self._mean = None
 
     @property
     def curvature_request(self):
@@ -237,6 +306,7 @@ class KFACPreconditioner(Preconditioner):
         shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per layer by the optimizer
         (BayesianModel.compile binds the groups); the first step checks it against the captured layers."""
         super().build(optimizer, shapes, groups)
+        self._per_particle, self._mean = _needs(getattr(optimizer, "curvature_operators", None))
         pvars = self._particle_variables(optimizer)
         if getattr(optimizer, "_layer_groups", None) is None or not hasattr(optimizer, "_groups_for"):
             raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
@@ -258,6 +328,7 @@ class KFACPreconditioner(Preconditioner):
             self._layer_indices.append([index[id(v)] for v, _ in spec.views])
             self._state.append(self._make_state(optimizer, candidates, n, index))
         self._updates = optimizer.add_variable((), dtype="int64", name="kfac_updates")
+        self._optimizer = optimizer  # its iterations drive the schedule
         self._num_particles = n
         self._built = True
 
@@ -286,6 +357,8 @@ class KFACPreconditioner(Preconditioner):
                     continue
                 p, q = spec.block_shape(block)
                 tag = f"kfac_{base}_{block.role}"
+                # all of them, whatever is computed: the optimizer's variable layout (and so saved models) does
+                # not depend on the consumer; those not computed keep their initial values
                 blocks[block.role] = {
                     "p": p, "q": q,
                     "a": add((n, p, p), initializer=_identity_initializer(p), name=f"{tag}_a_damped"),
@@ -325,6 +398,10 @@ class KFACPreconditioner(Preconditioner):
 
         Also resolves each layer's structure against the captured layer (errors for unsupported layers
         or a mismatch with the structure inferred from the variables) and its prior precisions."""
+        return self._factors(self._layer_records())
+
+    def _layer_records(self):
+        """The observed record of each layer group, in order (resolving structure and prior precisions)."""
         if self._records is None:
             raise ValueError("KFACPreconditioner needs the layers' captured statistics: train through "
                              "BayesianModel.fit (the optimizer's curvature_request makes the model capture them).")
@@ -349,11 +426,17 @@ class KFACPreconditioner(Preconditioner):
             state["spec"] = actual
             for block in actual.blocks:
                 state["prior"][block.role] = self._prior_precision(layer, block, actual.block_shape(block)[1])
-            factors = kfac_lib.kfac_factors(found[0], self.fisher)
-            for name, d in actual.factor_dims.items():
+            out.append(found[0])
+        return out
+
+    def _factors(self, records):
+        out = []
+        for state, record in zip(self._state, records):
+            factors = kfac_lib.kfac_factors(record, self.fisher)
+            for name, d in state["spec"].factor_dims.items():
                 shape = tuple(factors[name].shape)
                 if shape != (self._num_particles, d, d):
-                    raise ValueError(f"KFACPreconditioner: factor {name} of layer '{layer.name}' has shape "
+                    raise ValueError(f"KFACPreconditioner: factor {name} of layer '{record.layer.name}' has shape "
                                      f"{shape}, expected {(self._num_particles, d, d)}.")
             out.append(factors)
         return out
@@ -362,15 +445,31 @@ class KFACPreconditioner(Preconditioner):
         temps = [r.temperature for r in self._records or [] if getattr(r, "temperature", None) is not None]
         return float(temps[0]) if temps else 1.0
 
+    def _step(self):
+        """t = optimizer.iterations + 1 (int64): the optimizer step being taken, 1, 2, ..."""
+        return tf.cast(self._optimizer.iterations, tf.int64) + 1
+
     def update(self, particles=None, grads=None):
         if not self._built:
             raise ValueError("KFACPreconditioner.update before build (build it through the optimizer's build).")
-        batch = self.batch_factors()
+        records = self._layer_records()  # structure checks: every step, outside the conditional
+        temperature = self._temperature()
+        if self.factor_period == 1:
+            finite = self._statistics(records, temperature)
+        else:
+            t = self._step()
+            due = (t <= self.inversion_period) | tf.equal(tf.math.floormod(t, self.factor_period), 0)
+            finite = tf.cond(due, lambda: self._statistics(records, temperature), lambda: tf.constant(True))
+        return self.curvature(finite)
+
+    def _statistics(self, records, temperature):
+        """This batch's factors into the running averages, then the inversion when due; returns whether
+        the batch's factors were finite (if not, nothing changed)."""
+        batch = self._factors(records)
         finite = tf.constant(True)
         for factors in batch:
             for f in factors.values():
                 finite = finite & tf.reduce_all(tf.math.is_finite(f))
-        temperature = self._temperature()
 
         def accumulate():
             t = tf.cast(self._updates + 1, tf.float32)
@@ -383,14 +482,15 @@ class KFACPreconditioner(Preconditioner):
             return tf.constant(True)
 
         tf.cond(finite, accumulate, lambda: tf.constant(False))
-        due = finite & tf.equal(tf.math.floormod(self._updates - 1, self.inversion_period), 0)
+        t = self._step()
+        due = finite & ((t <= self.inversion_period) | tf.equal(tf.math.floormod(t, self.inversion_period), 0))
 
         def invert():
             self._invert(temperature)
             return tf.constant(True)
 
         tf.cond(due, invert, lambda: tf.constant(False))
-        return self.curvature(finite)
+        return finite
 
     def damping_for(self, layer_index, role, temperature=1.0):
         """lambda of one block: damping + (its prior precision / temperature when include_prior)."""
@@ -409,18 +509,13 @@ class KFACPreconditioner(Preconditioner):
                     c0, c1 = block.columns
                     g = g[:, c0:c1, c0:c1]
                 lam = self.damping_for(k, block.role, temperature)
-                a_d, a_inv, a_logdet, g_d, g_inv, g_logdet = damped_inverses(a, g, lam, self.damping_split)
-                b["a"].assign(tf.cast(a_d, b["a"].dtype))
-                b["g"].assign(tf.cast(g_d, b["g"].dtype))
-                b["a_inv"].assign(tf.cast(a_inv, b["a_inv"].dtype))
-                b["g_inv"].assign(tf.cast(g_inv, b["g_inv"].dtype))
-                b["log_det"].assign(tf.cast(b["q"] * a_logdet + b["p"] * g_logdet, b["log_det"].dtype))
-                am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0), lam,
-                                                                   self.damping_split)
-                b["a_mean"].assign(tf.cast(am_d, b["a_mean"].dtype))
-                b["g_mean"].assign(tf.cast(gm_d, b["g_mean"].dtype))
-                b["a_mean_inv"].assign(tf.cast(am_inv, b["a_mean_inv"].dtype))
-                b["g_mean_inv"].assign(tf.cast(gm_inv, b["g_mean_inv"].dtype))
+                if self._per_particle:
+                    a_d, a_inv, a_logdet, g_d, g_inv, g_logdet = damped_inverses(a, g, lam, self.damping_split)
+                    _assign(b, a=a_d, g=g_d, a_inv=a_inv, g_inv=g_inv, log_det=b["q"] * a_logdet + b["p"] * g_logdet)
+                if self._mean:
+                    am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0),
+                                                                       lam, self.damping_split)
+                    _assign(b, a_mean=am_d, g_mean=gm_d, a_mean_inv=am_inv, g_mean_inv=gm_inv)
 
     def curvature(self, finite=None):
         """The current `KFACCurvature` (the damped factors and inverses of the last inversion)."""
@@ -432,18 +527,29 @@ class KFACPreconditioner(Preconditioner):
                 b = state["blocks"][block.role]
                 pieces = tuple((index[id(pc.variable)], pc.row_start, pc.row_count) for pc in block.pieces)
                 columns = block.columns or (0, spec.view(block.pieces[0].variable)[1])
-                ops.append(KroneckerOperator(pieces, columns, b["p"], b["q"], b["a"].value, b["g"].value,
-                                             b["a_inv"].value, b["g_inv"].value, b["log_det"].value,
-                                             b["a_mean"].value, b["g_mean"].value, b["a_mean_inv"].value,
-                                             b["g_mean_inv"].value))
+                values = {k: (b[k].value if self._per_particle else None)
+                          for k in ("a", "g", "a_inv", "g_inv", "log_det")}
+                values.update({k: (b[k].value if self._mean else None)
+                               for k in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv")})
+                ops.append(KroneckerOperator(pieces, columns, b["p"], b["q"], **values))
             layers.append((indices, ops))
         finite = tf.constant(True) if finite is None else finite
         return KFACCurvature(self._num_particles, [s[1] for s in self._shapes], self._views, layers, finite)
 
     @property
     def updates(self):
-        """Number of factor updates so far (an optimizer variable)."""
+        """Number of statistics updates so far (an optimizer variable)."""
         return self._updates
+
+    @property
+    def inverts_per_particle(self):
+        """Whether the per-particle damped factors / inverses / log-dets are computed (None before build)."""
+        return self._per_particle
+
+    @property
+    def inverts_mean(self):
+        """Whether Q_bar's damped factors / inverses are computed (None before build)."""
+        return self._mean
 
     @property
     def factor_variables(self):
@@ -451,13 +557,34 @@ class KFACPreconditioner(Preconditioner):
         return [dict(state["factors"]) for state in self._state]
 
     def block_variables(self, layer_index):
-        """{block role: {"a", "g", "a_inv", "g_inv", "log_det", "a_mean", ...: variable}} of one layer group."""
+        """{block role: {"a", "g", "a_inv", "g_inv", "log_det", "a_mean", ...: variable}} of one layer group
+        (all exist; those not computed, see `inverts_per_particle` / `inverts_mean`, keep their initial
+        identity / zero values)."""
         return {role: {k: v for k, v in b.items() if k not in ("p", "q")}
                 for role, b in self._state[layer_index]["blocks"].items()}
 
     def get_config(self):
         return {"damping": self.damping, "ema_decay": self.ema_decay, "inversion_period": self.inversion_period,
-                "fisher": self.fisher, "damping_split": self.damping_split, "include_prior": self.include_prior}
+                "fisher": self.fisher, "damping_split": self.damping_split, "include_prior": self.include_prior,
+                "factor_period": self.factor_period}
+
+
+def _needs(operators):
+    """(per-particle, mean) from an optimizer's declared `curvature_operators` (None: both)."""
+    if operators is None:
+        return True, True
+    known = PER_PARTICLE_OPERATORS + MEAN_OPERATORS
+    operators = tuple(operators)
+    unknown = [o for o in operators if o not in known]
+    if unknown or not operators:
+        raise ValueError(f"curvature_operators must be a non-empty collection of {known} (or None: all); got "
+                         f"{operators!r}.")
+    return (any(o in PER_PARTICLE_OPERATORS for o in operators), any(o in MEAN_OPERATORS for o in operators))
+
+
+def _assign(block, **values):
+    for name, value in values.items():
+        block[name].assign(tf.cast(value, block[name].dtype))
 
 
 def split_damping(a, g, lam, split=True):
