@@ -395,3 +395,19 @@ def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
     assert called and called <= set(opt.curvature_operators)
     if metric == "q":
         assert called == set(opt.curvature_operators)
+
+
+def test_shared_weights_step_at_adam_scale_under_a_natural_gradient_learning_rate():
+    """MatrixSVGD's SGD learning rate (here 5) scales a preconditioned direction; a shared
+    (deterministic) weight must not take Adam steps of that size: the default shared rate is 1e-3."""
+    x, y = _tiny_regression()
+    inputs = keras.Input((3,))
+    h = bk.layers.Dense(4, activation="tanh", deterministic=True, num_particles=4)(inputs)
+    out = bk.layers.Dense(1)(h)
+    model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.5))
+    model.compile(optimizer=bk.optimizers.MatrixSVGD(5.0, IdentityPreconditioner()), dataset_size=len(x))
+    shared = [v for v in model.trainable_variables if not getattr(v, "is_particle_variable", False)]
+    before = [v.numpy() for v in shared]
+    model.train_on_batch(x[:32], y[:32])
+    steps = [np.max(np.abs(v.numpy() - b)) for v, b in zip(shared, before)]
+    assert 0 < max(steps) <= 1.1e-3

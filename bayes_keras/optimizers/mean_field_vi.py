@@ -50,6 +50,9 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     posterior_dtype = "float32"  # elementwise: no need for float64
 
+    def _default_shared_learning_rate(self, learning_rate):
+        return learning_rate  # an Adam learning rate already
+
     def _block_groups(self, groups):
         return [sorted(i for g in groups for i in g)]  # diagonal: one flat block over all weights
 

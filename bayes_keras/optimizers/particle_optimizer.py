@@ -26,7 +26,10 @@ class ParticleOptimizer(keras.optimizers.Optimizer):
         learning_rate: step size of the particle step rule (float or schedule).
         step_rule: a `bayes_keras.inference.step_rules.StepRule` or its name.
         shared_learning_rate: step size of the element-wise Adam on shared (deterministic)
-            variables; defaults to `learning_rate`.
+            variables (e.g. a learned noise scale); defaults to `learning_rate` when the particle
+            step rule is adaptive (its steps are in parameter units too), and to 1e-3 (Keras' Adam
+            default) under "sgd", whose learning rate scales a natural-gradient or preconditioned
+            direction (MatrixSVGD's 0.1-10 would move a shared log-scale by up to 10 per step).
         **kwargs: forwarded to `keras.optimizers.Optimizer` (clipnorm, clipvalue, ...).
     """
 
@@ -85,9 +88,14 @@ class ParticleOptimizer(keras.optimizers.Optimizer):
         if particle:
             self._update_particles([v for _, v, _ in particle], [g for g, _, _ in particle],
                                    [s for _, _, s in particle], learning_rate, step)
-        shared_lr = learning_rate if self.shared_learning_rate is None else self.shared_learning_rate
+        shared_lr = self.shared_learning_rate
+        if shared_lr is None:
+            shared_lr = self._default_shared_learning_rate(learning_rate)
         for g, v, slots in shared:
             self._apply_rule(self.shared_rule, tf.cast(g, v.dtype), v, slots, shared_lr, step)
+
+    def _default_shared_learning_rate(self, learning_rate):
+        return 1e-3 if isinstance(self.step_rule, step_rules.SGD) else learning_rate
 
     def _update_particles(self, pvars, grads, slots, learning_rate, step):
         """Move the particle variables: direction over all of them jointly, then the step rule."""
