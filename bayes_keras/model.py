@@ -73,6 +73,12 @@ class BayesianModel(keras.Model):
 
     # -- structure -----------------------------------------------------------------------------
     @property
+    def skipped_steps(self):
+        """Training steps skipped since the model was built because the loss or a gradient was NaN/Inf
+        (the particles were left unchanged; fit also warns)."""
+        return int(self._skipped.numpy())
+
+    @property
     def particle_layers(self):
         # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
         # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().

@@ -119,7 +119,7 @@ def gru_optimizer(mode, period, lr):
 
 def skipped_steps(model, optimizer):
     """(steps skipped by the model's non-finite guard, steps skipped for non-finite curvature)."""
-    model_skips = int(model._skipped.numpy()) if hasattr(model, "_skipped") else -1
+    model_skips = model.skipped_steps
     curvature = getattr(optimizer, "skipped_curvature_steps", None)
     return model_skips, (int(curvature.numpy()) if curvature is not None else 0)
 

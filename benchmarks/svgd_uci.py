@@ -271,7 +271,7 @@ def run_one(experiment, method, rule, lr, data, seed, args):
     ll = np.array([p[0] for p in curve.points])
     err = np.array([p[1] for p in curve.points])
     train_ll = np.array([p[2] for p in curve.points])
-    out = {"ll": ll, "err": err, "train_ll": train_ll, "seconds": seconds, "skipped_steps": int(model._skipped.numpy())}
+    out = {"ll": ll, "err": err, "train_ll": train_ll, "seconds": seconds, "skipped_steps": model.skipped_steps}
     if method in ("average", "mixture"):
         out["skipped_curvature_steps"] = int(opt.skipped_curvature_steps.numpy())
     if method == "mixture":

@@ -170,8 +170,10 @@ def test_nonfinite_gradient_never_reaches_particles():
     before = [v.numpy().copy() for v in model.trainable_variables]
     x_bad = x.copy()
     x_bad[3, 2] = np.nan
+    assert model.skipped_steps == 0
     with pytest.warns(RuntimeWarning, match="skipped"):
         model.fit(x_bad, y, epochs=1, batch_size=64, verbose=0)
+    assert model.skipped_steps == 1  # the one batch with the NaN
     for b, v in zip(before, model.trainable_variables):
         np.testing.assert_array_equal(b, v.numpy())
     # and training goes on normally afterwards
