@@ -12,8 +12,10 @@ an element-wise Adam would precondition each particle differently and break the 
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import Configurable, resolve
 
-class StepRule:
+
+class StepRule(Configurable):
     """Base class. `particle_shared` slots have shape[1:] (no particle axis)."""
 
     def slots(self, shape):
@@ -22,12 +24,6 @@ class StepRule:
     def apply(self, direction, state, learning_rate, step):
         raise NotImplementedError
 
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
@@ -101,10 +97,4 @@ _RULES = {"sgd": SGD, "rmsprop": DimWiseRMSProp, "dimwise_rmsprop": DimWiseRMSPr
 
 
 def get(identifier):
-    if isinstance(identifier, StepRule):
-        return identifier
-    if isinstance(identifier, str) and identifier.lower() in _RULES:
-        return _RULES[identifier.lower()]()
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    raise ValueError(f"Expected a step rule (a StepRule or one of {sorted(_RULES)}); got {identifier!r}.")
+    return resolve(identifier, StepRule, _RULES, "a step rule (a StepRule")

@@ -16,9 +16,10 @@ Conventions (used by every kernel, by bayes_keras.inference.svgd and by MatrixSV
   bandwidth are constants of the step (stop-gradient), as in every SVGD implementation.
 """
 
-import keras
 import numpy as np
 import tensorflow as tf
+
+from bayes_keras._config import Configurable, config_repr, resolve
 
 _MIN_BANDWIDTH = 1e-12
 
@@ -74,7 +75,7 @@ def median_offdiagonal(d2):
     return 0.5 * (values[..., m // 2 - 1] + values[..., m // 2])
 
 
-class Kernel:
+class Kernel(Configurable):
     """Base class of SVGD kernels: small serializable objects.
 
     Subclasses implement `evaluate(xs, ys=None, weights=None) -> (K, R)` (see the module docstring
@@ -87,16 +88,8 @@ class Kernel:
     def __call__(self, xs, ys=None, weights=None):
         return self.evaluate(xs, ys, weights)
 
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
+        return config_repr(self)
 
 
 class RadialKernel(Kernel):
@@ -165,15 +158,4 @@ def get(identifier):
 
     names = {"rbf": rbf.RBF, "imq": imq.IMQ, "centred_linear": centred_linear.CentredLinear,
              "centered_linear": centred_linear.CentredLinear, "linear": centred_linear.CentredLinear}
-    if isinstance(identifier, Kernel):
-        return identifier
-    if identifier is None:
-        return rbf.RBF()
-    if isinstance(identifier, str) and identifier.lower() in names:
-        return names[identifier.lower()]()
-    if isinstance(identifier, dict):
-        obj = keras.saving.deserialize_keras_object(identifier)
-        if isinstance(obj, Kernel):
-            return obj
-    raise ValueError(f"Expected a kernel (a bayes_keras.kernels.Kernel or one of {sorted(names)}); "
-                     f"got {identifier!r}.")
+    return resolve(identifier, Kernel, names, "a kernel (a bayes_keras.kernels.Kernel", default=rbf.RBF)

@@ -2,6 +2,7 @@
 
 import keras
 
+from bayes_keras._config import resolve
 from bayes_keras.likelihoods.bernoulli import Bernoulli
 from bayes_keras.likelihoods.categorical import Categorical
 from bayes_keras.likelihoods.likelihood import Likelihood
@@ -22,16 +23,7 @@ _ALIASES = {
 def get(identifier):
     """Resolve a Likelihood, a name ('categorical', 'bernoulli', 'normal' or the matching Keras loss
     name) or a config dict."""
-    if isinstance(identifier, Likelihood):
-        return identifier
-    if isinstance(identifier, str) and identifier.lower() in _ALIASES:
-        return _ALIASES[identifier.lower()]()
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    raise ValueError(
-        "Expected a likelihood: a bayes_keras.likelihoods.Likelihood or one of "
-        f"{sorted(_ALIASES)}; got {identifier!r}."
-    )
+    return resolve(identifier, Likelihood, _ALIASES, "a likelihood (a bayes_keras.likelihoods.Likelihood")
 
 
 def serialize(likelihood):

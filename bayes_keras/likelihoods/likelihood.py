@@ -4,8 +4,10 @@ import math
 
 import tensorflow as tf
 
+from bayes_keras._config import Configurable
 
-class Likelihood:
+
+class Likelihood(Configurable):
     """An observation model over the network's per-particle outputs.
 
     `outputs` always has layout (batch, N, ...). Subclasses implement:
@@ -47,12 +49,6 @@ class Likelihood:
     def uncertainty(self, outputs):
         raise NotImplementedError
 
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def entropy_decomposition(probs):

@@ -22,7 +22,7 @@ result is None there) as long as each block is fully present or fully absent.
 
 Interface (what a KFAC preconditioner implements as well)::
 
-    class Preconditioner:
+    class Preconditioner(Configurable):
         curvature_request = None   # not None (e.g. KFAC's request) makes BayesianModel capture layer
                                    # inputs / pre-activation gradients (bayes_keras.curvature.capture)
         def build(self, optimizer, shapes, groups) -> None
@@ -54,6 +54,8 @@ and Q_bar is its documented average (mean(A) (x) mean(G), or the mean of inverse
 
 import tensorflow as tf
 
+from bayes_keras._config import Configurable, config_repr
+
 
 class Curvature:
     """One step's curvature operator (see the module docstring). Subclasses implement the methods."""
@@ -82,7 +84,7 @@ class Curvature:
         return tf.constant(True)
 
 
-class Preconditioner:
+class Preconditioner(Configurable):
     """Base class of curvature sources (see the module docstring for the full interface)."""
 
     curvature_request = None
@@ -99,13 +101,5 @@ class Preconditioner:
     def update(self, particles, grads):
         raise NotImplementedError
 
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
+        return config_repr(self)

@@ -2,8 +2,10 @@
 
 import keras
 
+from bayes_keras._config import Configurable
 
-class Prior:
+
+class Prior(Configurable):
     """A prior density over one weight tensor, evaluated per particle.
 
     Subclasses implement `log_prob(value, fan_in)` returning the elementwise log density of
@@ -18,12 +20,6 @@ class Prior:
         """Standard deviation of the prior for a weight with this fan-in (used to draw samples)."""
         raise NotImplementedError
 
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def serialize(prior):

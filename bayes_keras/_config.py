@@ -1,0 +1,41 @@
+"""Shared plumbing of the library's small serializable objects (priors, likelihoods, step rules,
+kernels, preconditioners): a config round trip, and the lookup behind each module's `get()`."""
+
+import keras
+
+
+class Configurable:
+    """`get_config` / `from_config` for objects whose constructor arguments are their whole state."""
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def config_repr(obj):
+    """`Name(arg=value, ...)` from `obj.get_config()` (for a class's __repr__)."""
+    args = ", ".join(f"{k}={v!r}" for k, v in obj.get_config().items())
+    return f"{type(obj).__name__}({args})"
+
+
+def resolve(identifier, base, names, what, default=None):
+    """An instance of `base` from an instance, a case-insensitive name in `names` (name -> class, built
+    with no arguments), a serialized config, or None (-> `default()`, when given).
+
+    Raises:
+        ValueError: naming `what` ("a kernel (a bayes_keras.kernels.Kernel") and the accepted names.
+    """
+    if isinstance(identifier, base):
+        return identifier
+    if identifier is None and default is not None:
+        return default()
+    if isinstance(identifier, str) and identifier.lower() in names:
+        return names[identifier.lower()]()
+    if isinstance(identifier, dict):
+        obj = keras.saving.deserialize_keras_object(identifier)
+        if isinstance(obj, base):
+            return obj
+    raise ValueError(f"Expected {what} or one of {sorted(names)}); got {identifier!r}.")
