@@ -66,16 +66,21 @@ def run(seeds=(0, 1, 2), verbose=True):
             scores["seconds"] = time.time() - t0
             results[name].append(scores)
             if verbose:
-                print(f"seed {seed} | {name:36s} | " + " ".join(f"{k} {scores[k]:.4f}" for k in METRICS)
-                      + f" | {scores['seconds']:.0f}s", flush=True)
+                print_scores(seed, name, scores)
     return results
 
 
-def table(results):
-    lines = ["| method | accuracy | NLL | ECE | Brier |", "|---|---|---|---|---|"]
+def print_scores(seed, name, scores, metrics=METRICS, width=36):
+    print(f"seed {seed} | {name:{width}s} | " + " ".join(f"{k} {scores[k]:.4f}" for k in metrics)
+          + f" | {scores['seconds']:.0f}s", flush=True)
+
+
+def table(results, metrics=METRICS, headers=("accuracy", "NLL", "ECE", "Brier")):
+    """Markdown table of mean ± std over seeds of `metrics` (column titles `headers`) per method."""
+    lines = ["| method | " + " | ".join(headers) + " |", "|---" * (len(headers) + 1) + "|"]
     for name, runs in results.items():
         cells = []
-        for k in METRICS:
+        for k in metrics:
             v = np.array([r[k] for r in runs])
             cells.append(f"{v.mean():.4f} ± {v.std():.4f}" if len(v) > 1 else f"{v.mean():.4f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -19,9 +19,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+from lenet_digits import print_scores, table as lenet_table  # noqa: E402 (examples/ is on sys.path when run)
 
 EPOCHS, BATCH, SAMPLES, TEMPERATURE = 20, 64, 10, 0.1
 METRICS = ("accuracy", "nll", "ece", "brier", "elbo")
@@ -59,20 +59,12 @@ def run(seeds, verbose=True):
             scores["seconds"] = time.time() - t0
             results[name].append(scores)
             if verbose:
-                print(f"seed {seed} | {name:46s} | " + " ".join(f"{k} {scores[k]:.4f}" for k in METRICS)
-                      + f" | {scores['seconds']:.0f}s", flush=True)
+                print_scores(seed, name, scores, METRICS, width=46)
     return results
 
 
 def table(results):
-    lines = ["| method | accuracy | NLL | ECE | Brier | train ELBO / example |", "|---|---|---|---|---|---|"]
-    for name, runs in results.items():
-        cells = []
-        for k in METRICS:
-            v = np.array([r[k] for r in runs])
-            cells.append(f"{v.mean():.4f} ± {v.std():.4f}" if len(v) > 1 else f"{v.mean():.4f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return lenet_table(results, METRICS, ("accuracy", "NLL", "ECE", "Brier", "train ELBO / example"))
 
 
 def main():
