@@ -32,7 +32,6 @@ Writes benchmarks/results/gaussian_vi_step_time.{json,md}.
 
 import argparse
 import gc
-import json
 import os
 import sys
 import time
@@ -105,34 +104,10 @@ def method_note(args):
 
 
 def write_results(args, result, table):
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, STEM + ".json"), "w") as f:
-        json.dump(result, f, indent=2)
-    m = result["machine"]
-    device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
-    lines = [
-        "# Seconds per training step: Gaussian-VI optimizers vs. independent particles",
-        "",
-        f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; TensorFlow {m['tensorflow']}, "
-        f"Keras {m['keras']}, TFP {m['tensorflow_probability']}; {m['date']}; "
-        f"load average at start {result['timing']['load_average_at_start']}; "
-        f"total run time {result['timing']['total_s']:.0f} s.",
-        "",
-        "Milliseconds per step (median), same BayesianModel and N, optimizer varied: "
-        + "; ".join(f"({letter}) {k}: bk.optimizers.{d}" for k, (letter, d, _) in VARIANTS.items()) + ".",
-        "",
-        table,
-        "",
-        method_note(args),
-        "",
-        "Targets (paired ratio): " + "; ".join(f"{name}: {c['ratio']:.3f} {'pass' if c['pass'] else 'FAIL'}"
-                                               for name, c in result["targets"].items()) + ".",
-        "",
-        f"Command: `{result['settings']['command']}`",
-        "",
-    ]
-    with open(os.path.join(args.out, STEM + ".md"), "w") as f:
-        f.write("\n".join(lines))
+    st.write_report(args.out, STEM, result, "Seconds per training step: Gaussian-VI optimizers vs. independent particles",
+                    "Milliseconds per step (median), same BayesianModel and N, optimizer varied: "
+                    + "; ".join(f"({letter}) {k}: bk.optimizers.{d}" for k, (letter, d, _) in VARIANTS.items()) + ".",
+                    table, method_note(args), machine_extra=f"; total run time {result['timing']['total_s']:.0f} s")
 
 
 def main(argv=None):

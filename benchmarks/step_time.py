@@ -414,26 +414,30 @@ def main(argv=None):
     print(f"\nWrote {args.out}/{stem}.json and {stem}.md ({time.perf_counter() - t_start:.0f} s total)")
 
 
-def write_results(args, result, table):
-    os.makedirs(args.out, exist_ok=True)
-    stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
-    with open(os.path.join(args.out, stem + ".json"), "w") as f:
+_LIBRARY_NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras",
+                  "tensorflow_probability": "TFP"}
+
+
+def write_report(out, stem, result, title, variants_line, table, note,
+                 libraries=("tensorflow", "keras", "tensorflow_probability"), machine_extra=""):
+    """Write `result` as out/stem.json and a markdown report out/stem.md (shared by the step-time benchmarks)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, stem + ".json"), "w") as f:
         json.dump(result, f, indent=2)
     m = result["machine"]
     device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
+    libs = ", ".join(f"{_LIBRARY_NAMES[k]} {m[k]}" for k in libraries)
     lines = [
-        "# Seconds per training step: particles vs. separate models vs. Flipout VI",
+        f"# {title}",
         "",
-        f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; TensorFlow {m['tensorflow']}, "
-        f"Keras {m['keras']}, tf_keras {m['tf_keras']}, TFP {m['tensorflow_probability']}; {m['date']}; "
-        f"load average at start {result['timing']['load_average_at_start']}.",
+        f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; {libs}; {m['date']}; "
+        f"load average at start {result['timing']['load_average_at_start']}{machine_extra}.",
         "",
-        "Milliseconds per step (median). Variants: "
-        + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",
+        variants_line,
         "",
         table,
         "",
-        method_note(args),
+        note,
         "",
         "Targets (paired ratio): " + "; ".join(f"{name}: {c['ratio']:.3f} {'pass' if c['pass'] else 'FAIL'}"
                                                for name, c in result["targets"].items()) + ".",
@@ -441,8 +445,16 @@ def write_results(args, result, table):
         f"Command: `{result['settings']['command']}`",
         "",
     ]
-    with open(os.path.join(args.out, stem + ".md"), "w") as f:
+    with open(os.path.join(out, stem + ".md"), "w") as f:
         f.write("\n".join(lines))
+
+
+def write_results(args, result, table):
+    stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
+    write_report(args.out, stem, result, "Seconds per training step: particles vs. separate models vs. Flipout VI",
+                 "Milliseconds per step (median). Variants: "
+                 + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",
+                 table, method_note(args), libraries=("tensorflow", "keras", "tf_keras", "tensorflow_probability"))
     return stem
 
 
