@@ -16,6 +16,7 @@ import bayes_keras as bk
 from bayes_keras.inference.svgd import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
                                         mixture_log_weights, svgd_direction)
 from bayes_keras.preconditioners import DenseCurvature, IdentityPreconditioner
+from test_svgd import _correlated_gaussian_2d
 
 N, D = 5, 3
 
@@ -210,14 +211,7 @@ def test_functional_door_modes_fit_a_correlated_gaussian():
     """2-D Gaussian, exact Hessian, 50 particles: both modes reach the mean and (as vanilla SVGD with
     the median bandwidth: measured 0.85-0.9 of the truth) a slightly under-dispersed covariance in the
     right orientation. The mixture's weight entropy is reported and equals the directly computed one."""
-    sigma = np.array([[2.0, 1.2], [1.2, 1.5]])
-    mu = np.array([1.0, -2.0])
-    prec = tf.constant(np.linalg.inv(sigma), tf.float32)
-
-    def log_p(x):
-        z = x - mu.astype(np.float32)
-        return -0.5 * tf.reduce_sum(tf.matmul(z, prec) * z, axis=1)
-
+    mu, sigma, log_p = _correlated_gaussian_2d()
     x0 = np.random.default_rng(7).standard_normal((50, 2)) * 1.5
     for mode in ["average", "mixture"]:
         opt = bk.optimizers.MatrixSVGD(0.3, "hessian", mode=mode)
