@@ -199,6 +199,8 @@ def test_bad_arguments_are_reported():
         bk.optimizers.MGVBP(estimator="magic")
     with pytest.raises(ValueError, match="momentum"):
         bk.optimizers.MGVBP(momentum=1.0)
+    with pytest.raises(ValueError, match="mean_learning_rate"):
+        bk.optimizers.MGVBP(mean_learning_rate=-0.1)
     with pytest.raises(ValueError, match="curvature"):
         bk.optimizers.MGVBP(curvature="hessian")
     with pytest.raises(ValueError, match="diagonal"):

@@ -127,6 +127,9 @@ class MGVBP(GaussianVariationalOptimizer):
         self.max_block_size = int(max_block_size)
         if isinstance(mean_learning_rate, dict):
             mean_learning_rate = keras.optimizers.schedules.deserialize(mean_learning_rate)
+        if isinstance(mean_learning_rate, (int, float)) and not mean_learning_rate > 0:
+            raise ValueError(f"MGVBP mean_learning_rate must be positive (or None: learning_rate); got "
+                             f"{mean_learning_rate!r}.")
         self.mean_learning_rate = mean_learning_rate
 
     @property
