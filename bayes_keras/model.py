@@ -220,6 +220,8 @@ class BayesianModel(keras.Model):
         wants_curvature = request is not None
         # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
         sampled_labels = wants_curvature and capture.wants_sampled_labels(request)
+        if hasattr(self.optimizer, "prefetch_noise"):
+            self.optimizer.prefetch_noise()  # off the critical path (see GaussianVariationalOptimizer)
         with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
                 outputs = self(x, training=True)

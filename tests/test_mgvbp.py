@@ -308,10 +308,13 @@ def test_overflowing_update_leaves_q_unchanged(structure):
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
     before = [v.numpy().copy() for v in optimizer.posterior_variables]
-    thetas = optimizer._flatten([v.value for v in optimizer._pvars])
-    dtype = thetas[0].dtype
-    huge = [tf.fill(tf.shape(t), tf.constant(dtype.max / 2, dtype)) for t in thetas]  # sums overflow
-    optimizer._update_blocks(thetas, huge, tf.constant(1.0, dtype), tf.constant(2.0))
+    if structure == "diagonal":  # float32 state, stepped per variable from the model's float32 gradients
+        huge = [tf.fill(v.shape, tf.constant(np.finfo(np.float32).max / 2, tf.float32)) for v in optimizer._pvars]
+        optimizer._update_particles(optimizer._pvars, huge, None, tf.constant(1.0), tf.constant(2.0))
+    else:  # float64 blocks: overflow them in their own dtype
+        thetas = optimizer._flatten([v.value for v in optimizer._pvars])
+        huge = [tf.fill(tf.shape(t), tf.constant(np.finfo(np.float64).max / 2, tf.float64)) for t in thetas]
+        optimizer._update_blocks(thetas, huge, tf.constant(1.0, tf.float64), tf.constant(2.0))
     for b, v in zip(before, optimizer.posterior_variables):
         np.testing.assert_array_equal(b, v.numpy())
 
@@ -327,8 +330,11 @@ def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
         mu = opt._state[0]["mean"].numpy()
         draws = np.concatenate([d.numpy().reshape(4, -1) for d in opt.sample(4)], 1) - mu
         assert np.allclose(draws[:2], -draws[2:], atol=1e-6) == mirrored
-    z = opt._normal((400, 1001)).numpy().ravel()  # odd width: the Box-Muller pair is cut
+    z = opt._normal(400, [1001])[0].numpy().ravel()  # odd width: the Box-Muller pair is cut
     assert z.shape == (400 * 1001,)
+    # Cut into pieces (one per variable), the draw is the same numbers in the same order.
+    pieces = opt._normal(400, [3, 497, 2, 499])
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in pieces], 1).ravel(), z)
     assert stats.kstest(z, "norm").pvalue > 1e-3
     assert abs(np.mean(z)) < 0.01 and abs(np.std(z) - 1.0) < 0.01
     config = bk.optimizers.MGVBP(antithetic=False).get_config()

@@ -85,21 +85,30 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         return tfd.Independent(tfd.Normal(self._state[j]["mean"].value[offset:offset + size],
                                           self._std(j)[offset:offset + size]), 1)
 
-    def _update_blocks(self, thetas, grads, learning_rate, step):
-        for j, (theta, grad) in enumerate(zip(thetas, grads)):
-            s = self._state[j]
-            sigma = self._std(j)
-            eps = (theta - s["mean"].value[None, :]) / sigma[None, :]
-            neg_grad = -grad  # grads arrive as grad log p; descend -ELBO
-            d_mean = tf.reduce_mean(neg_grad, axis=0)
-            d_sigma = tf.reduce_mean(neg_grad * eps, axis=0) - 1.0 / sigma
-            d_rho = d_sigma * tf.sigmoid(s["rho"].value)
-            for name, d in (("mean", d_mean), ("rho", d_rho)):
-                state = {"m": s[f"{name}_m"].value, "v": s[f"{name}_v"].value}
-                update, new = self._adam.apply(d, state, learning_rate, tf.cast(step, d.dtype))
-                s[f"{name}_m"].assign(new["m"])
-                s[f"{name}_v"].assign(new["v"])
-                s[name].assign(s[name].value - update)
+    _elementwise = True
+
+    def _elementwise_moments(self):
+        return self._state[0]["mean"].value, self._std(0)
+
+    def _update_elementwise(self, thetas, loss_grads, learning_rate, step):
+        # loss_grads g are gradients of -log p(y, w) at w = mu + sigma eps: d(-ELBO)/d mu = E[g],
+        # d(-ELBO)/d sigma = E[g eps] - 1 / sigma, with g eps = g (w - mu) / sigma (divided on (D,)).
+        s = self._state[0]
+        mean, sigma = s["mean"].value, self._std(0)
+        sum_g, sum_ga = [], []
+        for m, theta, g in zip(tf.split(mean, self._sizes), thetas, loss_grads):
+            sum_g.append(tf.reduce_sum(g, axis=0))
+            sum_ga.append(tf.reduce_sum(g * (theta - m), axis=0))
+        n = float(self._num_samples)
+        d_mean = tf.concat(sum_g, 0) / n
+        d_sigma = (tf.concat(sum_ga, 0) / n - 1.0) / sigma
+        d_rho = d_sigma * tf.sigmoid(s["rho"].value)
+        for name, d in (("mean", d_mean), ("rho", d_rho)):
+            state = {"m": s[f"{name}_m"].value, "v": s[f"{name}_v"].value}
+            update, new = self._adam.apply(d, state, learning_rate, tf.cast(step, d.dtype))
+            s[f"{name}_m"].assign(new["m"])
+            s[f"{name}_v"].assign(new["v"])
+            s[name].assign(s[name].value - update)
 
     def get_config(self):
         config = super().get_config()

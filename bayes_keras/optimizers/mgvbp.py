@@ -143,6 +143,10 @@ class MGVBP(GaussianVariationalOptimizer):
         return self.curvature in _FISHERS
 
     @property
+    def _elementwise(self):
+        return self._diagonal and self.estimator == "gradient"
+
+    @property
     def _kronecker(self):
         return self.structure == "kronecker"
 
@@ -361,14 +365,9 @@ class MGVBP(GaussianVariationalOptimizer):
     def _natural_gradient(self, j, theta, grad, state):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self._diagonal
-        if self.curvature in _FISHERS:
-            prior_mean, prior_prec = self._prior_vectors(self._blocks[j])
-            temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
-            h = self._fisher_diagonal(self._blocks[j]) + prior_prec / temperature
-            return tf.reduce_mean(grad, axis=0) / prec, h - prec
-        if self.estimator == "gradient":
-            fn = core.reparam_natural_gradient_diag if diag else core.reparam_natural_gradient_full
-            return fn(theta, mean, prec, grad, antithetic=self._antithetic_for(self._num_samples))
+        if self.estimator == "gradient":  # full or layer blocks (diagonal: _update_elementwise)
+            return core.reparam_natural_gradient_full(theta, mean, prec, grad,
+                                                      antithetic=self._antithetic_for(self._num_samples))
         log_lik, log_prior = self._values()
         fn = core.score_natural_gradient_diag if diag else core.score_natural_gradient_full
         c_mu, c_p = state["c_mean"].value, state["c_precision"].value
@@ -444,44 +443,82 @@ class MGVBP(GaussianVariationalOptimizer):
             s["factor_a"].assign(tf.where(ok, new_a, old_a))
             s["factor_g"].assign(tf.where(ok, new_g, old_g))
 
+    def _momentum_at(self, step):
+        first = tf.equal(step, 1.0)  # the first step sets m to the natural gradient
+        return tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
+
+    def _elementwise_moments(self):
+        s = self._state[0]
+        return s["mean"].value, tf.math.rsqrt(s["precision"].value)
+
+    def _update_elementwise(self, thetas, loss_grads, learning_rate, step):
+        """Diagonal structure with the gradient estimator, per particle variable on slices of the flat
+        state. loss_grads are gradients of -log p(y, theta): E[g_logjoint] = -E[g], and
+        nat_P = -p Cov(a, g_logjoint) - p = p Cov(a, g) - p."""
+        s = self._state[0]
+        mean, prec = s["mean"].value, s["precision"].value
+        if self.curvature in _FISHERS:
+            mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(self._num_samples)
+            nat_p = self._fisher_target(0) - prec
+        else:  # per-variable sums, then the moments once on the concatenated (D,) sums
+            sums = [], [], []
+            for m, theta, g in zip(tf.split(mean, self._sizes), thetas, loss_grads):
+                a = theta - m
+                for out, t in zip(sums, (a, g, a * g)):
+                    out.append(tf.reduce_sum(t, axis=0))
+            mean_loss_grad, cov = core.diagonal_moments_from_sums(
+                *(tf.concat(t, 0) for t in sums), self._num_samples, self._antithetic_for(self._num_samples))
+            nat_p = prec * cov - prec
+        self._step_block(s, -mean_loss_grad / prec, nat_p, learning_rate, self._mean_step_size(learning_rate, step),
+                         self._momentum_at(step))
+
+    def _fisher_target(self, j):
+        """The curvature that P moves toward under curvature="empirical_fisher" | "fisher": the Fisher
+        diagonal plus the prior precision / T."""
+        _, prior_prec = self._prior_vectors(self._blocks[j])
+        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
+        return self._fisher_diagonal(self._blocks[j]) + prior_prec / temperature
+
     def _update_blocks(self, thetas, grads, learning_rate, step):
-        diag = self._diagonal
         mean_lr = self._mean_step_size(learning_rate, step)
-        first = tf.equal(step, 1.0)
-        omega = tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
+        omega = self._momentum_at(step)
         if self._kronecker:
             return self._update_kronecker(grads, learning_rate, mean_lr, omega)
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
             s = self._state[j]
             nat_mu, nat_p = self._natural_gradient(j, theta, grad, s)
-            if self.gradient_clip is not None:
-                nat_mu, nat_p = core.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
-            m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
-            m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
-            old_p, old_mu = s["precision"].value, s["mean"].value
-            new_mu = old_mu + mean_lr * m_mu
-            if diag:
-                # Elementwise: the retraction ((p + xi)^2 + p^2) / (2p) is positive for any xi, so no
-                # halving; a coordinate whose update overflows keeps its old state.
-                new_p = core.retract_diag(old_p, learning_rate * m_p)
-                new_m_p = core.transport_diag(m_p, old_p, new_p)
-                ok = (new_p > 0) & tf.math.is_finite(new_p)
-                for t in (new_mu, m_mu, new_m_p):
-                    ok = ok & tf.math.is_finite(t)
-            else:  # every halving retracts from the same P: factor it once
-                chol = tf.linalg.cholesky(old_p)
-                retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
-                new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract,
-                                                     core.is_positive_definite_full, self.max_halvings)
-                # The momentum lives in the tangent space at P: carry it to the new point.
-                new_m_p = core.transport_full(m_p, old_p, new_p)
-                # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
-                # block's old state when anything came out non-finite.
-                ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
-            s["mean"].assign(tf.where(ok, new_mu, old_mu))
-            s["precision"].assign(tf.where(ok, new_p, old_p))
-            s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
-            s["m_precision"].assign(tf.where(ok, new_m_p, s["m_precision"].value))
+            self._step_block(s, nat_mu, nat_p, learning_rate, mean_lr, omega)
+
+    def _step_block(self, s, nat_mu, nat_p, learning_rate, mean_lr, omega):
+        """Momentum, the mean step and the retraction of P for one block's natural gradients."""
+        if self.gradient_clip is not None:
+            nat_mu, nat_p = core.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
+        m_mu = omega * s["m_mean"].value + (1.0 - omega) * nat_mu
+        m_p = omega * s["m_precision"].value + (1.0 - omega) * nat_p
+        old_p, old_mu = s["precision"].value, s["mean"].value
+        new_mu = old_mu + mean_lr * m_mu
+        if self._diagonal:
+            # Elementwise: the retraction ((p + xi)^2 + p^2) / (2p) is positive for any xi, so no
+            # halving; a coordinate whose update overflows keeps its old state.
+            new_p = core.retract_diag(old_p, learning_rate * m_p)
+            new_m_p = core.transport_diag(m_p, old_p, new_p)
+            ok = (new_p > 0) & tf.math.is_finite(new_p)
+            for t in (new_mu, m_mu, new_m_p):
+                ok = ok & tf.math.is_finite(t)
+        else:  # every halving retracts from the same P: factor it once
+            chol = tf.linalg.cholesky(old_p)
+            retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
+            new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract,
+                                                 core.is_positive_definite_full, self.max_halvings)
+            # The momentum lives in the tangent space at P: carry it to the new point.
+            new_m_p = core.transport_full(m_p, old_p, new_p)
+            # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
+            # block's old state when anything came out non-finite.
+            ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
+        s["mean"].assign(tf.where(ok, new_mu, old_mu))
+        s["precision"].assign(tf.where(ok, new_p, old_p))
+        s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
+        s["m_precision"].assign(tf.where(ok, new_m_p, s["m_precision"].value))
 
     def get_config(self):
         config = super().get_config()
