@@ -339,3 +339,24 @@ def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
     assert abs(np.mean(z)) < 0.01 and abs(np.std(z) - 1.0) < 0.01
     config = bk.optimizers.MGVBP(antithetic=False).get_config()
     assert bk.optimizers.MGVBP.from_config(config).antithetic is False
+
+
+@pytest.mark.parametrize("make", [lambda: bk.optimizers.MGVBP(1e-2, seed=3),
+                                  lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=3),
+                                  lambda: bk.optimizers.MeanFieldVI(1e-2, seed=3)])
+def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
+    """The normals drawn before the forward pass (prefetch_noise) are those the update would draw itself:
+    after fit, the particles are exactly sample() of the updated q under the last step's counter."""
+    x, y = _class_data()
+    model = _tiny_classifier()
+    optimizer = make()
+    model.compile(optimizer=optimizer)
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    counter = int(optimizer._sample_counter.numpy())
+    assert counter == 1 + 4  # one draw at build, one per step
+    optimizer._sample_counter.assign(counter - 1)
+    expected = optimizer.sample(optimizer._num_samples)
+    for v, e in zip(optimizer._pvars, expected):
+        np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
+    optimizer._sample_counter.assign(counter - 2)  # and the previous key gives different draws
+    assert not np.allclose(optimizer.sample(optimizer._num_samples)[0].numpy(), optimizer._pvars[0].numpy())
