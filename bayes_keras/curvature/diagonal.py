@@ -10,6 +10,8 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
+from bayes_keras.curvature.kfac import conv_patches
+
 
 def per_example_squared_gradients(record, labels="observed"):
     """Batch sums of squared per-example gradients for the particle variables of one layer.
@@ -66,19 +68,12 @@ def _dense(layer, x, e):
 
 
 def _conv2d(layer, x, e):
-    n, f = layer.kernel.shape[0], layer.filters
-    kh, kw = layer.kernel_size
+    f = layer.filters
     batch = tf.shape(e)[0]
-    images = x if layer.broadcasts else tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
-    patches = tf.image.extract_patches(
-        images, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1], rates=[1, *layer.dilation_rate, 1],
-        padding=layer.padding.upper())  # (B[*N], H', W', kh*kw*C) in (kh, kw, C) order
-    k = patches.shape[-1]
-    e = tf.reshape(e, (batch, n, -1, f))  # (B, N, T, F), T = H' W' locations
+    patches = conv_patches(layer, x)  # (B, N or 1, T, kh*kw*C), T = H' W' locations
+    e = tf.reshape(e, (batch, layer.num_particles, -1, f))  # (B, N, T, F)
     if layer.broadcasts:
-        patches = tf.reshape(patches, (batch, -1, k))
-        per_example = tf.einsum("btk,bntf->bnkf", patches, e)
+        per_example = tf.einsum("btk,bntf->bnkf", patches[:, 0], e)
     else:
-        patches = tf.reshape(patches, (batch, n, -1, k))
         per_example = tf.einsum("bntk,bntf->bnkf", patches, e)
     return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
