@@ -42,7 +42,7 @@ the final MMD^2, and the first iteration at which each method's MMD^2 reaches va
 MMD^2 ("-" if never).
 
 Usage:
-    python benchmarks/svgd_toys.py            # full grid, 3 seeds (~15 minutes on 2 CPU cores)
+    python benchmarks/svgd_toys.py            # full grid, 10 seeds (~12 minutes on 2 CPU cores)
     python benchmarks/svgd_toys.py --quick    # small grid, 1 seed
 Writes benchmarks/results/svgd_toys.{json,md,png}.
 """
@@ -230,7 +230,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--particles", type=int, default=50)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--mmd-bandwidth", type=float, default=0.5)
     parser.add_argument("--min-eigenvalue", type=float, default=1e-2)
     parser.add_argument("--exact-samples", type=int, default=10000)
