@@ -14,5 +14,7 @@ __all__ = ["ParticleOptimizer", "GaussianParticleFlow", "GPF", "IndependentParti
 
 from bayes_keras.optimizers.svgd import SVGD  # noqa: E402
 from bayes_keras.optimizers.matrix_svgd import MatrixSVGD  # noqa: E402
+from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer  # noqa: E402
+from bayes_keras.optimizers.preconditioned_particles import PreconditionedParticles  # noqa: E402
 
-__all__ += ["SVGD", "MatrixSVGD"]
+__all__ += ["SVGD", "MatrixSVGD", "PreconditionedOptimizer", "PreconditionedParticles"]

@@ -5,9 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
-from bayes_keras import preconditioners as preconditioners_lib
 from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer, is_particle_variable
+from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
 
 _MODES = ("average", "mixture")
 _METRICS = ("q", "euclidean")
@@ -15,7 +14,7 @@ _SCOPES = ("joint", "layer")
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class MatrixSVGD(ParticleOptimizer):
+class MatrixSVGD(PreconditionedOptimizer):
     """Stein variational gradient descent with matrix-valued kernels preconditioned by curvature
     ("Stein Variational Gradient Descent With Matrix-Valued Kernels", NeurIPS 2019,
     https://arxiv.org/abs/1910.12794).
@@ -82,13 +81,9 @@ class MatrixSVGD(ParticleOptimizer):
             raise ValueError(f"MatrixSVGD kernel_metric must be one of {_METRICS}; got {kernel_metric!r}.")
         if scope not in _SCOPES:
             raise ValueError(f"MatrixSVGD scope must be one of {_SCOPES}; got {scope!r}.")
-        if preconditioner is None:
-            raise ValueError("MatrixSVGD needs a preconditioner, e.g. bayes_keras.preconditioners."
-                             "HessianPreconditioner() (functional door) or a KFAC preconditioner.")
         if isinstance(mixture_beta, bool) or not np.isfinite(mixture_beta) or mixture_beta < 0:
             raise ValueError(f"mixture_beta must be a non-negative number; got {mixture_beta!r}.")
-        super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
-        self.preconditioner = preconditioners_lib.get(preconditioner)
+        super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
         self.kernel = kernels_lib.get(kernel)
         if kernel_metric == "q" and not isinstance(self.kernel, kernels_lib.RadialKernel):
             raise ValueError(f"kernel_metric='q' needs a radial kernel (RBF, IMQ); got {self.kernel!r}. "
@@ -96,25 +91,12 @@ class MatrixSVGD(ParticleOptimizer):
         self.mode, self.kernel_metric, self.scope = mode, kernel_metric, scope
         self.mixture_beta = float(mixture_beta)
 
-    # -- contract with the model / functional door ---------------------------------------------
-    @property
-    def curvature_request(self):
-        return getattr(self.preconditioner, "curvature_request", None)
-
-    def observe_curvature(self, records):
-        self.preconditioner.observe_curvature(records)
-
     @property
     def curvature_operators(self):
         """The `Curvature` methods this optimizer calls, read by preconditioners at build time so that they
         compute only those (KFAC skips its per-particle inverses in the average mode): ("apply_mean",
         "solve_mean") for mode="average", ("apply", "solve", "log_det") for mode="mixture"."""
         return ("apply_mean", "solve_mean") if self.mode == "average" else ("apply", "solve", "log_det")
-
-    def bind_log_prob(self, log_prob_fn):
-        """Called by bayes_keras.inference.run_particles: lets a HessianPreconditioner see the density."""
-        if hasattr(self.preconditioner, "bind_log_prob"):
-            self.preconditioner.bind_log_prob(log_prob_fn)
 
     def check_num_particles(self, num_particles):
         if self.mode == "mixture" and num_particles < 2:
@@ -124,20 +106,11 @@ class MatrixSVGD(ParticleOptimizer):
             raise ValueError(f"MatrixSVGD needs at least one particle; got {num_particles}.")
 
     # -- build / step --------------------------------------------------------------------------
-    def build(self, variables):
-        if self.built:
-            return
-        pvars = [v for v in variables if is_particle_variable(v)]
-        if pvars:
-            self.check_num_particles(int(pvars[0].shape[0]))
-        super().build(variables)
+    def _build_own_variables(self):
         self.mixture_weight_entropy = self.add_variable((), dtype="float32", name="mixture_weight_entropy")
-        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
-        if pvars:
-            shapes = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
-            layer_groups = self._groups_for(pvars)
-            self.preconditioner.build(self, shapes, layer_groups)  # the interface's groups: one per layer
-            self._check_blocks(self.preconditioner.blocks(len(pvars)), self._kernel_groups(layer_groups))
+
+    def _check_preconditioner(self, blocks, layer_groups):
+        self._check_blocks(blocks, self._kernel_groups(layer_groups))
 
     def _kernel_groups(self, groups):
         if self.scope == "joint":
@@ -155,48 +128,25 @@ class MatrixSVGD(ParticleOptimizer):
                                  "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
                                  "over layers.")
 
-    def direction(self, particles, grads, groups):
-        directions, _, _ = self._direction_and_status(particles, grads, groups)
-        return directions
-
     def _direction_and_status(self, particles, grads, groups):
         groups = self._kernel_groups(groups)
         curvature = self.preconditioner.update(particles, grads)
         if self.mode == "average":
             directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,
                                                        self.kernel_metric)
-            entropy = tf.constant(float("nan"))
+            entropy = None
         else:
             directions, entropy = matrix_svgd_mixture_direction(particles, grads, self.kernel, curvature, groups,
                                                                 self.kernel_metric, self.mixture_beta)
-        finite = curvature.is_finite()
-        for d in directions:
-            finite = finite & tf.reduce_all(tf.math.is_finite(d))
-        return directions, finite, entropy
+        return directions, curvature.is_finite(), entropy
 
-    def _update_particles(self, pvars, grads, slots, learning_rate, step):
-        n = pvars[0].shape[0]
-        flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
-        flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)]
-        directions, finite, entropy = self._direction_and_status(flat_x, flat_g, self._groups_for(pvars))
-
-        def apply():
-            for d, v, s in zip(directions, pvars, slots):
-                self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, s, learning_rate, step)
-            if self.mode == "mixture":
-                self.mixture_weight_entropy.assign(tf.cast(entropy, tf.float32))
-            return tf.constant(True)
-
-        def skip():
-            self.skipped_curvature_steps.assign_add(1)
-            return tf.constant(False)
-
-        tf.cond(finite, apply, skip)
+    def _after_step(self, entropy):
+        if entropy is not None:
+            self.mixture_weight_entropy.assign(tf.cast(entropy, tf.float32))
 
     def get_config(self):
         config = super().get_config()
         config.update({
-            "preconditioner": keras.saving.serialize_keras_object(self.preconditioner),
             "mode": self.mode,
             "kernel": keras.saving.serialize_keras_object(self.kernel),
             "kernel_metric": self.kernel_metric,
