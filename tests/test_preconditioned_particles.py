@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import bayes_keras as bk
-from test_matrix_svgd import _gaussian
+from conftest import gaussian_target
 from test_model import _exact_posterior, _linear_data, _linear_model, _particles
 
 
@@ -13,13 +12,7 @@ def test_hessian_preconditioner_gives_one_newton_step_to_the_mode():
     """On a Gaussian target the exact Hessian is the precision P: at learning rate 1 every particle
     lands on the mean in one step (x - P^-1 P (x - mu) = mu), whatever its start; at 0.5 it halves the
     distance (independent particles: no kernel, no repulsion)."""
-    mu, prec = _gaussian(3, d=4)
-    p32, m32 = tf.constant(prec, tf.float32), tf.constant(mu, tf.float32)
-
-    def log_p(x):
-        z = x - m32
-        return -0.5 * tf.reduce_sum(tf.matmul(z, p32) * z, axis=1)
-
+    mu, _, _, log_p = gaussian_target(4, 30.0, seed=3)
     x0 = np.random.default_rng(0).standard_normal((5, 4)) * 3.0
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
     one = bk.inference.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(1.0, hess), 1)
