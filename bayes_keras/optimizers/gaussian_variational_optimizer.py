@@ -19,8 +19,10 @@ tfd = tfp.distributions
 
 
 class GaussianVariationalOptimizer(ParticleOptimizer):
-    """Shared machinery; subclasses implement `_build_blocks`, `_update_blocks`, `_block_sample`,
-    `_block_entropy` and `_block_distribution`.
+    """Shared machinery; subclasses implement `_block_groups`, `_build_block`, `_initialize_block`,
+    `_block_entropy`, `_block_distribution` and `_marginal`, and either `_update_blocks` and
+    `_block_sample` (per block, on flattened (N, D_b) tensors) or, with `_elementwise = True` (diagonal
+    posteriors), `_update_elementwise` and `_elementwise_moments` (per particle variable).
 
     Reports the evidence lower bound per training example as the metric "elbo"
     (mean_n log p(y, w_n) + H(q)) / dataset_size, with w_n the step's samples from q.

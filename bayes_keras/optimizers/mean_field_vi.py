@@ -71,9 +71,6 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     def _std(self, j):
         return tf.nn.softplus(self._state[j]["rho"].value)
 
-    def _block_sample(self, j, eps):
-        return self._state[j]["mean"].value[None, :] + eps * self._std(j)[None, :]
-
     def _block_entropy(self, j):
         sigma = self._std(j)
         return tf.reduce_sum(tf.math.log(sigma)) + 0.5 * tf.cast(tf.size(sigma), sigma.dtype) * _LOG_2PI_E
