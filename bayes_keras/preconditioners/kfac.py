@@ -248,7 +248,9 @@ class KFACPreconditioner(Preconditioner):
             the tempered data-set Fisher (default 1e-3).
         ema_decay: running-average decay in [0, 1) PER STATISTICS UPDATE (every `factor_period` steps
             after the warm-up); rho_u = min(1 - 1/u, ema_decay), u = 1, 2, ... counting the statistics
-            updates (default 0.95).
+            updates (default 0.95). For small models whose curvature changes fast while the particles
+            travel (a logistic regression), ema_decay=0 with inversion_period=1 follows it; the EMA
+            lagged and doubled the iterations on breast_cancer (docs/architecture.md).
         inversion_period: recompute the damped factors and inverses every this many optimizer steps,
             and every step during the first inversion_period steps (warm-up) (default 20).
         fisher: "empirical" (observed labels, default) or "true" (labels sampled from the model's own
