@@ -360,3 +360,21 @@ def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
         np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
     optimizer._sample_counter.assign(counter - 2)  # and the previous key gives different draws
     assert not np.allclose(optimizer.sample(optimizer._num_samples)[0].numpy(), optimizer._pvars[0].numpy())
+
+
+def test_steps_per_execution_draws_the_same_stream():
+    """Several steps per compiled call (a tf.while_loop around train_step): each step's prefetched draw
+    still reads the counter after the previous step's increment, so q ends exactly where it does with
+    one step per call."""
+    x, y = _class_data()
+    finals = []
+    for steps in (1, 4):
+        keras.utils.set_random_seed(0)
+        model = _tiny_classifier()
+        optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
+        model.compile(optimizer=optimizer, steps_per_execution=steps)
+        model.fit(x, y, epochs=2, batch_size=8, verbose=0, shuffle=False)
+        finals.append([v.numpy() for v in optimizer.posterior_variables + optimizer._pvars])
+    assert int(optimizer._sample_counter.numpy()) == 1 + 16
+    for a, b in zip(*finals):
+        np.testing.assert_array_equal(a, b)
