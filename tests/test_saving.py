@@ -18,7 +18,10 @@ def digits():
     lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer", step_rule="adam"),
     lambda: bk.optimizers.IndependentParticles(1e-3),
     lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", seed=3),
+    lambda: bk.optimizers.MGVBP(1e-3, structure="kronecker", curvature="empirical_fisher", seed=3),
     lambda: bk.optimizers.MeanFieldVI(1e-3, seed=4),
+    lambda: bk.optimizers.MatrixSVGD(0.5, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
+    lambda: bk.optimizers.PreconditionedParticles(0.1, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
 ])
 def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):
     tf.config.experimental.enable_op_determinism()
