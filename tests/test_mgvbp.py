@@ -378,3 +378,26 @@ def test_steps_per_execution_draws_the_same_stream():
     assert int(optimizer._sample_counter.numpy()) == 1 + 16
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
+
+
+def test_stale_prefetched_normals_are_not_used():
+    """Normals left over from another trace (a tensor of a dead graph) are dropped: the update draws
+    its own, keyed by the counter, instead of failing."""
+    x, y = _class_data()
+    model = _tiny_classifier()
+    optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
+    model.compile(optimizer=optimizer)
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+
+    @tf.function
+    def leftover():
+        optimizer.prefetch_noise()
+        return tf.constant(0)
+
+    leftover()  # leaves a symbolic tensor of that function's graph behind
+    grads = [tf.zeros_like(v) for v in optimizer._pvars]
+    counter = int(optimizer._sample_counter.numpy())
+    optimizer._update_particles(optimizer._pvars, grads, None, tf.constant(1e-2), tf.constant(5.0))
+    optimizer._sample_counter.assign(counter)
+    for v, e in zip(optimizer._pvars, optimizer.sample(optimizer._num_samples)):
+        np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)

@@ -145,6 +145,18 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         if self.built:
             self._prefetched = self._draw(self._num_samples)
 
+    def _take_prefetched(self):
+        """The normals prefetched for this step, or None (draw them now) when there are none or they
+        belong to another trace (e.g. a train_step trace that failed before its update; a tensor of
+        another graph cannot be used here)."""
+        eps, self._prefetched = self._prefetched, None
+        if eps is None:
+            return None
+        symbolic = tf.is_symbolic_tensor(eps[0])
+        if tf.executing_eagerly():
+            return None if symbolic else eps
+        return eps if symbolic and _reachable(eps[0].graph) else None
+
     def sample(self, num_samples, eps=None):
         """`num_samples` weight sets from q: a list of (num_samples, *shape) tensors, one per particle
         variable (in the model's particle-variable order). With `antithetic` (and an even count) the
@@ -197,8 +209,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             # The model hands over gradients of the NEGATIVE log joint; the methods ascend the log joint.
             log_joint_grads = [-g for g in self._flatten(grads)]
             self._update_blocks(thetas, log_joint_grads, learning_rate, step)
-        eps, self._prefetched = self._prefetched, None
-        self.resample(eps)
+        self.resample(self._take_prefetched())
 
     def _update_blocks(self, thetas, grads, learning_rate, step):
         """Per block: (N, D_b) samples and gradients of the log joint (ascent)."""
@@ -254,3 +265,12 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         config.update({"seed": self.seed, "antithetic": self.antithetic})
         return config
 
+
+def _reachable(graph):
+    """Whether a tensor of `graph` can be used in the current graph (it is the current one or encloses it)."""
+    current = tf.compat.v1.get_default_graph()
+    while current is not None:
+        if current is graph:
+            return True
+        current = getattr(current, "outer_graph", None)
+    return False
