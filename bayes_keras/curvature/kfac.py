@@ -319,6 +319,23 @@ def _gradient_factor(e, scale):
     return scale * tf.matmul(flat, flat, transpose_a=True)
 
 
+def split_damping(a, g, lam, split=True):
+    """(pi sqrt(lambda), sqrt(lambda) / pi) added to A and G (batched over leading axes).
+
+    pi = sqrt((tr A / dim A) / (tr G / dim G)) (1 when a trace is not positive, clipped to [1e-8, 1e8])."""
+    # lam: a number (exact in a's dtype, not rounded through float32) or a tensor
+    root = tf.sqrt(tf.cast(lam, a.dtype) if tf.is_tensor(lam) else tf.constant(lam, a.dtype))
+    if not split:
+        one = tf.ones(tf.shape(a)[:-2], a.dtype)
+        return root * one, root * one
+    ta = tf.linalg.trace(a) / tf.cast(tf.shape(a)[-1], a.dtype)
+    tg = tf.linalg.trace(g) / tf.cast(tf.shape(g)[-1], g.dtype)
+    ok = (ta > 0) & (tg > 0)
+    pi = tf.where(ok, tf.sqrt(tf.where(ok, ta, 1.0) / tf.where(ok, tg, 1.0)), tf.ones_like(ta))
+    pi = tf.clip_by_value(pi, 1e-8, 1e8)
+    return pi * root, root / pi
+
+
 def conv_patches(layer, x):
     """Input patches of a particle Conv2D, (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order.
 

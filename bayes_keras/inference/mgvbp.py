@@ -20,6 +20,8 @@ import math
 
 import tensorflow as tf
 
+from bayes_keras.curvature.kfac import split_damping
+
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
 
@@ -252,16 +254,12 @@ def balance_factors(a, g):
 
 def damped_kronecker_factors(a, g, damping):
     """Factored damping (Martens & Grosse 2015, Sec. 6.3): A (x) G + damping I is approximated by
-    (A + pi sqrt(damping) I) (x) (G + sqrt(damping) / pi I), pi = sqrt((tr A / p) / (tr G / q));
-    returned balanced. Exact when one factor is 1 x 1 up to the split, and PD whenever damping > 0."""
-    p = tf.cast(tf.shape(a)[0], a.dtype)
-    q = tf.cast(tf.shape(g)[0], g.dtype)
-    tiny = tf.constant(1e-300, a.dtype)
-    pi = tf.sqrt(tf.maximum(tf.linalg.trace(a) / p, tiny) / tf.maximum(tf.linalg.trace(g) / q, tiny))
-    damping = tf.cast(damping, a.dtype) if tf.is_tensor(damping) else tf.constant(damping, a.dtype)
-    root = tf.sqrt(damping)
-    a = a + pi * root * tf.eye(tf.shape(a)[0], dtype=a.dtype)
-    g = g + root / pi * tf.eye(tf.shape(g)[0], dtype=g.dtype)
+    (A + pi sqrt(damping) I) (x) (G + sqrt(damping) / pi I), pi = sqrt((tr A / p) / (tr G / q)) (KFAC's
+    `split_damping`); returned balanced. Exact when one factor is 1 x 1 up to the split, and PD whenever
+    damping > 0."""
+    c_a, c_g = split_damping(a, g, damping)
+    a = a + c_a * tf.eye(tf.shape(a)[0], dtype=a.dtype)
+    g = g + c_g * tf.eye(tf.shape(g)[0], dtype=g.dtype)
     return balance_factors(a, g)
 
 

@@ -199,11 +199,8 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             raise ValueError(f"{type(self).__name__} was built for particle variables "
                              f"{[v.path for v in self._pvars]}; got {[v.path for v in pvars]}.")
         learning_rate = tf.cast(learning_rate, self.posterior_dtype)
-        if self._elementwise:
-            n = self._num_samples
-            self._update_elementwise([tf.reshape(v.value, (n, -1)) for v in pvars],
-                                     [tf.reshape(tf.cast(g, self.posterior_dtype), (n, -1)) for g in grads],
-                                     learning_rate, step)
+        if self._elementwise:  # the posterior dtype is the weights' (float32)
+            self._update_elementwise(*self._flat_particles(pvars, grads), learning_rate, step)
         else:
             thetas = self._flatten([v.value for v in pvars])
             # The model hands over gradients of the NEGATIVE log joint; the methods ascend the log joint.

@@ -330,18 +330,27 @@ class MGVBP(GaussianVariationalOptimizer):
         """This step's `bayes_keras.curvature.LayerRecord`s (called by BayesianModel.train_step)."""
         self._curvature_records = records
 
+    def _records(self):
+        records = getattr(self, "_curvature_records", None)
+        if records is None:
+            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
+                             "through BayesianModel.fit.")
+        return records
+
+    def _tempered_prior_precision(self, block):
+        """The Normal priors' precisions over a block's coordinates divided by the posterior temperature
+        (the part of the Fisher curvatures' target that the data does not give)."""
+        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
+        return self._prior_vectors(block)[1] / temperature
+
     def _fisher_diagonal(self, block):
         """Tempered, data-set-scaled empirical Fisher diagonal over a block's coordinates, E_q by the
         mean over the N samples."""
         from bayes_keras.curvature import per_example_squared_gradients  # noqa: I001 (layers import curvature)
 
-        records = getattr(self, "_curvature_records", None)
-        if records is None:
-            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
-                             "through BayesianModel.fit.")
         labels = "sampled" if self.curvature == "fisher" else "observed"
         fisher = {}
-        for r in records:
+        for r in self._records():
             for variable, squares in per_example_squared_gradients(r, labels):
                 flat = tf.reshape(tf.cast(squares, self.posterior_dtype), (self._num_samples, -1))
                 fisher[self._var_key(variable)] = tf.cast(r.dataset_scale, self.posterior_dtype) * tf.reduce_mean(flat, 0)
@@ -398,22 +407,16 @@ class MGVBP(GaussianVariationalOptimizer):
         / T as factored damping (the kernel's prior; bias rows share it)."""
         from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
 
-        records = getattr(self, "_curvature_records", None)
-        if records is None:
-            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
-                             "through BayesianModel.fit.")
         fisher = "true" if self.curvature == "fisher" else "empirical"
-        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
         targets = [None] * len(self._blocks)
-        for r in records:
+        for r in self._records():
             j = self._kron_index.get(self._var_key(r.layer.kernel))
             if j is None:
                 continue
             factors = kfac_factors(r, fisher)
             a = tf.reduce_mean(tf.cast(factors["A"], self.posterior_dtype), 0)
             g = tf.reduce_mean(tf.cast(factors["G"], self.posterior_dtype), 0)
-            _, prior_prec = self._prior_vectors(self._blocks[j])
-            targets[j] = core.damped_kronecker_factors(a, g, prior_prec[0] / temperature)
+            targets[j] = core.damped_kronecker_factors(a, g, self._tempered_prior_precision(self._blocks[j])[0])
         for j, t in enumerate(targets):
             if t is None:
                 raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
@@ -475,9 +478,7 @@ class MGVBP(GaussianVariationalOptimizer):
     def _fisher_target(self, j):
         """The curvature that P moves toward under curvature="empirical_fisher" | "fisher": the Fisher
         diagonal plus the prior precision / T."""
-        _, prior_prec = self._prior_vectors(self._blocks[j])
-        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
-        return self._fisher_diagonal(self._blocks[j]) + prior_prec / temperature
+        return self._fisher_diagonal(self._blocks[j]) + self._tempered_prior_precision(self._blocks[j])
 
     def _update_blocks(self, thetas, grads, learning_rate, step):
         mean_lr = self._mean_step_size(learning_rate, step)

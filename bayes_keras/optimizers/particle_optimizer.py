@@ -99,10 +99,18 @@ class ParticleOptimizer(keras.optimizers.Optimizer):
 
     def _update_particles(self, pvars, grads, slots, learning_rate, step):
         """Move the particle variables: direction over all of them jointly, then the step rule."""
+        directions = self.direction(*self._flat_particles(pvars, grads), self._groups_for(pvars))
+        self._step_particles(directions, pvars, slots, learning_rate, step)
+
+    @staticmethod
+    def _flat_particles(pvars, grads):
+        """The particle variables' values and gradients as (N, d_v) tensors."""
         n = pvars[0].shape[0]
-        flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
-        flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)]
-        directions = self.direction(flat_x, flat_g, self._groups_for(pvars))
+        return ([tf.reshape(v.value, (n, -1)) for v in pvars],
+                [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)])
+
+    def _step_particles(self, directions, pvars, slots, learning_rate, step):
+        """Subtract step_rule(direction) from each particle variable."""
         for d, v, s in zip(directions, pvars, slots):
             self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, s, learning_rate, step)
 

@@ -80,16 +80,13 @@ class PreconditionedOptimizer(ParticleOptimizer):
         """Bookkeeping of an applied step (e.g. MatrixSVGD's mixture-weight entropy)."""
 
     def _update_particles(self, pvars, grads, slots, learning_rate, step):
-        n = pvars[0].shape[0]
-        flat_x = [tf.reshape(v.value, (n, -1)) for v in pvars]
-        flat_g = [tf.reshape(tf.cast(g, v.dtype), (n, -1)) for g, v in zip(grads, pvars)]
-        directions, finite, extra = self._direction_and_status(flat_x, flat_g, self._groups_for(pvars))
+        directions, finite, extra = self._direction_and_status(*self._flat_particles(pvars, grads),
+                                                               self._groups_for(pvars))
         for d in directions:
             finite = finite & tf.reduce_all(tf.math.is_finite(d))
 
         def apply():
-            for d, v, s in zip(directions, pvars, slots):
-                self._apply_rule(self.step_rule, tf.reshape(d, v.shape), v, s, learning_rate, step)
+            self._step_particles(directions, pvars, slots, learning_rate, step)
             self._after_step(extra)
             return tf.constant(True)
 

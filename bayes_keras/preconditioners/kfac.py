@@ -60,7 +60,6 @@ were ~80% of an inversion's cost on LeNet-5) and ("apply", "solve", "log_det") i
 """
 
 import dataclasses
-import math
 
 import keras
 import numpy as np
@@ -69,7 +68,6 @@ import tensorflow as tf
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
 
-_PI_RANGE = (1e-8, 1e8)
 PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
 MEAN_OPERATORS = ("apply_mean", "solve_mean")
 
@@ -447,9 +445,11 @@ class KFACPreconditioner(Preconditioner):
         temps = [r.temperature for r in self._records or [] if getattr(r, "temperature", None) is not None]
         return float(temps[0]) if temps else 1.0
 
-    def _step(self):
-        """t = optimizer.iterations + 1 (int64): the optimizer step being taken, 1, 2, ..."""
-        return tf.cast(self._optimizer.iterations, tf.int64) + 1
+    def _due(self, period):
+        """Whether this optimizer step t = iterations + 1 (1, 2, ...) is in the warm-up (t <= inversion_period)
+        or a multiple of `period`."""
+        t = tf.cast(self._optimizer.iterations, tf.int64) + 1
+        return (t <= self.inversion_period) | tf.equal(tf.math.floormod(t, period), 0)
 
     def update(self, particles=None, grads=None):
         if not self._built:
@@ -459,9 +459,8 @@ class KFACPreconditioner(Preconditioner):
         if self.factor_period == 1:
             finite = self._statistics(records, temperature)
         else:
-            t = self._step()
-            due = (t <= self.inversion_period) | tf.equal(tf.math.floormod(t, self.factor_period), 0)
-            finite = tf.cond(due, lambda: self._statistics(records, temperature), lambda: tf.constant(True))
+            finite = tf.cond(self._due(self.factor_period), lambda: self._statistics(records, temperature),
+                             lambda: tf.constant(True))
         return self.curvature(finite)
 
     def _statistics(self, records, temperature):
@@ -484,8 +483,7 @@ class KFACPreconditioner(Preconditioner):
             return tf.constant(True)
 
         tf.cond(finite, accumulate, lambda: tf.constant(False))
-        t = self._step()
-        due = finite & ((t <= self.inversion_period) | tf.equal(tf.math.floormod(t, self.inversion_period), 0))
+        due = finite & self._due(self.inversion_period)
 
         def invert():
             self._invert(temperature)
@@ -589,28 +587,12 @@ def _assign(block, **values):
         block[name].assign(tf.cast(value, block[name].dtype))
 
 
-def split_damping(a, g, lam, split=True):
-    """(pi sqrt(lambda), sqrt(lambda) / pi) added to A and G (batched over leading axes).
-
-    pi = sqrt((tr A / dim A) / (tr G / dim G)) (1 when a trace is not positive, clipped to [1e-8, 1e8])."""
-    root = math.sqrt(lam)
-    if not split:
-        one = tf.ones(tf.shape(a)[:-2], a.dtype)
-        return root * one, root * one
-    ta = tf.linalg.trace(a) / tf.cast(tf.shape(a)[-1], a.dtype)
-    tg = tf.linalg.trace(g) / tf.cast(tf.shape(g)[-1], g.dtype)
-    ok = (ta > 0) & (tg > 0)
-    pi = tf.where(ok, tf.sqrt(tf.where(ok, ta, 1.0) / tf.where(ok, tg, 1.0)), tf.ones_like(ta))
-    pi = tf.clip_by_value(pi, *_PI_RANGE)
-    return pi * root, root / pi
-
-
 def damped_inverses(a, g, lam, split=True):
     """Damped factors, their inverses and log-determinants (symmetrised, eigendecomposition).
 
     Returns (A_d, A_d^-1, log det A_d, G_d, G_d^-1, log det G_d); A_d = A + c_A I, G_d = G + c_G I with
-    (c_A, c_G) from `split_damping`. Eigenvalues are floored at c (exact for PSD A, G)."""
-    c_a, c_g = split_damping(a, g, lam, split)
+    (c_A, c_G) from `bayes_keras.curvature.kfac.split_damping`. Eigenvalues are floored at c (exact for PSD A, G)."""
+    c_a, c_g = kfac_lib.split_damping(a, g, lam, split)
     out = []
     for m, c in ((a, c_a), (g, c_g)):
         m = 0.5 * (m + tf.linalg.matrix_transpose(m))
