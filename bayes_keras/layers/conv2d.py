@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
 def _pair(value, name):
@@ -21,7 +22,9 @@ class Conv2D(ParticleLayer):
     """2-D convolution whose kernel is an (N, kh, kw, in, out) stack of particles (channels_last).
 
     The N particles are folded into the channel axis and evaluated as ONE grouped convolution
-    (groups = N), so the cost is that of a single wide convolution, not a loop over members.
+    (groups = N), so the cost is that of a single wide convolution, not a loop over members. It
+    trains on every device: where TensorFlow has no grouped-convolution gradient (CPUs without
+    oneDNN) the gradient is computed from forward convolutions (`grouped_convolution.py`).
     Input (batch, N, H, W, C) -> output (batch, N, H', W', filters).
 
     Args:
@@ -63,6 +66,9 @@ class Conv2D(ParticleLayer):
         self.strides = _pair(strides, "strides")
         self.dilation_rate = _pair(dilation_rate, "dilation_rate")
         self.padding = padding
+        if max(self.strides) > 1 and max(self.dilation_rate) > 1:
+            raise ValueError(f"Conv2D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
+                             f"got strides={self.strides}, dilation_rate={self.dilation_rate}.")
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -112,7 +118,7 @@ class Conv2D(ParticleLayer):
             c = x.shape[-1]
             xg = tf.transpose(x, [0, 2, 3, 1, 4])  # (B, H, W, N, C)
             xg = tf.reshape(xg, tf.stack([shape[0], shape[2], shape[3], n * c]))
-            y = self._conv(xg, kernel)  # grouped: groups = N
+            y = grouped_conv2d(xg, kernel, n, self.strides, self.padding.upper(), self.dilation_rate)
         ys = tf.shape(y)
         y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, f]))
         y = tf.transpose(y, [0, 3, 1, 2, 4])

@@ -1,0 +1,164 @@
+"""Grouped 2-D convolution whose gradients run on every device, with or without oneDNN.
+
+A particle convolution folds N particles into the channel axis and runs ONE grouped convolution
+(groups = N). TensorFlow's forward grouped convolution runs everywhere, but its gradient kernels
+(Conv2DBackpropInput / Conv2DBackpropFilter with groups > 1) exist only on GPU and in the oneDNN
+CPU build path. TensorFlow turns oneDNN on by default only on x86 CPUs with AVX-512-class features,
+so on AMD, older Intel and many cloud CPUs the Eigen kernels run and raise "Gradients for grouped
+convolutions are not supported on CPU".
+
+`grouped_conv2d` keeps the native forward op and, where the native gradient is unavailable, gives it
+a custom gradient made of FORWARD convolutions only (which the Eigen kernels do have):
+
+- input gradient: the correlation of the zero-upsampled output gradient (s - 1 zeros between rows
+  and columns for stride s) with the spatially flipped kernel whose in/out channels are swapped per
+  group, dilation d, padded to the input's size: dx[u] = sum_p dy_up[u - p d] k[p]  (a transposed
+  convolution written as a grouped forward convolution);
+- kernel gradient: dk[p, q, c, g f] = sum_{b,h,w} x_pad[b, h s + p d, w s + q d, g c] dy[b, h, w, g f],
+  which is a grouped forward convolution of x with channels and batch swapped (the C input channels
+  become the batch, the B examples of group g the g-th channel group) by dy used as a filter
+  (stride d, dilation s), cropped to the kernel's size.
+
+Both cost the arithmetic of the native backward passes. Measured on this project's 2-core AMD EPYC
+(benchmarks/grouped_conv.py): on LeNet-sized layers the portable gradient is as fast as the native
+one; oneDNN's native gradient is faster on strided layers, so it is used where it exists.
+
+Which gradient runs is decided once per process by `gradient_implementation()`: "native" when a GPU
+is visible or a tiny grouped convolution's native gradient runs on this CPU, "portable" otherwise.
+`set_gradient_implementation("native" | "portable" | "auto")` overrides it (tests use it to run the
+portable path on machines where oneDNN is on).
+"""
+
+import tensorflow as tf
+
+_IMPLEMENTATIONS = ("auto", "native", "portable")
+_choice = {"requested": "auto", "resolved": None}
+
+
+def set_gradient_implementation(name):
+    """Choose the grouped-convolution gradient: "auto" (default), "native" or "portable".
+
+    Takes effect for convolutions traced afterwards (a compiled train function keeps its choice).
+    """
+    if name not in _IMPLEMENTATIONS:
+        raise ValueError(f"Grouped convolution gradient must be one of {_IMPLEMENTATIONS}; got {name!r}.")
+    _choice["requested"] = name
+
+
+def gradient_implementation():
+    """The gradient in use: "native" or "portable" (resolving "auto" by a one-time probe)."""
+    if _choice["requested"] != "auto":
+        return _choice["requested"]
+    if _choice["resolved"] is None:
+        _choice["resolved"] = "native" if _native_gradient_runs() else "portable"
+    return _choice["resolved"]
+
+
+def _native_gradient_runs():
+    """True when the native grouped-convolution gradient runs on the default device."""
+    if tf.config.list_logical_devices("GPU"):
+        return True  # cuDNN has grouped convolution gradients
+    with tf.init_scope():  # eager, even when called while a tf.function is being traced
+        # The two gradient ops themselves (a GradientTape does not record under init_scope).
+        x, kernel, dy = tf.ones((1, 3, 3, 2)), tf.ones((2, 2, 1, 2)), tf.ones((1, 2, 2, 2))
+        strides = [1, 1, 1, 1]
+        try:
+            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
+                                                strides=strides, padding="VALID")
+            dk = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
+                                                 strides=strides, padding="VALID")
+            # every entry of dx is a sum of ones; dk's entries are 4 each
+            return bool(tf.reduce_all(dx > 0)) and bool(tf.reduce_all(tf.equal(dk, 4.0)))
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError):
+            return False
+
+
+def _output_size_and_pads(size, k, s, d, padding):
+    """Output length and (before, after) padding of one spatial axis, as TensorFlow pads 'SAME'."""
+    span = (k - 1) * d + 1
+    if padding == "SAME":
+        out = (size + s - 1) // s
+        total = tf.maximum((out - 1) * s + span - size, 0)
+        return out, total // 2, total - total // 2
+    return (size - span) // s + 1, 0, 0
+
+
+def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
+    """Grouped 2-D convolution (channels_last) with gradients on every device.
+
+    Args:
+        x: (B, H, W, groups * C) input.
+        kernel: (kh, kw, C, groups * F) filters; output channel block g reads input block g.
+        groups: number of groups.
+        strides, dilations: pairs of ints (strides > 1 together with dilations > 1 is not supported,
+            as in Keras).
+        padding: "SAME" or "VALID".
+    Returns:
+        (B, H', W', groups * F).
+    """
+    strides, dilations = tuple(strides), tuple(dilations)
+
+    def forward(inputs, filters):
+        return tf.nn.conv2d(inputs, filters, strides=strides, padding=padding, dilations=dilations)
+
+    if groups == 1 or gradient_implementation() == "native":
+        return forward(x, kernel)
+    return _portable_grouped_conv2d(forward, groups, strides, padding, dilations)(x, kernel)
+
+
+def _portable_grouped_conv2d(forward, groups, strides, padding, dilations):
+    @tf.custom_gradient
+    def conv(x, kernel):
+        def grad(dy):
+            return (_input_gradient(dy, kernel, tf.shape(x), groups, strides, padding, dilations),
+                    _kernel_gradient(x, dy, kernel.shape, groups, strides, padding, dilations))
+
+        return forward(x, kernel), grad
+
+    return conv
+
+
+def _input_gradient(dy, kernel, x_shape, groups, strides, padding, dilations):
+    """dx: the zero-upsampled dy correlated with the flipped, per-group transposed kernel."""
+    kh, kw, channels, filters = kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3] // groups
+    (sh, sw), (dh, dw) = strides, dilations
+    height, width = x_shape[1], x_shape[2]
+    out_h, top_h, _ = _output_size_and_pads(height, kh, sh, dh, padding)
+    out_w, top_w, _ = _output_size_and_pads(width, kw, sw, dw, padding)
+    upsampled = dy
+    if sh > 1 or sw > 1:  # s - 1 zeros after every row / column, then drop the trailing ones
+        upsampled = tf.pad(dy[:, :, None, :, None, :], [[0, 0], [0, 0], [0, sh - 1], [0, 0], [0, sw - 1], [0, 0]])
+        upsampled = tf.reshape(upsampled, tf.stack([tf.shape(dy)[0], out_h * sh, out_w * sw, groups * filters]))
+        upsampled = upsampled[:, :(out_h - 1) * sh + 1, :(out_w - 1) * sw + 1]
+    span_h, span_w = (out_h - 1) * sh + 1, (out_w - 1) * sw + 1
+    before_h, before_w = (kh - 1) * dh - top_h, (kw - 1) * dw - top_w
+    after_h = height + (kh - 1) * dh - span_h - before_h
+    after_w = width + (kw - 1) * dw - span_w - before_w
+    upsampled = tf.pad(upsampled, tf.stack([[0, 0], [before_h, after_h], [before_w, after_w], [0, 0]]))
+    # k[p, q, c, g f] -> k'[kh-1-p, kw-1-q, f, g c]: flipped, in/out swapped inside each group.
+    swapped = tf.reshape(kernel, (kh, kw, channels, groups, filters))
+    swapped = tf.transpose(tf.reverse(swapped, [0, 1]), [0, 1, 4, 3, 2])
+    swapped = tf.reshape(swapped, (kh, kw, filters, groups * channels))
+    return tf.nn.conv2d(upsampled, swapped, strides=1, padding="VALID", dilations=dilations)
+
+
+def _kernel_gradient(x, dy, kernel_shape, groups, strides, padding, dilations):
+    """dk: x with batch and channels swapped, correlated with dy as the filter (stride d, dilation s)."""
+    kh, kw, channels, filters = kernel_shape[0], kernel_shape[1], kernel_shape[2], kernel_shape[3] // groups
+    (sh, sw), (dh, dw) = strides, dilations
+    shape = tf.shape(x)
+    batch, height, width = shape[0], shape[1], shape[2]
+    _, top_h, bottom_h = _output_size_and_pads(height, kh, sh, dh, padding)
+    _, top_w, bottom_w = _output_size_and_pads(width, kw, sw, dw, padding)
+    padded = tf.pad(x, tf.stack([[0, 0], [top_h, bottom_h], [top_w, bottom_w], [0, 0]]))
+    pshape = tf.shape(padded)
+    # images (C, H_pad, W_pad, groups * B): channel block g holds group g's B examples.
+    images = tf.reshape(padded, tf.stack([batch, pshape[1], pshape[2], groups, channels]))
+    images = tf.reshape(tf.transpose(images, [4, 1, 2, 3, 0]),
+                        tf.stack([channels, pshape[1], pshape[2], groups * batch]))
+    # filter (H', W', B, groups * F): dy, whose B examples are each group's input channels.
+    dshape = tf.shape(dy)
+    taps = tf.reshape(dy, tf.stack([batch, dshape[1], dshape[2], groups, filters]))
+    taps = tf.reshape(tf.transpose(taps, [1, 2, 0, 3, 4]), tf.stack([dshape[1], dshape[2], batch, groups * filters]))
+    out = tf.nn.conv2d(images, taps, strides=dilations, padding="VALID", dilations=strides)
+    return tf.transpose(out[:, :kh, :kw], [1, 2, 0, 3])

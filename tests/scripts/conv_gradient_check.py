@@ -1,0 +1,79 @@
+"""One training step of every particle-conv configuration, checked against per-particle Keras layers.
+
+Run in a subprocess by tests/test_conv_portability.py with TF_ENABLE_ONEDNN_OPTS=0 and =1 (the
+variable only acts before TensorFlow is imported). Prints one line per case and "ALL OK" at the end;
+exits non-zero on the first mismatch or error.
+Usage: python conv_gradient_check.py [auto|native|portable]
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import bayes_keras as bk  # noqa: E402
+from bayes_keras.layers import grouped_convolution  # noqa: E402
+
+N = 3
+CASES = [  # (kernel_size, strides, dilation_rate, padding, input H, W)
+    (3, 1, 1, "same", 7, 7),
+    (3, 1, 1, "valid", 7, 7),
+    (3, 2, 1, "same", 9, 8),
+    ((2, 3), 2, 1, "valid", 9, 8),
+    (3, (1, 2), 1, "same", 6, 7),
+    (3, 1, 2, "same", 9, 9),
+    ((3, 2), 1, (2, 1), "valid", 9, 8),
+    (5, 1, 1, "same", 4, 4),
+]
+
+
+def check(case):
+    kernel_size, strides, dilation, padding, height, width = case
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((2, N, height, width, 3)), tf.float32)  # (batch, N, H, W, C)
+    layer = bk.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
+    layer.build(x.shape)
+    target = tf.constant(rng.standard_normal(layer(x).shape), tf.float32)
+
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
+    dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
+
+    for n in range(N):  # the same loss, one plain Keras Conv2D per particle
+        ref = keras.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
+        ref.build((None, height, width, 3))
+        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
+        xn = tf.constant(x[:, n])
+        with tf.GradientTape() as tape:
+            tape.watch(xn)
+            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
+        rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
+        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} of particle {n} in case {case}")
+
+
+def train_one_step():
+    """The crash users saw: one fit step of a model whose second particle Conv2D is grouped."""
+    model = bk.zoo.lenet5((8, 8, 1), 10, num_particles=N)
+    model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
+    x = np.random.default_rng(1).standard_normal((16, 8, 8, 1)).astype(np.float32)
+    y = np.arange(16) % 10
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]), history.history
+
+
+if __name__ == "__main__":
+    grouped_convolution.set_gradient_implementation(sys.argv[1] if len(sys.argv) > 1 else "auto")
+    print("gradient implementation:", grouped_convolution.gradient_implementation())
+    for case in CASES:
+        check(case)
+        print("ok", case)
+    train_one_step()
+    print("ok fit")
+    print("ALL OK")
