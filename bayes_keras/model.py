@@ -68,6 +68,13 @@ class BayesianModel(keras.Model):
         self._free_energy_tracker = keras.metrics.Mean(name="free_energy")
         self._elbo_tracker = keras.metrics.Mean(name="elbo")
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
+        # mixed_float16: dynamic loss scaling done here rather than by wrapping the optimizer in a
+        # LossScaleOptimizer, so a Bayesian optimizer sees the model directly (docs/architecture.md).
+        self._loss_scale = None
+        if self.dtype_policy.name == "mixed_float16":
+            self._loss_scale = keras.Variable(2.0 ** 15, dtype="float32", trainable=False, name="loss_scale")
+            self._loss_scale_good_steps = keras.Variable(0, dtype="int32", trainable=False,
+                                                         name="loss_scale_good_steps")
         if getattr(self, "_is_graph_network", False) or hasattr(self, "outputs") and self.outputs is not None:
             self._check_structure()
 
@@ -158,6 +165,9 @@ class BayesianModel(keras.Model):
             if not temperature > 0:
                 raise ValueError(f"temperature must be positive; got {temperature!r}.")
             self.temperature = float(temperature)
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            optimizer = optimizer.inner_optimizer  # the model scales the loss itself (mixed_float16)
+        kwargs["auto_scale_loss"] = False
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         if hasattr(self.optimizer, "bind_layer_groups"):
             self.optimizer.bind_layer_groups([l.particle_variables for l in self.particle_layers])
@@ -193,7 +203,13 @@ class BayesianModel(keras.Model):
         """(N,) log prior of the particle weights and the scalar log prior of shared weights."""
         particle = [l.log_prior() for l in self.particle_layers if not l.deterministic]
         shared = [l.log_prior() for l in self.particle_layers if l.deterministic]
-        return tf.add_n(particle), (tf.add_n(shared) if shared else tf.constant(0.0))
+        return tf.add_n(particle), (tf.add_n(shared) if shared else tf.zeros((), self.loss_dtype))
+
+    @property
+    def loss_dtype(self):
+        """The dtype of log densities, losses and gradients: the variables' dtype (float32 under the
+        mixed policies, whose low-precision outputs are cast to it as Keras casts its losses)."""
+        return tf.as_dtype(self.dtype_policy.variable_dtype)
 
     def _log_joint(self, y, outputs, sample_weight, parts=False):
         loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
@@ -224,7 +240,7 @@ class BayesianModel(keras.Model):
             self.optimizer.prefetch_noise()  # off the critical path (see GaussianVariationalOptimizer)
         with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
-                outputs = self(x, training=True)
+                outputs = tf.cast(self(x, training=True), self.loss_dtype)
             self._build_likelihood(outputs.shape)
             log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
                 y, outputs, sample_weight, parts=True)
@@ -240,26 +256,36 @@ class BayesianModel(keras.Model):
                 if sample_weight is not None:
                     sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
                 sampled_nll = tf.reduce_sum(sampled_nll)
-        grads = tape.gradient(loss, trainable + [r.preactivations for r in records])
+            # float16 backward passes differentiate the per-datum loss times a dynamic scale, as Keras
+            # scales its (per-example) loss; gradients are unscaled below in the variables' dtype.
+            scale = None if self._loss_scale is None else self._loss_scale / float(self.dataset_size)
+            scaled_loss = loss if scale is None else loss * scale
+            if sampled_labels and records and scale is not None:
+                sampled_nll = sampled_nll * scale
+        grads = tape.gradient(scaled_loss, trainable + [r.preactivations for r in records])
+        grads = [g if g is None or scale is None else tf.cast(g, self.loss_dtype) / scale for g in grads]
         grads, preactivation_grads = grads[:len(trainable)], grads[len(trainable):]
         if records:
             sampled_grads = None
             if sampled_labels:
                 sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
+                if scale is not None:
+                    sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
             self._finish_records(records, preactivation_grads, tf.shape(outputs)[0], sampled_grads)
         del tape
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
-        finite = tf.math.is_finite(loss)
+        finite_loss = tf.math.is_finite(loss)
+        finite = finite_loss
         for g in grads:
             if g is not None:
                 finite = finite & tf.reduce_all(tf.math.is_finite(g))
         if getattr(self.optimizer, "reports_free_energy", False):
-            fe = -tf.reduce_mean(log_joint) - self.optimizer.entropy(self.particle_variables)
+            fe = -tf.reduce_mean(log_joint) - tf.cast(self.optimizer.entropy(self.particle_variables), log_joint.dtype)
             self._free_energy_tracker.update_state(fe / float(self.dataset_size))
         if getattr(self.optimizer, "reports_elbo", False):
             # Before apply: the particles are samples of the q whose entropy this is.
-            elbo = (tf.reduce_mean(log_joint) + self.optimizer.entropy()) / float(self.dataset_size)
+            elbo = (tf.reduce_mean(log_joint) + tf.cast(self.optimizer.entropy(), log_joint.dtype)) / float(self.dataset_size)
             self._elbo_tracker.update_state(elbo)
         if records:
             for r in records:
@@ -273,16 +299,32 @@ class BayesianModel(keras.Model):
 
         def apply():
             if getattr(self.optimizer, "reports_elbo", False):
-                self.optimizer.lower_bound.assign(elbo)  # this step's bound, for LowerBoundStopping
+                self.optimizer.lower_bound.assign(tf.cast(elbo, self.optimizer.lower_bound.dtype))  # this step's bound, for LowerBoundStopping
             self.optimizer.apply(grads, trainable)
             return tf.constant(True)
 
         def skip():
-            self._skipped.assign_add(1)
+            if self._loss_scale is None:
+                self._skipped.assign_add(1)
+                return tf.constant(False)
+            # A finite loss with non-finite gradients is a float16 overflow of the scaled backward
+            # pass: halve the scale and retry on the next batch (not counted as a NaN step).
+            self._loss_scale.assign(tf.where(finite_loss, self._loss_scale / 2.0, self._loss_scale))
+            self._loss_scale_good_steps.assign(0)
+            self._skipped.assign_add(tf.where(finite_loss, 0, 1))
             return tf.constant(False)
 
-        tf.cond(finite, apply, skip)
+        applied = tf.cond(finite, apply, skip)
+        if self._loss_scale is not None:
+            self._grow_loss_scale(applied)
         return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+
+    def _grow_loss_scale(self, applied):
+        """Double the float16 loss scale after 2000 consecutive finite steps (Keras' schedule)."""
+        good = tf.where(applied, self._loss_scale_good_steps + 1, 0)
+        grow = good >= 2000
+        self._loss_scale.assign(tf.where(grow, self._loss_scale * 2.0, self._loss_scale))
+        self._loss_scale_good_steps.assign(tf.where(grow, 0, good))
 
     def _finish_records(self, records, preactivation_grads, batch, sampled_grads=None):
         """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n).
@@ -290,20 +332,24 @@ class BayesianModel(keras.Model):
         loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
         `sampled_grads` (true Fisher) are already per-example gradients of -log p(y~_bn | x_b, w_n).
         """
-        scale = float(self.dataset_size) / (tf.cast(batch, tf.float32) * self.temperature)
+        dtype = self.loss_dtype
+        scale = float(self.dataset_size) / (tf.cast(batch, dtype) * self.temperature)
         for i, (r, g) in enumerate(zip(records, preactivation_grads)):
             if g is None:
                 raise ValueError(f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
                                  "computed for it.")
-            r.output_gradients = g / tf.cast(scale, g.dtype)
+            # Curvature statistics in the variables' dtype (float16 sums of a a^T would overflow).
+            r.inputs = tf.cast(r.inputs, dtype)
+            r.extras = None if r.extras is None else {k: tf.cast(v, dtype) for k, v in r.extras.items()}
+            r.output_gradients = tf.cast(g, dtype) / scale
             r.dataset_scale = scale
             r.temperature = self.temperature
             if sampled_grads is not None:
-                r.sampled_output_gradients = sampled_grads[i]
+                r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        outputs = self(x, training=False)
+        outputs = tf.cast(self(x, training=False), self.loss_dtype)
         self._build_likelihood(outputs.shape)
         log_joint = None
         if self.dataset_size is not None:
@@ -335,7 +381,7 @@ class BayesianModel(keras.Model):
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        outputs = self(x, training=False)
+        outputs = tf.cast(self(x, training=False), self.loss_dtype)
         if self._raw_predict:
             return outputs
         self._build_likelihood(outputs.shape)

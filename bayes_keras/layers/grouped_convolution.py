@@ -32,7 +32,7 @@ portable path on machines where oneDNN is on).
 import tensorflow as tf
 
 _IMPLEMENTATIONS = ("auto", "native", "portable")
-_choice = {"requested": "auto", "resolved": None}
+_choice = {"requested": "auto", "resolved": {}}
 
 
 def set_gradient_implementation(name):
@@ -45,22 +45,24 @@ def set_gradient_implementation(name):
     _choice["requested"] = name
 
 
-def gradient_implementation():
-    """The gradient in use: "native" or "portable" (resolving "auto" by a one-time probe)."""
+def gradient_implementation(dtype="float32"):
+    """The gradient in use for `dtype`: "native" or "portable" ("auto" is resolved by a one-time probe
+    per dtype: oneDNN's CPU kernels cover float32 and bfloat16, not float16 or float64)."""
     if _choice["requested"] != "auto":
         return _choice["requested"]
-    if _choice["resolved"] is None:
-        _choice["resolved"] = "native" if _native_gradient_runs() else "portable"
-    return _choice["resolved"]
+    dtype = tf.as_dtype(dtype)
+    if dtype not in _choice["resolved"]:
+        _choice["resolved"][dtype] = "native" if _native_gradient_runs(dtype) else "portable"
+    return _choice["resolved"][dtype]
 
 
-def _native_gradient_runs():
-    """True when the native grouped-convolution gradient runs on the default device."""
+def _native_gradient_runs(dtype=tf.float32):
+    """True when the native grouped-convolution gradient runs on the default device in `dtype`."""
     if tf.config.list_logical_devices("GPU"):
         return True  # cuDNN has grouped convolution gradients
     with tf.init_scope():  # eager, even when called while a tf.function is being traced
         # The two gradient ops themselves (a GradientTape does not record under init_scope).
-        x, kernel, dy = tf.ones((1, 3, 3, 2)), tf.ones((2, 2, 1, 2)), tf.ones((1, 2, 2, 2))
+        x, kernel, dy = tf.ones((1, 3, 3, 2), dtype), tf.ones((2, 2, 1, 2), dtype), tf.ones((1, 2, 2, 2), dtype)
         strides = [1, 1, 1, 1]
         try:
             dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
@@ -68,7 +70,7 @@ def _native_gradient_runs():
             dk = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
                                                  strides=strides, padding="VALID")
             # every entry of dx is a sum of ones; dk's entries are 4 each
-            return bool(tf.reduce_all(dx > 0)) and bool(tf.reduce_all(tf.equal(dk, 4.0)))
+            return bool(tf.reduce_all(dx > 0)) and bool(tf.reduce_all(tf.equal(dk, tf.cast(4.0, dtype))))
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError):
             return False
 
@@ -101,7 +103,7 @@ def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
     def forward(inputs, filters):
         return tf.nn.conv2d(inputs, filters, strides=strides, padding=padding, dilations=dilations)
 
-    if groups == 1 or gradient_implementation() == "native":
+    if groups == 1 or gradient_implementation(x.dtype) == "native":
         return forward(x, kernel)
     return _portable_grouped_conv2d(forward, groups, strides, padding, dilations)(x, kernel)
 

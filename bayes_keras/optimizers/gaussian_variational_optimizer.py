@@ -29,10 +29,14 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     """
 
     reports_elbo = True
-    # Full and block precisions need float64 (inverses, Cholesky factors, log-determinants);
-    # diagonal posteriors are elementwise and stay in float32 like the weights (half the memory
-    # traffic of a step, no casts of (N, D) tensors).
-    posterior_dtype = "float64"
+    _diagonal_posterior = False  # subclasses: True when q's precision is diagonal
+
+    @property
+    def posterior_dtype(self):
+        """Full and block precisions need float64 (inverses, Cholesky factors, log-determinants);
+        diagonal posteriors are elementwise and keep the weights' dtype (float32, or float64 under
+        that policy: half the memory traffic of a step, no casts of (N, D) tensors)."""
+        return getattr(self, "_weight_dtype", "float32") if self._diagonal_posterior else "float64"
 
     def __init__(self, learning_rate, seed=None, antithetic=None, **kwargs):
         kwargs.pop("step_rule", None)
@@ -67,13 +71,14 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         if not self._pvars:
             raise ValueError(f"{type(self).__name__} needs particle variables (bayes_keras particle layers).")
         self._num_samples = int(self._pvars[0].shape[0])
+        self._weight_dtype = self._pvars[0].dtype
         self._blocks = self._block_groups(self._groups_for(self._pvars))
         self._sizes = [int(np.prod(v.shape[1:])) for v in self._pvars]
         self._block_dims = [sum(self._sizes[i] for i in b) for b in self._blocks]
         if self._elementwise and self._blocks != [list(range(len(self._pvars)))]:
             raise ValueError(f"{type(self).__name__}: an elementwise posterior needs one block over all particle "
                              f"variables in order; got blocks {self._blocks}.")
-        self.lower_bound = self.add_variable((), dtype="float32", name="lower_bound")
+        self.lower_bound = self.add_variable((), name="lower_bound")
         self._sample_counter = self.add_variable((), dtype="int64", name="sample_counter")
         self._state = [self._build_block(j, dim) for j, dim in enumerate(self._block_dims)]
         with tf.init_scope():  # Keras may build inside the traced train step: initialise eagerly
@@ -167,7 +172,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             eps = self._draw(num_samples)
         if self._elementwise:  # (D,) moments split into per-variable pieces that broadcast over rows
             mean, std = (tf.split(t, self._sizes) for t in self._elementwise_moments())
-            out = [tf.reshape(m + e * sd, (num_samples,) + tuple(v.shape[1:]))
+            out = [tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + tuple(v.shape[1:]))
                    for m, sd, e, v in zip(mean, std, eps, self._pvars)]
         else:
             per_block = [self._block_sample(j, tf.cast(e, self.posterior_dtype)) for j, e in enumerate(eps)]
@@ -199,7 +204,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             raise ValueError(f"{type(self).__name__} was built for particle variables "
                              f"{[v.path for v in self._pvars]}; got {[v.path for v in pvars]}.")
         learning_rate = tf.cast(learning_rate, self.posterior_dtype)
-        if self._elementwise:  # the posterior dtype is the weights' (float32)
+        if self._elementwise:  # the posterior dtype is the weights' 
             self._update_elementwise(*self._flat_particles(pvars, grads), learning_rate, step)
         else:
             thetas = self._flatten([v.value for v in pvars])

@@ -107,7 +107,7 @@ class MatrixSVGD(PreconditionedOptimizer):
 
     # -- build / step --------------------------------------------------------------------------
     def _build_own_variables(self):
-        self.mixture_weight_entropy = self.add_variable((), dtype="float32", name="mixture_weight_entropy")
+        self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
 
     def _check_preconditioner(self, blocks, layer_groups):
         self._check_blocks(blocks, self._kernel_groups(layer_groups))
@@ -142,7 +142,7 @@ class MatrixSVGD(PreconditionedOptimizer):
 
     def _after_step(self, entropy):
         if entropy is not None:
-            self.mixture_weight_entropy.assign(tf.cast(entropy, tf.float32))
+            self.mixture_weight_entropy.assign(tf.cast(entropy, self.mixture_weight_entropy.dtype))
 
     def get_config(self):
         config = super().get_config()

@@ -48,7 +48,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._adam = step_rules.Adam(self.beta_1, self.beta_2, self.epsilon)
 
-    posterior_dtype = "float32"  # elementwise: no need for float64
+    _diagonal_posterior = True
 
     def _default_shared_learning_rate(self, learning_rate):
         return learning_rate  # an Adam learning rate already

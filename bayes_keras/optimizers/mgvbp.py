@@ -151,8 +151,8 @@ class MGVBP(GaussianVariationalOptimizer):
         return self.structure == "kronecker"
 
     @property
-    def posterior_dtype(self):
-        return "float32" if self._diagonal else "float64"
+    def _diagonal_posterior(self):
+        return self._diagonal
 
     # -- blocks --------------------------------------------------------------------------------
     def _block_groups(self, groups):

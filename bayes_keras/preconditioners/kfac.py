@@ -473,11 +473,12 @@ class KFACPreconditioner(Preconditioner):
                 finite = finite & tf.reduce_all(tf.math.is_finite(f))
 
         def accumulate():
-            t = tf.cast(self._updates + 1, tf.float32)
-            rho = tf.minimum(1.0 - 1.0 / t, self.ema_decay)
+            t = tf.cast(self._updates + 1, tf.float64)
+            rho64 = tf.minimum(1.0 - 1.0 / t, self.ema_decay)
             for state, factors in zip(self._state, batch):
                 for name in factors:
                     variable = state["factors"][name]
+                    rho = tf.cast(rho64, variable.dtype)
                     variable.assign(rho * variable.value + (1.0 - rho) * tf.cast(factors[name], variable.dtype))
             self._updates.assign_add(1)
             return tf.constant(True)
