@@ -168,6 +168,12 @@ class BayesianModel(keras.Model):
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             optimizer = optimizer.inner_optimizer  # the model scales the loss itself (mixed_float16)
         kwargs["auto_scale_loss"] = False
+        slow_under_xla = [l.name for l in self.particle_layers if not l.supports_jit]
+        if kwargs.get("jit_compile") is True and slow_under_xla:
+            warnings.warn(f"jit_compile=True: layers {slow_under_xla} run grouped particle convolutions, which "
+                          "XLA compiles 40x slower than TensorFlow's own kernels on CPU; training without XLA "
+                          "(on a GPU, XLA is used).", UserWarning, stacklevel=2)
+            kwargs["jit_compile"] = False
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         if hasattr(self.optimizer, "bind_layer_groups"):
             self.optimizer.bind_layer_groups([l.particle_variables for l in self.particle_layers])

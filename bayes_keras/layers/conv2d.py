@@ -83,6 +83,11 @@ class Conv2D(ParticleLayer):
         fan_in = kh * kw * channels
         self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
                                                self.kernel_initializer, self.kernel_prior, fan_in)
+        # XLA's CPU grouped convolution is 40-55x slower than TensorFlow's kernel, and the XLA
+        # alternatives (a per-particle loop, im2col) 1.4-3.5x (benchmarks/grouped_conv.py's notes):
+        # on CPU a grouped particle conv tells Keras to proceed without XLA.
+        self.supports_jit = (self.deterministic or self.broadcasts or self.num_particles == 1
+                             or bool(tf.config.list_logical_devices("GPU")))
         self.bias = None
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,

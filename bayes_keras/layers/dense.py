@@ -70,12 +70,19 @@ class Dense(ParticleLayer):
                 y = y + self.bias
             return self.activation(self._broadcast_shared(y))
         n = self.num_particles
-        if self.broadcasts:
-            # (batch, ..., in) x (N, in, out): one matmul against the concatenated kernels.
+        if self.broadcasts and len(x.shape) == 2:
+            # (batch, in) @ (in, N out): one matmul against the concatenated kernels, whose column
+            # blocks are the particles, so the result is already (batch, N, out) after a reshape.
+            k = tf.reshape(tf.transpose(self.kernel, [1, 0, 2]), (-1, n * self.units))
+            y = tf.reshape(tf.matmul(x, k), (-1, n, self.units))
+        elif self.broadcasts:
             k = tf.reshape(tf.transpose(self.kernel, [1, 0, 2]), (-1, n * self.units))
             y = tf.tensordot(x, k, axes=[[-1], [0]])
             y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [n, self.units]], 0))
             y = tf.experimental.numpy.moveaxis(y, -2, 1)
+        elif len(x.shape) == 3:
+            # (batch, N, in): the particle axis as the matmul batch axis, static permutations only.
+            y = tf.transpose(tf.matmul(tf.transpose(x, [1, 0, 2]), self.kernel), [1, 0, 2])
         else:
             # Particle axis as the matmul batch axis: (N, batch*..., in) @ (N, in, out).
             shape = tf.shape(x)
