@@ -27,7 +27,9 @@ visit (paired), which cancels slow phases of a shared machine.
 Usage:
     python benchmarks/gaussian_vi_step_time.py            # full run (a few minutes on 2 CPU cores)
     python benchmarks/gaussian_vi_step_time.py --quick    # smoke run
-Writes benchmarks/results/gaussian_vi_step_time.{json,md}.
+    python benchmarks/gaussian_vi_step_time.py --policy mixed_bfloat16   # under a Keras dtype policy
+Writes benchmarks/results/gaussian_vi_step_time.{json,md}; a policy other than float32, or
+TF_ENABLE_ONEDNN_OPTS set, adds a suffix (e.g. gaussian_vi_step_time_mixed_bfloat16_onednn_off.md).
 """
 
 import argparse
@@ -103,11 +105,25 @@ def method_note(args):
     )
 
 
+def stem(args):
+    suffix = "" if args.policy == "float32" else f"_{args.policy}"
+    if st.onednn_setting() != "default":
+        suffix += f"_onednn_{st.onednn_setting()}"
+    return STEM + suffix
+
+
+def set_policy(name):
+    """A Keras dtype policy as users set it: floatx for float64, the global policy for mixed ones."""
+    keras.config.set_floatx("float64" if name == "float64" else "float32")
+    keras.mixed_precision.set_global_policy(name)
+
+
 def write_results(args, result, table):
-    st.write_report(args.out, STEM, result, "Seconds per training step: Gaussian-VI optimizers vs. independent particles",
+    st.write_report(args.out, stem(args), result, "Seconds per training step: Gaussian-VI optimizers vs. independent particles",
                     "Milliseconds per step (median), same BayesianModel and N, optimizer varied: "
                     + "; ".join(f"({letter}) {k}: bk.optimizers.{d}" for k, (letter, d, _) in VARIANTS.items()) + ".",
-                    table, method_note(args), machine_extra=f"; total run time {result['timing']['total_s']:.0f} s")
+                    table, method_note(args), machine_extra=f"; dtype policy {args.policy}; total run time "
+                                                            f"{result['timing']['total_s']:.0f} s")
 
 
 def main(argv=None):
@@ -120,7 +136,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="smoke run (few rounds, short blocks)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=st.RESULTS_DIR, help="results directory")
+    parser.add_argument("--policy", default="float32", choices=["float32", "mixed_bfloat16", "mixed_float16", "float64"],
+                        help="Keras dtype policy of every model")
     args = parser.parse_args(argv)
+    set_policy(args.policy)
     args.rounds = args.rounds or (4 if args.quick else 40)
     args.steps = args.steps or (5 if args.quick else 10)
     ns = args.particles or [5, 10, 20]
@@ -150,7 +169,8 @@ def main(argv=None):
                         "per-round paired ratios"),
         "settings": {"batch_size": st.BATCH_SIZE, "rounds": args.rounds, "steps_per_block": args.steps,
                      "warmup_steps": args.warmup, "particles": ns, "models": args.models, "driver": "fit",
-                     "seed": args.seed, "quick": args.quick, "target_m_over_a": TARGET, "command": command},
+                     "seed": args.seed, "quick": args.quick, "target_m_over_a": TARGET, "policy": args.policy,
+                     "command": command},
         "variants": {k: {"letter": letter, "description": f"bk.optimizers.{d}"}
                      for k, (letter, d, _) in VARIANTS.items()},
         "jit_compile": {v.name: v.jit_compile for v in variants},
@@ -163,7 +183,7 @@ def main(argv=None):
                    "total_s": time.perf_counter() - t_start},
     }
     write_results(args, result, table)
-    print(f"\nWrote {args.out}/{STEM}.json and {STEM}.md ({time.perf_counter() - t_start:.0f} s total)")
+    print(f"\nWrote {args.out}/{stem(args)}.json and .md ({time.perf_counter() - t_start:.0f} s total)")
 
 
 if __name__ == "__main__":

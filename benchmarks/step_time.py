@@ -81,7 +81,8 @@ VARIANTS = {  # key -> (letter, description)
     "keras_batched": ("f", "one Keras model, Adam, on N copies of the batch (N x 64 examples): the arithmetic "
                            "of N particles, perfectly batched"),
 }
-RATIOS = (("a/b", "bk_ensemble", "keras_loop"), ("a/e", "bk_ensemble", "tfp_flipout"),
+RATIOS = (("a/f", "bk_ensemble", "keras_batched"), ("a/b", "bk_ensemble", "keras_loop"),
+          ("a/e", "bk_ensemble", "tfp_flipout"),
           ("d/a", "bk_gpf", "bk_ensemble"), ("a/c", "bk_ensemble", "keras_single"),
           ("f/e", "keras_batched", "tfp_flipout"))
 
@@ -301,9 +302,9 @@ def targets(rows):
     for r in rows:
         tag, q = f"{r['model']}/N={r['N']}", r["ratios"]
         if r["N"] == 10:
-            check(f"a <= 0.5 b ({tag})", q["a/b"], q["a/b"] <= 0.5)
-        check(f"a < e ({tag})", q["a/e"], q["a/e"] < 1.0)
-        check(f"d <= 1.15 a ({tag})", q["d/a"], q["d/a"] <= 1.15)
+            check(f"a <= 1.2 f ({tag})", q["a/f"], q["a/f"] <= 1.2)
+            check(f"a <= 0.3 b ({tag})", q["a/b"], q["a/b"] <= 0.3)
+        check(f"d <= 1.05 a ({tag})", q["d/a"], q["d/a"] <= 1.05)
     return out
 
 
@@ -332,7 +333,13 @@ def machine_info():
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "onednn": onednn_setting(),
     }
+
+
+def onednn_setting():
+    """TF_ENABLE_ONEDNN_OPTS as this process saw it ("default" when unset: on for AVX-512-class x86)."""
+    return {"0": "off", "1": "on"}.get(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), "default")
 
 
 def method_note(args):
@@ -431,7 +438,8 @@ def write_report(out, stem, result, title, variants_line, table, note,
         f"# {title}",
         "",
         f"Machine: {m['cpu_count']} CPU cores ({m['processor']}), {device}; {libs}; {m['date']}; "
-        f"load average at start {result['timing']['load_average_at_start']}{machine_extra}.",
+        f"load average at start {result['timing']['load_average_at_start']}; oneDNN "
+        f"{m.get('onednn', 'default')} (TF_ENABLE_ONEDNN_OPTS){machine_extra}.",
         "",
         variants_line,
         "",
@@ -451,6 +459,8 @@ def write_report(out, stem, result, title, variants_line, table, note,
 
 def write_results(args, result, table):
     stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
+    if onednn_setting() != "default":
+        stem += f"_onednn_{onednn_setting()}"
     write_report(args.out, stem, result, "Seconds per training step: particles vs. separate models vs. Flipout VI",
                  "Milliseconds per step (median). Variants: "
                  + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",

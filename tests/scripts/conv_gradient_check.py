@@ -28,6 +28,9 @@ CASES = [  # (kernel_size, strides, dilation_rate, padding, input H, W)
     (3, 1, 2, "same", 9, 9),
     ((3, 2), 1, (2, 1), "valid", 9, 8),
     (5, 1, 1, "same", 4, 4),
+    (1, 2, 1, "same", 8, 8),  # ResNet's 1x1 stride-2 shortcut
+    (2, 3, 1, "valid", 10, 11),  # kernel narrower than the stride: phases no tap meets
+    ((1, 3), (3, 2), 1, "same", 7, 9),
 ]
 
 
