@@ -253,14 +253,49 @@ def balance_factors(a, g):
 
 
 def damped_kronecker_factors(a, g, damping):
-    """Factored damping (Martens & Grosse 2015, Sec. 6.3): A (x) G + damping I is approximated by
-    (A + pi sqrt(damping) I) (x) (G + sqrt(damping) / pi I), pi = sqrt((tr A / p) / (tr G / q)) (KFAC's
-    `split_damping`); returned balanced. Exact when one factor is 1 x 1 up to the split, and PD whenever
-    damping > 0."""
+    """The Kronecker product X (x) Y nearest in Frobenius norm to A (x) G + damping I (Van Loan and
+    Pitsianis 1993), returned balanced: the precision that a Kronecker-factored posterior can hold
+    closest to the KFAC curvature plus the (prior) damping.
+
+    Under the rearrangement R(X (x) Y) = vec(X) vec(Y)^T the target is vec(A) vec(G)^T +
+    damping vec(I_p) vec(I_q)^T, of rank 2, so its best rank-1 approximation lies in span{A, I} x
+    span{G, I}: X = s (alpha_1 A + alpha_2 I), Y = beta_1 G + beta_2 I, from the SVD of the 2 x 2
+    matrix L_u^T diag(1, damping) L_v (L_u, L_v Cholesky factors of the Gram matrices of {vec A, vec I}
+    and {vec G, vec I}). Exact when a factor is 1 x 1 (or a multiple of I): then the target itself is a
+    Kronecker product, e.g. (g A + damping I) (x) 1. KFAC's factored damping (A + pi sqrt(damping) I)
+    (x) (G + sqrt(damping) / pi I) adds the positive cross terms sqrt(damping) (A / pi (x) I + pi I (x)
+    G) and so over-states the precision (on conjugate regression it shrank the marginal sds to
+    0.89-0.92 of the exact posterior's and an unexcited weight's sd to a quarter); it remains the
+    fallback if the nearest product is not positive definite (not seen for PSD A, G)."""
+    p, q = a.shape[-1], g.shape[-1]
+    # a number is converted in a's dtype (not rounded through float32), a tensor cast
+    lam = tf.cast(damping, a.dtype) if tf.is_tensor(damping) else tf.constant(damping, a.dtype)
+    eye_p, eye_q = tf.eye(p, dtype=a.dtype), tf.eye(q, dtype=g.dtype)
+    if q == 1:
+        return balance_factors(g[0, 0] * a + lam * eye_p, tf.ones((1, 1), g.dtype))
+    if p == 1:
+        return balance_factors(tf.ones((1, 1), a.dtype), a[0, 0] * g + lam * eye_q)
+
+    def gram(m, size):
+        t = tf.linalg.trace(m)
+        k = tf.stack([tf.stack([tf.reduce_sum(m * m), t]), tf.stack([t, tf.cast(size, m.dtype)])])
+        # a relative ridge keeps the Cholesky defined when the factor is a multiple of I (rank 1)
+        return k + 1e-12 * tf.linalg.trace(k) * tf.eye(2, dtype=m.dtype)
+
+    l_u, l_v = tf.linalg.cholesky(gram(a, p)), tf.linalg.cholesky(gram(g, q))
+    core_matrix = tf.matmul(l_u, tf.linalg.diag(tf.stack([tf.ones((), a.dtype), lam])) @ l_v, transpose_a=True)
+    s, w, z = tf.linalg.svd(core_matrix)
+    alpha = tf.linalg.triangular_solve(l_u, w[:, :1], lower=True, adjoint=True)[:, 0]  # L_u^-T w
+    beta = tf.linalg.triangular_solve(l_v, z[:, :1], lower=True, adjoint=True)[:, 0]
+    sign = tf.where(alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype))  # the pair's joint sign
+    alpha, beta = sign * alpha, sign * beta
+    x = s[0] * (alpha[0] * a + alpha[1] * eye_p)
+    y = beta[0] * g + beta[1] * eye_q
+    positive = tf.reduce_all(alpha >= 0) & tf.reduce_all(beta >= 0) & (alpha[1] > 0) & (beta[1] > 0)
     c_a, c_g = split_damping(a, g, damping)
-    a = a + c_a * tf.eye(tf.shape(a)[0], dtype=a.dtype)
-    g = g + c_g * tf.eye(tf.shape(g)[0], dtype=g.dtype)
-    return balance_factors(a, g)
+    x = tf.where(positive, x, a + c_a * eye_p)
+    y = tf.where(positive, y, g + c_g * eye_q)
+    return balance_factors(x, y)
 
 
 def sample_kronecker(mean, chol_a, chol_g, eps):
