@@ -1,6 +1,7 @@
 """BayesianModel: a keras.Model whose outputs carry a particle axis and whose fit does inference."""
 
 import contextlib
+import math
 import warnings
 
 import keras
@@ -518,6 +519,7 @@ def _infer_dataset_size(x, validation_split=0.0):
     leaves = tf.nest.flatten(x)
     if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
         n = int(leaves[0].shape[0])
-        return max(1, int(round(n * (1.0 - float(validation_split or 0.0)))))
+        # Keras trains on the first floor(n (1 - validation_split)) rows (array_slicing.train_validation_split)
+        return max(1, int(math.floor(n * (1.0 - float(validation_split or 0.0)))))
     raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
                      "or compile().")

@@ -153,3 +153,21 @@ def test_gpf_needs_two_particles():
 def test_bad_structure_is_rejected():
     with pytest.raises(ValueError, match="structure must be one of"):
         bk.optimizers.GaussianParticleFlow(structure="diag")
+
+
+@pytest.mark.parametrize("num_particles", [4, 8])  # the N x N Gram (N <= D) and the D x D covariance
+def test_entropy_of_an_uneven_float32_cloud_is_computed_in_float64(num_particles):
+    """A float32 cloud whose spreads differ by 1e5 along rotated axes: its Gram needs float64 (in
+    float32 the small eigenvalues were lost to rounding and the free energy collapsed)."""
+    rng = np.random.default_rng(0)
+    dim = 5
+    rotation, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
+    x = ((rng.standard_normal((num_particles, dim)) * np.array([1e3, 10.0, 1.0, 1e-1, 1e-2])) @ rotation.T
+         + 1.0).astype(np.float32)
+    z = x.astype(np.float64) - x.astype(np.float64).mean(0)
+    rank = min(num_particles - 1, dim)
+    eig = np.linalg.eigvalsh(z.T @ z / num_particles)[-rank:]
+    exact = 0.5 * np.sum(np.log(eig)) + 0.5 * rank * (np.log(2 * np.pi) + 1)
+    for pieces in ([x], [x[:, :2], x[:, 2:]]):  # one variable, or two in one block
+        got = float(gaussian_entropy([tf.constant(p) for p in pieces], [list(range(len(pieces)))]))
+        assert abs(got - exact) < 1e-4, (got, exact)

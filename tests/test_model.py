@@ -263,3 +263,11 @@ def test_initialize_particles_around_map_weights():
         assert np.std(v.numpy() - c[None]) > 0.001
     with pytest.raises(ValueError, match="expected 4 arrays"):
         model.initialize_particles(center.get_weights()[:2])
+
+
+def test_dataset_size_from_validation_split_is_the_rows_keras_trains_on():
+    x, y = _linear_data(n=10)
+    model = _linear_model(3, 2, bk.likelihoods.Normal(scale=0.5))
+    model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
+    model.fit(x, y, validation_split=0.25, epochs=1, batch_size=10, verbose=0)
+    assert model.dataset_size == 7  # Keras trains on floor(10 * 0.75) rows

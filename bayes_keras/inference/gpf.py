@@ -90,16 +90,18 @@ def gaussian_entropy(particles, groups):
         rank = min(n_int - 1, dim)
         # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
         small = dim < n_int
+        # float64 from the centred particles on: a float32 Gram of a cloud whose coordinates have very
+        # different spreads loses its small eigenvalues to rounding (the log-determinant then fell to
+        # the 1e-300 floor: free energy -360 instead of -23), and float32 eigensolvers fail to converge
+        # on the near-singular Grams of tight clouds. A diverged (non-finite) cloud gives NaN, not an
+        # eigensolver error, so step guards see it.
         if small:
-            z = _centre([_concat(particles, group)])[0]
-            gram = tf.matmul(z, z, transpose_a=True) / n
+            z = _centre([tf.cast(_concat(particles, group), tf.float64)])[0]
+            gram = tf.matmul(z, z, transpose_a=True) / tf.cast(n, tf.float64)
         else:
-            zs = _centre([particles[v] for v in group])
-            gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs]) / n
+            zs = _centre([tf.cast(particles[v], tf.float64) for v in group])
+            gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs]) / tf.cast(n, tf.float64)
         size = dim if small else n_int
-        # float64: float32 eigensolvers fail to converge on the near-singular Grams of tight clouds.
-        # A diverged (non-finite) cloud gives NaN, not an eigensolver error, so step guards see it.
-        gram = tf.cast(gram, tf.float64)
         finite = tf.reduce_all(tf.math.is_finite(gram))
         safe = tf.where(finite, gram, tf.eye(size, dtype=tf.float64))
         eig = tf.linalg.eigvalsh(safe)[-rank:]  # ascending: the `rank` largest are the nonzero ones
