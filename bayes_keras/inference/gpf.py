@@ -16,6 +16,7 @@ All functions take lists of (N, d_v) float tensors, one per variable, so callers
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -90,22 +91,27 @@ def gaussian_entropy(particles, groups):
         rank = min(n_int - 1, dim)
         # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
         small = dim < n_int
-        # float64 from the centred particles on: a float32 Gram of a cloud whose coordinates have very
-        # different spreads loses its small eigenvalues to rounding (the log-determinant then fell to
-        # the 1e-300 floor: free energy -360 instead of -23), and float32 eigensolvers fail to converge
-        # on the near-singular Grams of tight clouds. A diverged (non-finite) cloud gives NaN, not an
-        # eigensolver error, so step guards see it.
-        if small:
-            z = _centre([tf.cast(_concat(particles, group), tf.float64)])[0]
-            gram = tf.matmul(z, z, transpose_a=True) / tf.cast(n, tf.float64)
-        else:
-            zs = _centre([tf.cast(particles[v], tf.float64) for v in group])
-            gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs]) / tf.cast(n, tf.float64)
         size = dim if small else n_int
-        finite = tf.reduce_all(tf.math.is_finite(gram))
-        safe = tf.where(finite, gram, tf.eye(size, dtype=tf.float64))
-        eig = tf.linalg.eigvalsh(safe)[-rank:]  # ascending: the `rank` largest are the nonzero ones
-        logdet = tf.reduce_sum(tf.math.log(tf.maximum(eig, 1e-300)))
-        logdet = tf.cast(tf.where(finite, logdet, tf.constant(float("nan"), tf.float64)), particles[0].dtype)
+
+        def log_det(dtype):
+            z = _centre([tf.cast(_concat(particles, group), dtype)])[0]
+            gram = tf.cast(tf.matmul(z, z, transpose_a=small, transpose_b=not small), tf.float64) / tf.cast(n, tf.float64)
+            finite = tf.reduce_all(tf.math.is_finite(gram))
+            # eigvalsh in float64: float32 eigensolvers fail to converge on the near-singular Grams of
+            # tight clouds. A diverged (non-finite) cloud gives NaN, not an eigensolver error.
+            eig = tf.linalg.eigvalsh(tf.where(finite, gram, tf.eye(size, dtype=tf.float64)))[-rank:]
+            value = tf.reduce_sum(tf.math.log(tf.maximum(eig, 1e-300)))
+            return tf.where(finite, value, tf.constant(float("nan"), tf.float64)), eig
+
+        # The Gram in the particles' dtype resolves eigenvalues down to ~eps * lambda_max; a cloud whose
+        # spreads differ by more (1e5 along rotated axes: the log-determinant fell to the 1e-300 floor,
+        # free energy -360 instead of -23) is redone in float64, which costs 6x on CPU (this runs every
+        # step for the free-energy metric), so only then.
+        logdet, eig = log_det(particles[0].dtype)
+        if particles[0].dtype != tf.float64:
+            resolution = 1e3 * np.finfo(particles[0].dtype.as_numpy_dtype).eps
+            coarse = eig[0] <= resolution * eig[-1]
+            logdet = tf.cond(coarse, lambda: log_det(tf.float64)[0], lambda: logdet)
+        logdet = tf.cast(logdet, particles[0].dtype)
         total += 0.5 * logdet + 0.5 * rank * _LOG_2PI_E
     return total
