@@ -1,6 +1,9 @@
 """Shared plumbing of the library's small serializable objects (priors, likelihoods, step rules,
 kernels, preconditioners): a config round trip, and the lookup behind each module's `get()`."""
 
+import math
+import numbers
+
 import keras
 
 
@@ -13,6 +16,18 @@ class Configurable:
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def check_number(value, what, positive=True, allow_none=False):
+    """`value` as a float, or a ValueError saying what was expected: a finite number (positive unless
+    `positive=False`). Used by constructors AND from_config paths, so a saved NaN or inf is refused on
+    load as on construction."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
+            or (positive and not float(value) > 0):
+        raise ValueError(f"{what} must be a finite{' positive' if positive else ''} number; got {value!r}.")
+    return float(value)
 
 
 def config_repr(obj):

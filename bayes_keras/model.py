@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras import likelihoods as likelihoods_lib
+from bayes_keras._config import check_number
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer
 
@@ -59,9 +60,7 @@ class BayesianModel(keras.Model):
         self.dataset_size = None
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
-        if not temperature > 0:
-            raise ValueError(f"temperature must be positive; got {temperature!r}.")
-        self.temperature = float(temperature)
+        self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
         self._raw_predict = False
         self._particle_predict_function = None
@@ -163,9 +162,7 @@ class BayesianModel(keras.Model):
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
         if temperature is not None:
-            if not temperature > 0:
-                raise ValueError(f"temperature must be positive; got {temperature!r}.")
-            self.temperature = float(temperature)
+            self.temperature = check_number(temperature, "temperature")
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             optimizer = optimizer.inner_optimizer  # the model scales the loss itself (mixed_float16)
         kwargs["auto_scale_loss"] = False
@@ -474,7 +471,7 @@ class BayesianModel(keras.Model):
             model.likelihood = own["likelihood"]
             model._expected_num_particles = own["num_particles"]
             model._check_structure()
-            model.temperature = own["temperature"]
+            model.temperature = check_number(own["temperature"], "temperature")
             if own["dataset_size"] is not None:
                 model.set_dataset_size(own["dataset_size"])
             return model

@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_keras._config import check_number
 from bayes_keras.inference import mgvbp as core
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 
@@ -127,9 +128,9 @@ class MGVBP(GaussianVariationalOptimizer):
         self.max_block_size = int(max_block_size)
         if isinstance(mean_learning_rate, dict):
             mean_learning_rate = keras.optimizers.schedules.deserialize(mean_learning_rate)
-        if isinstance(mean_learning_rate, (int, float)) and not mean_learning_rate > 0:
-            raise ValueError(f"MGVBP mean_learning_rate must be positive (or None: learning_rate); got "
-                             f"{mean_learning_rate!r}.")
+        if not isinstance(mean_learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            mean_learning_rate = check_number(mean_learning_rate, "MGVBP mean_learning_rate (None: learning_rate)",
+                                              allow_none=True)
         self.mean_learning_rate = mean_learning_rate
 
     @property

@@ -9,6 +9,7 @@ variables, and updates shared variables with an ordinary element-wise rule.
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import check_number
 from bayes_keras.inference import step_rules
 
 
@@ -34,6 +35,11 @@ class ParticleOptimizer(keras.optimizers.Optimizer):
     """
 
     def __init__(self, learning_rate=1e-3, step_rule="rmsprop", shared_learning_rate=None, name=None, **kwargs):
+        if not isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, dict)) \
+                and not callable(learning_rate):
+            learning_rate = check_number(learning_rate, f"{type(self).__name__} learning_rate")
+        shared_learning_rate = check_number(shared_learning_rate, f"{type(self).__name__} shared_learning_rate",
+                                            allow_none=True)
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
         self.step_rule = step_rules.get(step_rule)
         self.shared_rule = step_rules.Adam()

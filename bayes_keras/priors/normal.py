@@ -5,6 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import check_number
 from bayes_keras.priors.prior import Prior
 
 
@@ -32,9 +33,9 @@ class Normal(Prior):
                 raise ValueError(f"Normal prior scale must be a positive float or 'he'/'he:c'; got {scale!r}.")
             if scale.startswith("he:"):
                 float(scale[3:])
-        elif not scale > 0:
-            raise ValueError(f"Normal prior scale must be positive; got {scale!r}.")
-        self.loc = float(loc)
+        else:
+            scale = check_number(scale, "Normal prior scale")
+        self.loc = check_number(loc, "Normal prior loc", positive=False)
         self.scale = scale
 
     def stddev(self, fan_in):
