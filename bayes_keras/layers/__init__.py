@@ -3,14 +3,18 @@
 from bayes_keras.layers.activation import Activation
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.bidirectional import Bidirectional
+from bayes_keras.layers.conv1d import Conv1D
 from bayes_keras.layers.conv2d import Conv2D
 from bayes_keras.layers.dense import Dense
 from bayes_keras.layers.dropout import Dropout
 from bayes_keras.layers.flatten import Flatten
+from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
+                                               GlobalMaxPooling2D)
 from bayes_keras.layers.gru import GRU
 from bayes_keras.layers.lstm import LSTM
 from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
 from bayes_keras.layers.simple_rnn import SimpleRNN
 
-__all__ = ["ParticleLayer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
-           "Activation", "Dropout", "SimpleRNN", "LSTM", "GRU", "Bidirectional"]
+__all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
+           "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
+           "SimpleRNN", "LSTM", "GRU", "Bidirectional"]

@@ -1,4 +1,4 @@
-"""One training step of every particle-conv configuration, checked against per-particle Keras layers.
+"""Gradients of every particle-conv configuration (Conv2D, Conv1D) against per-particle Keras layers.
 
 Run in a subprocess by tests/test_conv_portability.py with TF_ENABLE_ONEDNN_OPTS=0 and =1 (the
 variable only acts before TensorFlow is imported). Prints one line per case and "ALL OK" at the end;
@@ -61,6 +61,37 @@ def check(case):
                                        err_msg=f"{name} of particle {n} in case {case}")
 
 
+CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
+    (3, 1, 1, "same", 9),
+    (3, 2, 1, "valid", 10),
+    (2, 1, 3, "causal", 9),
+]
+
+
+def check_conv1d(case):
+    kernel_size, strides, dilation, padding, steps = case
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((2, N, steps, 3)), tf.float32)  # (batch, N, T, C)
+    layer = bk.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
+    target = tf.constant(rng.standard_normal(layer(x).shape), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
+    dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
+    for n in range(N):
+        ref = keras.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
+        ref.build((None, steps, 3))
+        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
+        xn = tf.constant(x[:, n])
+        with tf.GradientTape() as tape:
+            tape.watch(xn)
+            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
+        rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
+        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
+                                       err_msg=f"Conv1D {name} of particle {n} in case {case}")
+
+
 def train_one_step():
     """The crash users saw: one fit step of a model whose second particle Conv2D is grouped."""
     model = bk.zoo.lenet5((8, 8, 1), 10, num_particles=N)
@@ -77,6 +108,9 @@ if __name__ == "__main__":
     for case in CASES:
         check(case)
         print("ok", case)
+    for case in CASES_1D:
+        check_conv1d(case)
+        print("ok Conv1D", case)
     train_one_step()
     print("ok fit")
     print("ALL OK")
