@@ -12,6 +12,7 @@ from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.mixing_guard import check_layers_keep_particles
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -115,6 +116,7 @@ class BayesianModel(keras.Model):
             raise ValueError(f"BayesianModel supports one output tensor; got {len(outputs)}.")
         if not self.particle_layers:
             raise ValueError("BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense).")
+        check_layers_keep_particles(self.layers, ParticleLayer)
         n = self.num_particles
         if self._expected_num_particles is not None and n != self._expected_num_particles:
             raise ValueError(f"num_particles={self._expected_num_particles} was given, but the layers were built "
