@@ -2,6 +2,7 @@
 
 import contextlib
 import math
+import random
 import warnings
 
 import keras
@@ -69,6 +70,10 @@ class BayesianModel(keras.Model):
         self._free_energy_tracker = keras.metrics.Mean(name="free_energy")
         self._elbo_tracker = keras.metrics.Mean(name="elbo")
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
+        # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the
+        # model, so a resumed run draws what an uninterrupted one would (seeded by keras' set_random_seed).
+        self._label_seed = keras.Variable(random.randint(0, 2**31 - 1), dtype="int64", trainable=False,
+                                          name="label_seed")
         # mixed_float16: dynamic loss scaling done here rather than by wrapping the optimizer in a
         # LossScaleOptimizer, so a Bayesian optimizer sees the model directly (docs/architecture.md).
         self._loss_scale = None
@@ -258,7 +263,8 @@ class BayesianModel(keras.Model):
             if sampled_labels and records:
                 from bayes_keras.curvature.kfac import sampled_negative_log_likelihood  # noqa: I001
 
-                sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs)  # (batch, N)
+                seed = tf.stack([self._label_seed.value, tf.cast(self.optimizer.iterations, tf.int64)])
+                sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs, seed)  # (batch, N)
                 if sample_weight is not None:
                     sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
                 sampled_nll = tf.reduce_sum(sampled_nll)

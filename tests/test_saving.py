@@ -22,6 +22,9 @@ def digits():
     lambda: bk.optimizers.MeanFieldVI(1e-3, seed=4),
     lambda: bk.optimizers.MatrixSVGD(0.5, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
     lambda: bk.optimizers.PreconditionedParticles(0.1, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
+    # true Fisher: labels sampled from the model, keyed by (the model's label seed, the optimizer's step)
+    lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", curvature="fisher", seed=3),
+    lambda: bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.KFACPreconditioner(inversion_period=2, fisher="true")),
 ])
 def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):
     tf.config.experimental.enable_op_determinism()

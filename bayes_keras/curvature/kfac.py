@@ -376,26 +376,37 @@ def conv_patches(layer, x):
 
 
 # -- true Fisher ---------------------------------------------------------------------------------
-def sampled_negative_log_likelihood(likelihood, outputs):
+def sampled_negative_log_likelihood(likelihood, outputs, seed=None):
     """-log p(y~_bn | x_b, w_n) (batch, N) for labels y~_bn drawn from each particle's own predictive
     (held constant: gradients flow through the outputs only). Its gradient with respect to the
     pre-activations gives the true-Fisher statistics. Supports the Categorical, Bernoulli and Normal
-    likelihoods of bayes_keras.likelihoods."""
+    likelihoods of bayes_keras.likelihoods.
+
+    `seed`: a (2,) int tensor keying stateless draws (BayesianModel passes (its label seed, the
+    optimizer's step), so a resumed run samples the labels an uninterrupted one would); None draws
+    from TensorFlow's global generator."""
     kind = type(likelihood).__name__
     if kind == "Categorical":
         logits = outputs
         k = tf.shape(logits)[-1]
         flat = tf.reshape(tf.stop_gradient(logits), (-1, k))
-        labels = tf.reshape(tf.random.categorical(flat, 1, dtype=tf.int32), tf.shape(logits)[:-1])
+        draw = (tf.random.categorical(flat, 1, dtype=tf.int32) if seed is None
+                else tf.random.stateless_categorical(flat, 1, seed, dtype=tf.int32))
+        # non-finite logits (a step the model's guard then skips) can draw index k: keep it in range
+        labels = tf.reshape(tf.minimum(draw, k - 1), tf.shape(logits)[:-1])
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     if kind == "Bernoulli":
         logits = outputs[..., 0] if outputs.shape.rank == 3 else outputs
         p = tf.sigmoid(tf.stop_gradient(logits))
-        labels = tf.cast(tf.random.uniform(tf.shape(p), dtype=p.dtype) < p, logits.dtype)
+        u = (tf.random.uniform(tf.shape(p), dtype=p.dtype) if seed is None
+             else tf.random.stateless_uniform(tf.shape(p), seed, dtype=p.dtype))
+        labels = tf.cast(u < p, logits.dtype)
         return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
     if kind == "Normal":
         s = tf.stop_gradient(likelihood.noise_scale(outputs.dtype))
-        y = tf.stop_gradient(outputs + s * tf.random.normal(tf.shape(outputs), dtype=outputs.dtype))
+        eps = (tf.random.normal(tf.shape(outputs), dtype=outputs.dtype) if seed is None
+               else tf.random.stateless_normal(tf.shape(outputs), seed, dtype=outputs.dtype))
+        y = tf.stop_gradient(outputs + s * eps)
         z = (y - outputs) / s
         return tf.reduce_sum(0.5 * tf.square(z) + tf.math.log(s) + 0.5 * np.log(2.0 * np.pi), axis=-1)
     raise ValueError(f"The true Fisher samples labels from the likelihood; {kind} is not supported (Categorical, "
