@@ -18,15 +18,18 @@ class Configurable:
         return cls(**config)
 
 
-def check_number(value, what, positive=True, allow_none=False):
-    """`value` as a float, or a ValueError saying what was expected: a finite number (positive unless
-    `positive=False`). Used by constructors AND from_config paths, so a saved NaN or inf is refused on
-    load as on construction."""
+def check_number(value, what, positive=True, allow_none=False, allow_zero=False):
+    """`value` as a float, or a ValueError saying what was expected: a finite number (positive, or
+    non-negative with `allow_zero`, unless `positive=False`). Used by constructors AND from_config
+    paths, so a saved NaN or inf is refused on load as on construction."""
     if value is None and allow_none:
         return None
+    sign_ok = not positive or float(value) > 0 or (allow_zero and float(value) == 0) \
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) else False
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-            or (positive and not float(value) > 0):
-        raise ValueError(f"{what} must be a finite{' positive' if positive else ''} number; got {value!r}.")
+            or not sign_ok:
+        kind = " non-negative" if allow_zero else " positive" if positive else ""
+        raise ValueError(f"{what} must be a finite{kind} number; got {value!r}.")
     return float(value)
 
 

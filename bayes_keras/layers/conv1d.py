@@ -93,7 +93,7 @@ class Conv1D(ParticleLayer):
         if self.deterministic:
             kernel = self.kernel[None]  # (1, k, C, F)
             images = x if self.broadcasts else tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
-            y = tf.nn.conv2d(images, kernel, strides=strides, padding=self._padding(), dilations=dilations)[:, 0]
+            y = grouped_conv2d(images, kernel, 1, strides, self._padding(), dilations)[:, 0]
             if not self.broadcasts:
                 y = tf.reshape(y, tf.concat([tf.shape(x)[:2], tf.shape(y)[1:]], 0))
             if self.bias is not None:
@@ -102,7 +102,7 @@ class Conv1D(ParticleLayer):
         # (N, k, C, F) -> (1, k, C, N*F): output channel block n belongs to particle n.
         kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 0, 3]), (1, self.kernel_size, -1, n * f))
         if self.broadcasts:
-            y = tf.nn.conv2d(x, kernel, strides=strides, padding=self._padding(), dilations=dilations)
+            y = grouped_conv2d(x, kernel, 1, strides, self._padding(), dilations)
         else:
             shape = tf.shape(x)  # (B, N, 1, T, C)
             xg = tf.transpose(x, [0, 2, 3, 1, 4])

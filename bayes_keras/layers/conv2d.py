@@ -94,8 +94,9 @@ class Conv2D(ParticleLayer):
                                                  self.bias_prior, fan_in)
 
     def _conv(self, x, kernel):
-        return tf.nn.conv2d(x, kernel, strides=self.strides, padding=self.padding.upper(),
-                            dilations=self.dilation_rate)
+        """An ungrouped convolution (shared weights, or the first layer's N*F filters); dilated ones
+        need the portable gradient on CPUs without oneDNN too."""
+        return grouped_conv2d(x, kernel, 1, self.strides, self.padding.upper(), self.dilation_rate)
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)

@@ -45,31 +45,36 @@ def set_gradient_implementation(name):
     _choice["requested"] = name
 
 
-def gradient_implementation(dtype="float32"):
-    """The gradient in use for `dtype`: "native" or "portable" ("auto" is resolved by a one-time probe
-    per dtype: oneDNN's CPU kernels cover float32 and bfloat16, not float16 or float64)."""
+def gradient_implementation(dtype="float32", grouped=True, dilated=False):
+    """The gradient in use for a convolution of `dtype` (grouped: groups > 1; dilated: a dilation rate
+    > 1): "native" or "portable". "auto" is resolved by a one-time probe per case: oneDNN's CPU kernels
+    cover grouped float32 and bfloat16, not float16 or float64, and the Eigen CPU kernels have neither
+    grouped nor dilated gradients (Keras' own dilated Conv1D does not train there)."""
     if _choice["requested"] != "auto":
         return _choice["requested"]
-    dtype = tf.as_dtype(dtype)
-    if dtype not in _choice["resolved"]:
-        _choice["resolved"][dtype] = "native" if _native_gradient_runs(dtype) else "portable"
-    return _choice["resolved"][dtype]
+    key = (tf.as_dtype(dtype), bool(grouped), bool(dilated))
+    if key not in _choice["resolved"]:
+        _choice["resolved"][key] = "native" if _native_gradient_runs(*key) else "portable"
+    return _choice["resolved"][key]
 
 
-def _native_gradient_runs(dtype=tf.float32):
-    """True when the native grouped-convolution gradient runs on the default device in `dtype`."""
+def _native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
+    """True when the native convolution gradient ops run on the default device for this case."""
     if tf.config.list_logical_devices("GPU"):
-        return True  # cuDNN has grouped convolution gradients
+        return True  # cuDNN has grouped and dilated convolution gradients
     with tf.init_scope():  # eager, even when called while a tf.function is being traced
         # The two gradient ops themselves (a GradientTape does not record under init_scope).
-        x, kernel, dy = tf.ones((1, 3, 3, 2), dtype), tf.ones((2, 2, 1, 2), dtype), tf.ones((1, 2, 2, 2), dtype)
-        strides = [1, 1, 1, 1]
+        channels, rate = (2 if grouped else 1), (2 if dilated else 1)
+        size = 2 + rate  # a 2 x 2 kernel of span rate + 1 gives a 2 x 2 output
+        x = tf.ones((1, size, size, channels), dtype)
+        kernel, dy = tf.ones((2, 2, 1, 2), dtype), tf.ones((1, 2, 2, 2), dtype)
+        ones = [1, 1, 1, 1]
         try:
             dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
-                                                strides=strides, padding="VALID")
+                                                strides=ones, padding="VALID", dilations=[1, rate, rate, 1])
             dk = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
-                                                 strides=strides, padding="VALID")
-            # every entry of dx is a sum of ones; dk's entries are 4 each
+                                                 strides=ones, padding="VALID", dilations=[1, rate, rate, 1])
+            # all-ones operands: every entry of dx is a positive count; dk's entries are 4 each
             return bool(tf.reduce_all(dx > 0)) and bool(tf.reduce_all(tf.equal(dk, tf.cast(4.0, dtype))))
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError):
             return False
@@ -86,7 +91,7 @@ def _output_size_and_pads(size, k, s, d, padding):
 
 
 def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
-    """Grouped 2-D convolution (channels_last) with gradients on every device.
+    """Grouped (or dilated) 2-D convolution (channels_last) with gradients on every device.
 
     Args:
         x: (B, H, W, groups * C) input.
@@ -103,7 +108,8 @@ def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
     def forward(inputs, filters):
         return tf.nn.conv2d(inputs, filters, strides=strides, padding=padding, dilations=dilations)
 
-    if groups == 1 or gradient_implementation(x.dtype) == "native":
+    grouped, dilated = groups > 1, max(dilations) > 1
+    if not (grouped or dilated) or gradient_implementation(x.dtype, grouped, dilated) == "native":
         return forward(x, kernel)
     return _portable_grouped_conv2d(forward, groups, strides, padding, dilations)(x, kernel)
 

@@ -92,6 +92,28 @@ def check_conv1d(case):
                                        err_msg=f"Conv1D {name} of particle {n} in case {case}")
 
 
+def check_first_layer(dilation):
+    """The layer that starts the particle axis (one ungrouped convolution with N*F filters): its
+    kernel gradients, dilated or not, against Keras per particle."""
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.standard_normal((2, 9, 9, 3)), tf.float32)
+    layer = bk.layers.Conv2D(4, 3, dilation_rate=dilation, padding="same", num_particles=N)
+    target = tf.constant(rng.standard_normal(layer(x).shape), tf.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
+    dk, db = tape.gradient(loss, [layer.kernel, layer.bias])
+    for n in range(N):
+        ref = keras.layers.Conv2D(4, 3, dilation_rate=dilation, padding="same")
+        ref.build((None, 9, 9, 3))
+        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
+        with tf.GradientTape() as tape:
+            loss_n = tf.reduce_sum(tf.tanh(ref(x)) * target[:, n])
+        rdk, rdb = tape.gradient(loss_n, [ref.kernel, ref.bias])
+        np.testing.assert_allclose(dk[n].numpy(), rdk.numpy(), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"first-layer dkernel of particle {n}, dilation {dilation}")
+        np.testing.assert_allclose(db[n].numpy(), rdb.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def train_one_step():
     """The crash users saw: one fit step of a model whose second particle Conv2D is grouped."""
     model = bk.zoo.lenet5((8, 8, 1), 10, num_particles=N)
@@ -108,6 +130,9 @@ if __name__ == "__main__":
     for case in CASES:
         check(case)
         print("ok", case)
+    for dilation in (1, 2):
+        check_first_layer(dilation)
+        print("ok first layer, dilation", dilation)
     for case in CASES_1D:
         check_conv1d(case)
         print("ok Conv1D", case)
