@@ -34,6 +34,24 @@ CASES = [  # (kernel_size, strides, dilation_rate, padding, input H, W)
 ]
 
 
+def compare_to_keras(make_reference, input_shape, layer, x, target, grads, case):
+    """The same loss through one plain Keras layer per particle (its weights = the particle's slice):
+    input, kernel and bias gradients must agree."""
+    dx, dk, db = grads
+    for n in range(N):
+        ref = make_reference()
+        ref.build(input_shape)
+        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
+        xn = tf.constant(x[:, n])
+        with tf.GradientTape() as tape:
+            tape.watch(xn)
+            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
+        rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
+        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} of particle {n} in case {case}")
+
+
 def check(case):
     kernel_size, strides, dilation, padding, height, width = case
     rng = np.random.default_rng(0)
@@ -47,18 +65,9 @@ def check(case):
         loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
     dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
 
-    for n in range(N):  # the same loss, one plain Keras Conv2D per particle
-        ref = keras.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
-        ref.build((None, height, width, 3))
-        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
-        xn = tf.constant(x[:, n])
-        with tf.GradientTape() as tape:
-            tape.watch(xn)
-            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
-        rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
-        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{name} of particle {n} in case {case}")
+    compare_to_keras(lambda: keras.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation,
+                                                 padding=padding), (None, height, width, 3), layer, x, target,
+                     (dx, dk, db), case)
 
 
 CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
@@ -78,18 +87,9 @@ def check_conv1d(case):
         tape.watch(x)
         loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
     dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
-    for n in range(N):
-        ref = keras.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
-        ref.build((None, steps, 3))
-        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
-        xn = tf.constant(x[:, n])
-        with tf.GradientTape() as tape:
-            tape.watch(xn)
-            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
-        rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
-        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
-                                       err_msg=f"Conv1D {name} of particle {n} in case {case}")
+    compare_to_keras(lambda: keras.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation,
+                                                 padding=padding), (None, steps, 3), layer, x, target,
+                     (dx, dk, db), ("Conv1D",) + case)
 
 
 def check_first_layer(dilation):
