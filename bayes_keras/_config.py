@@ -24,10 +24,10 @@ def check_number(value, what, positive=True, allow_none=False, allow_zero=False)
     paths, so a saved NaN or inf is refused on load as on construction."""
     if value is None and allow_none:
         return None
-    sign_ok = not positive or float(value) > 0 or (allow_zero and float(value) == 0) \
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) else False
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-            or not sign_ok:
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if number and positive:
+        number = float(value) > 0 or (allow_zero and float(value) == 0)
+    if not number:
         kind = " non-negative" if allow_zero else " positive" if positive else ""
         raise ValueError(f"{what} must be a finite{kind} number; got {value!r}.")
     return float(value)

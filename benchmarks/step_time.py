@@ -37,7 +37,8 @@ row of an architecture; they are simply timed once per visit.
 Usage:
     python benchmarks/step_time.py            # full run (a few minutes on 2 CPU cores)
     python benchmarks/step_time.py --quick    # ~1 minute smoke run
-Writes benchmarks/results/step_time.{json,md} (driver fit) or step_time_train_on_batch.{json,md}.
+Writes benchmarks/results/step_time.{json,md} (driver fit) or step_time_train_on_batch.{json,md};
+with TF_ENABLE_ONEDNN_OPTS set, the stem gains _onednn_on / _onednn_off.
 """
 
 import argparse

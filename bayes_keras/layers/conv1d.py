@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -73,8 +74,8 @@ class Conv1D(ParticleLayer):
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
                                                  self.bias_prior, fan_in)
-        self.supports_jit = (self.deterministic or self.broadcasts or self.num_particles == 1
-                             or bool(tf.config.list_logical_devices("GPU")))  # see Conv2D
+        grouped = not (self.deterministic or self.broadcasts)
+        self.supports_jit = grouped_convolution.supports_jit(self.num_particles if grouped else 1)
 
     def _as_image(self, x):
         """(..., T, C) -> (..., 1, T, C), left-padded for 'causal'."""
@@ -120,12 +121,9 @@ class Conv1D(ParticleLayer):
             batch, steps, n = input_shape[0], input_shape[1], self._given_num_particles
         else:
             batch, n, steps = input_shape[0], input_shape[1], input_shape[2]
-        if steps is not None:
-            span = (self.kernel_size - 1) * self.dilation_rate + 1
-            if self.padding in ("same", "causal"):
-                steps = -(-steps // self.strides)
-            else:
-                steps = -(-(steps - span + 1) // self.strides)
+        # 'causal' pads (k - 1) d steps on the left: the length of 'same'
+        padding = "same" if self.padding == "causal" else self.padding
+        steps = grouped_convolution.output_length(steps, self.kernel_size, self.strides, self.dilation_rate, padding)
         return (batch, n, steps, self.filters)
 
     def get_config(self):

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -83,11 +84,8 @@ class Conv2D(ParticleLayer):
         fan_in = kh * kw * channels
         self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
                                                self.kernel_initializer, self.kernel_prior, fan_in)
-        # XLA's CPU grouped convolution is 40-55x slower than TensorFlow's kernel, and the XLA
-        # alternatives (a per-particle loop, im2col) 1.4-3.5x (benchmarks/grouped_conv.py's notes):
-        # on CPU a grouped particle conv tells Keras to proceed without XLA.
-        self.supports_jit = (self.deterministic or self.broadcasts or self.num_particles == 1
-                             or bool(tf.config.list_logical_devices("GPU")))
+        grouped = not (self.deterministic or self.broadcasts)
+        self.supports_jit = grouped_convolution.supports_jit(self.num_particles if grouped else 1)
         self.bias = None
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
@@ -140,14 +138,9 @@ class Conv2D(ParticleLayer):
         else:
             batch, n, h, w = input_shape[0], input_shape[1], input_shape[2], input_shape[3]
 
-        def out(size, k, s, d):
-            if size is None:
-                return None
-            eff = (k - 1) * d + 1
-            return -(-size // s) if self.padding == "same" else -(-(size - eff + 1) // s)
-
-        return (batch, n, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0]),
-                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1]), self.filters)
+        out = grouped_convolution.output_length
+        return (batch, n, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
+                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding), self.filters)
 
     def get_config(self):
         config = super().get_config()

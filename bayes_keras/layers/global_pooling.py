@@ -8,7 +8,7 @@ class _ParticleGlobalPooling(keras.layers.Layer):
     """Pools (batch, N, *spatial, C) over its `_spatial_rank` spatial axes, particle by particle."""
 
     _spatial_rank = None
-    _reduce = None
+    _reduce = None  # staticmethod(tf.reduce_mean or tf.reduce_max)
 
     def __init__(self, data_format=None, keepdims=False, **kwargs):
         super().__init__(**kwargs)
@@ -23,6 +23,9 @@ class _ParticleGlobalPooling(keras.layers.Layer):
             raise ValueError(f"{type(self).__name__} expects (batch, particles, {'steps' if rank == 4 else 'H, W'}, "
                              f"channels) from a particle layer; got shape {tuple(inputs.shape)}.")
         return list(range(2, 2 + self._spatial_rank))
+
+    def call(self, inputs):
+        return self._reduce(inputs, axis=self._axes(inputs), keepdims=self.keepdims)
 
     def compute_output_shape(self, input_shape):
         if self.keepdims:
@@ -50,11 +53,12 @@ class GlobalAveragePooling1D(_ParticleGlobalPooling):
     """
 
     _spatial_rank = 1
+    _reduce = staticmethod(tf.reduce_mean)
 
     def call(self, inputs, mask=None):
-        axes = self._axes(inputs)
         if mask is None:
-            return tf.reduce_mean(inputs, axis=axes, keepdims=self.keepdims)
+            return super().call(inputs)
+        axes = self._axes(inputs)
         mask = tf.cast(mask, inputs.dtype)
         mask = mask[:, None, :, None] if len(mask.shape) == 2 else mask[..., None]  # (B, [N,] T) -> broadcast
         total = tf.reduce_sum(inputs * mask, axis=axes, keepdims=self.keepdims)
@@ -70,9 +74,7 @@ class GlobalAveragePooling2D(_ParticleGlobalPooling):
     """
 
     _spatial_rank = 2
-
-    def call(self, inputs):
-        return tf.reduce_mean(inputs, axis=self._axes(inputs), keepdims=self.keepdims)
+    _reduce = staticmethod(tf.reduce_mean)
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -84,9 +86,10 @@ class GlobalMaxPooling1D(_ParticleGlobalPooling):
     """
 
     _spatial_rank = 1
+    _reduce = staticmethod(tf.reduce_max)
 
-    def call(self, inputs, mask=None):
-        return tf.reduce_max(inputs, axis=self._axes(inputs), keepdims=self.keepdims)
+    def call(self, inputs, mask=None):  # accepts a mask and ignores it (as before)
+        return super().call(inputs)
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -98,6 +101,4 @@ class GlobalMaxPooling2D(_ParticleGlobalPooling):
     """
 
     _spatial_rank = 2
-
-    def call(self, inputs):
-        return tf.reduce_max(inputs, axis=self._axes(inputs), keepdims=self.keepdims)
+    _reduce = staticmethod(tf.reduce_max)

@@ -10,23 +10,23 @@ convolutions are not supported on CPU".
 `grouped_conv2d` keeps the native forward op and, where the native gradient is unavailable, gives it
 a custom gradient made of FORWARD convolutions only (which the Eigen kernels do have):
 
-- input gradient: the correlation of the zero-upsampled output gradient (s - 1 zeros between rows
-  and columns for stride s) with the spatially flipped kernel whose in/out channels are swapped per
-  group, dilation d, padded to the input's size: dx[u] = sum_p dy_up[u - p d] k[p]  (a transposed
-  convolution written as a grouped forward convolution);
+- input gradient: the correlation of the output gradient with the spatially flipped kernel whose
+  in/out channels are swapped per group, dilation d, padded to the input's size: dx[u] = sum_p
+  dy[u - p d] k[p] (a transposed convolution written as a grouped forward convolution); for stride
+  s > 1 one stride-1 convolution per phase of the input (see `_input_gradient_by_phases`);
 - kernel gradient: dk[p, q, c, g f] = sum_{b,h,w} x_pad[b, h s + p d, w s + q d, g c] dy[b, h, w, g f],
   which is a grouped forward convolution of x with channels and batch swapped (the C input channels
   become the batch, the B examples of group g the g-th channel group) by dy used as a filter
   (stride d, dilation s), cropped to the kernel's size.
 
-Both cost the arithmetic of the native backward passes. Measured on this project's 2-core AMD EPYC
-(benchmarks/grouped_conv.py): on LeNet-sized layers the portable gradient is as fast as the native
-one; oneDNN's native gradient is faster on strided layers, so it is used where it exists.
+The same custom gradient serves dilated convolutions, whose gradient kernels the Eigen CPU path
+lacks too. Both cost the arithmetic of the native backward passes; measured (benchmarks/grouped_conv.py)
+the native gradient is faster where it exists, so it is used there.
 
-Which gradient runs is decided once per process by `gradient_implementation()`: "native" when a GPU
-is visible or a tiny grouped convolution's native gradient runs on this CPU, "portable" otherwise.
-`set_gradient_implementation("native" | "portable" | "auto")` overrides it (tests use it to run the
-portable path on machines where oneDNN is on).
+Which gradient runs is decided once per process and case by `gradient_implementation(dtype, grouped,
+dilated)`: "native" when a GPU is visible or a tiny probe of the native gradient ops runs on this CPU,
+"portable" otherwise. `set_gradient_implementation("native" | "portable" | "auto")` overrides it
+(tests use it to run the portable path on machines where oneDNN is on).
 """
 
 import tensorflow as tf
@@ -80,14 +80,30 @@ def _native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
             return False
 
 
+def supports_jit(groups):
+    """Whether a convolution with `groups` should be compiled by XLA here: XLA's CPU grouped
+    convolution was 44x slower than TensorFlow's kernel (121 vs 2.8 ms on LeNet's conv2), and the XLA
+    alternatives (a per-particle loop 9.6 ms, im2col 3.8 ms) still slower; ungrouped ones and GPUs
+    are fine. Particle conv layers report it as Keras' `supports_jit`."""
+    return groups == 1 or bool(tf.config.list_logical_devices("GPU"))
+
+
+def output_length(size, k, s, d, padding):
+    """Output length of one spatial axis ('same' / 'valid', any case; None when unknown)."""
+    if size is None:
+        return None
+    if padding.upper() == "SAME":
+        return (size + s - 1) // s
+    return (size - (k - 1) * d - 1) // s + 1
+
+
 def _output_size_and_pads(size, k, s, d, padding):
     """Output length and (before, after) padding of one spatial axis, as TensorFlow pads 'SAME'."""
-    span = (k - 1) * d + 1
+    out = output_length(size, k, s, d, padding)
     if padding == "SAME":
-        out = (size + s - 1) // s
-        total = tf.maximum((out - 1) * s + span - size, 0)
+        total = tf.maximum((out - 1) * s + (k - 1) * d + 1 - size, 0)
         return out, total // 2, total - total // 2
-    return (size - span) // s + 1, 0, 0
+    return out, 0, 0
 
 
 def grouped_conv2d(x, kernel, groups, strides, padding, dilations):

@@ -206,7 +206,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             raise ValueError(f"{type(self).__name__} was built for particle variables "
                              f"{[v.path for v in self._pvars]}; got {[v.path for v in pvars]}.")
         learning_rate = tf.cast(learning_rate, self.posterior_dtype)
-        if self._elementwise:  # the posterior dtype is the weights' 
+        if self._elementwise:  # the posterior dtype is the weights'
             self._update_elementwise(*self._flat_particles(pvars, grads), learning_rate, step)
         else:
             thetas = self._flatten([v.value for v in pvars])

@@ -34,13 +34,18 @@ CASES = [  # (kernel_size, strides, dilation_rate, padding, input H, W)
 ]
 
 
-def compare_to_keras(make_reference, input_shape, layer, x, target, grads, case):
-    """The same loss through one plain Keras layer per particle (its weights = the particle's slice):
-    input, kernel and bias gradients must agree."""
-    dx, dk, db = grads
+def compare_to_keras(layer, make_reference, x, case):
+    """One loss, sum(tanh(y) * target), through the particle layer and through one plain Keras layer
+    per particle (its weights = the particle's slice): input, kernel and bias gradients must agree.
+    `x` is (batch, N, ...)."""
+    target = tf.constant(np.random.default_rng(2).standard_normal(layer(x).shape), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
+    dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
     for n in range(N):
         ref = make_reference()
-        ref.build(input_shape)
+        ref.build((None,) + tuple(x.shape[2:]))
         ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         xn = tf.constant(x[:, n])
         with tf.GradientTape() as tape:
@@ -54,20 +59,10 @@ def compare_to_keras(make_reference, input_shape, layer, x, target, grads, case)
 
 def check(case):
     kernel_size, strides, dilation, padding, height, width = case
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.standard_normal((2, N, height, width, 3)), tf.float32)  # (batch, N, H, W, C)
-    layer = bk.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
-    layer.build(x.shape)
-    target = tf.constant(rng.standard_normal(layer(x).shape), tf.float32)
-
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
-    dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
-
-    compare_to_keras(lambda: keras.layers.Conv2D(4, kernel_size, strides=strides, dilation_rate=dilation,
-                                                 padding=padding), (None, height, width, 3), layer, x, target,
-                     (dx, dk, db), case)
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, N, height, width, 3)), tf.float32)
+    args = dict(strides=strides, dilation_rate=dilation, padding=padding)
+    compare_to_keras(bk.layers.Conv2D(4, kernel_size, **args), lambda: keras.layers.Conv2D(4, kernel_size, **args),
+                     x, case)
 
 
 CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
@@ -79,17 +74,10 @@ CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
 
 def check_conv1d(case):
     kernel_size, strides, dilation, padding, steps = case
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.standard_normal((2, N, steps, 3)), tf.float32)  # (batch, N, T, C)
-    layer = bk.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
-    target = tf.constant(rng.standard_normal(layer(x).shape), tf.float32)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
-    dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
-    compare_to_keras(lambda: keras.layers.Conv1D(4, kernel_size, strides=strides, dilation_rate=dilation,
-                                                 padding=padding), (None, steps, 3), layer, x, target,
-                     (dx, dk, db), ("Conv1D",) + case)
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, N, steps, 3)), tf.float32)
+    args = dict(strides=strides, dilation_rate=dilation, padding=padding)
+    compare_to_keras(bk.layers.Conv1D(4, kernel_size, **args), lambda: keras.layers.Conv1D(4, kernel_size, **args),
+                     x, ("Conv1D",) + case)
 
 
 def check_first_layer(dilation):
