@@ -8,12 +8,14 @@ import warnings
 import keras
 import numpy as np
 import tensorflow as tf
+from keras.src.models.functional import Functional
 
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
+from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -52,6 +54,15 @@ class BayesianModel(keras.Model):
         >>> dist = model.predictive(x_test)           # tfd.Categorical
     """
 
+    def __new__(cls, *args, **kwargs):
+        # keras.Model(inputs, outputs) on a Model subclass rewrites that class's bases to put Functional in
+        # them, for good (keras.src.models.model.inject_functional_model_class): after one functional
+        # BayesianModel, every subclassed BayesianModel in the process would be a Functional and fail.
+        # The functional form gets its own class instead, which already derives from Functional.
+        if _functional_arguments(args, kwargs) and not issubclass(cls, Functional):
+            return super().__new__(_functional_class(cls))
+        return super().__new__(cls)
+
     def __init__(self, *args, likelihood=None, num_particles=None, dataset_size=None, temperature=1.0, **kwargs):
         super().__init__(*args, **kwargs)
         if num_particles is not None and (isinstance(num_particles, bool) or not isinstance(num_particles, int)
@@ -67,8 +78,8 @@ class BayesianModel(keras.Model):
         self._raw_predict = False
         self._particle_predict_function = None
         self._nll_tracker = keras.metrics.Mean(name="nll")
-        self._free_energy_tracker = keras.metrics.Mean(name="free_energy")
-        self._elbo_tracker = keras.metrics.Mean(name="elbo")
+        # The metrics a BayesianOptimizer may report (its `reported_metrics`), per training example.
+        self._method_trackers = {name: keras.metrics.Mean(name=name) for name in ("free_energy", "elbo")}
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the
         # model, so a resumed run draws what an uninterrupted one would (seeded by keras' set_random_seed).
@@ -180,15 +191,21 @@ class BayesianModel(keras.Model):
                           "(on a GPU, XLA is used).", UserWarning, stacklevel=2)
             kwargs["jit_compile"] = False
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
-        if hasattr(self.optimizer, "bind_layer_groups"):
-            self.optimizer.bind_layer_groups([l.particle_variables for l in self.particle_layers])
-        if hasattr(self.optimizer, "bind_priors"):
-            self.optimizer.bind_priors({self.optimizer._var_key(v): (prior, fan_in)
-                                        for l in self.particle_layers if not l.deterministic
-                                        for v, prior, fan_in in l._prior_terms})
-        n = self.num_particles
-        if n is not None and hasattr(self.optimizer, "check_num_particles"):
-            self.optimizer.check_num_particles(n)
+        if self._bayesian_optimizer is not None:
+            n = self.num_particles
+            if n is not None:
+                self.optimizer.check_num_particles(n)
+            unknown = set(self._bayesian_optimizer.reported_metrics) - set(self._method_trackers)
+            if unknown:
+                raise ValueError(f"{type(self.optimizer).__name__} reports metrics {sorted(unknown)}; BayesianModel "
+                                 f"tracks {sorted(self._method_trackers)}.")
+
+    @property
+    def _bayesian_optimizer(self):
+        """The optimizer when it is a BayesianOptimizer; None for a plain Keras optimizer (which then
+        steps every particle along its own gradient: a MAP ensemble) or before compile."""
+        optimizer = getattr(self, "optimizer", None)
+        return optimizer if isinstance(optimizer, BayesianOptimizer) else None
 
     def compile_from_config(self, config):
         config = keras.saving.deserialize_keras_object(config)
@@ -203,10 +220,11 @@ class BayesianModel(keras.Model):
             self.set_dataset_size(dataset_size)
         elif self.dataset_size is None:
             self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0)))
-        if self.optimizer is not None and not self.optimizer.built:
-            # Build before tracing, so optimizers that initialise from the weights see their values.
+        if self.optimizer is not None and not self.optimizer.built and self.built and self.trainable_variables:
+            # Build before tracing, so optimizers that initialise from the weights see their values
+            # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
             self.optimizer.build(self.trainable_variables)
-        callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self._skipped)]
+        callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
 
     # -- the step ------------------------------------------------------------------------------
@@ -236,23 +254,44 @@ class BayesianModel(keras.Model):
             return log_joint, shared_prior / self.temperature, scaled_loglik, particle_prior
         return log_joint, shared_prior / self.temperature
 
-    def train_step(self, data):
+    def bayesian_gradients(self, x, y, sample_weight=None):
+        """One forward and backward pass: (grads, step) for `optimizer.apply(grads,
+        model.trainable_variables, step)`, the pieces of train_step for custom training loops.
+
+        grads are the gradients of the negative tempered log joint (per particle for particle variables,
+        the particle mean for shared ones), aligned with `model.trainable_variables` (None where a
+        variable does not reach the loss); step is the `bayes_keras.optimizers.StepInfo` the optimizer
+        needs (log likelihood and prior per particle, curvature records it asked for, its noise).
+
+        Example (equals fit, step for step):
+            >>> @tf.function
+            ... def train(x, y):
+            ...     grads, step = model.bayesian_gradients(x, y)
+            ...     model.optimizer.apply(grads, model.trainable_variables, step)
+        """
+        return self._gradients(x, y, sample_weight)[:2]
+
+    def _gradients(self, x, y, sample_weight):
+        """(grads, step, outputs, finite_loss): see bayesian_gradients."""
         if self.dataset_size is None:
-            raise ValueError("Unknown training-set size: pass dataset_size= to compile() or fit().")
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        trainable = self.trainable_variables
+            raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
+        optimizer = self._bayesian_optimizer
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
-        request = getattr(self.optimizer, "curvature_request", None)
+        request = None if optimizer is None else optimizer.curvature_request
         wants_curvature = request is not None
         # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
         sampled_labels = wants_curvature and capture.wants_sampled_labels(request)
-        if hasattr(self.optimizer, "prefetch_noise"):
-            self.optimizer.prefetch_noise()  # off the critical path (see GaussianVariationalOptimizer)
+        # Drawn before the forward pass, off its critical path (see GaussianVariationalOptimizer).
+        noise = None if optimizer is None else optimizer.prepare_step()
         with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
                 outputs = tf.cast(self(x, training=True), self.loss_dtype)
             self._build_likelihood(outputs.shape)
+            trainable = self.trainable_variables  # after the call: a subclassed model builds in its first one
+            # A subclassed model's first call also builds it through a symbolic call, whose records are
+            # not part of this step.
+            records = [r for r in records if _of_this_graph(r.preactivations)]
             log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
                 y, outputs, sample_weight, parts=True)
             n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
@@ -263,7 +302,7 @@ class BayesianModel(keras.Model):
             if sampled_labels and records:
                 from bayes_keras.curvature.kfac import sampled_negative_log_likelihood  # noqa: I001
 
-                seed = tf.stack([self._label_seed.value, tf.cast(self.optimizer.iterations, tf.int64)])
+                seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
                 sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs, seed)  # (batch, N)
                 if sample_weight is not None:
                     sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
@@ -285,35 +324,39 @@ class BayesianModel(keras.Model):
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
             self._finish_records(records, preactivation_grads, tf.shape(outputs)[0], sampled_grads)
         del tape
+        if optimizer is not None and not optimizer.built:
+            # A subclassed model is built by its first call (here): its optimizer only now sees the variables.
+            with tf.init_scope():  # inside the traced step: create and initialise the state eagerly
+                optimizer.build(trainable)
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
-        finite_loss = tf.math.is_finite(loss)
+        step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
+                        temperature=self.temperature, dataset_size=float(self.dataset_size),
+                        curvature=tuple(records), noise=noise)
+        return grads, step, outputs, tf.math.is_finite(loss)
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight)
+        optimizer = self._bayesian_optimizer
         finite = finite_loss
         for g in grads:
             if g is not None:
                 finite = finite & tf.reduce_all(tf.math.is_finite(g))
-        if getattr(self.optimizer, "reports_free_energy", False):
-            fe = -tf.reduce_mean(log_joint) - tf.cast(self.optimizer.entropy(self.particle_variables), log_joint.dtype)
-            self._free_energy_tracker.update_state(fe / float(self.dataset_size))
-        if getattr(self.optimizer, "reports_elbo", False):
-            # Before apply: the particles are samples of the q whose entropy this is.
-            elbo = (tf.reduce_mean(log_joint) + tf.cast(self.optimizer.entropy(), log_joint.dtype)) / float(self.dataset_size)
-            self._elbo_tracker.update_state(elbo)
-        if records:
-            for r in records:
-                finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
-                if r.sampled_output_gradients is not None:
-                    finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
-            self.optimizer.observe_curvature(records)
-        if hasattr(self.optimizer, "observe"):
-            self.optimizer.observe(tf.stop_gradient(scaled_loglik), tf.stop_gradient(particle_prior),
-                                   self.temperature, float(self.dataset_size))
+        for r in step.curvature:
+            finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
+            if r.sampled_output_gradients is not None:
+                finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
+        if optimizer is not None:
+            for name, value in optimizer.report(step).items():
+                self._method_trackers[name].update_state(value)
+        trainable = self.trainable_variables
 
         def apply():
-            if getattr(self.optimizer, "reports_elbo", False):
-                self.optimizer.lower_bound.assign(tf.cast(elbo, self.optimizer.lower_bound.dtype))  # this step's bound, for LowerBoundStopping
-            self.optimizer.apply(grads, trainable)
-            return tf.constant(True)
+            if optimizer is None:
+                self.optimizer.apply(grads, trainable)
+                return tf.constant(True)
+            return optimizer.apply(grads, trainable, step)
 
         def skip():
             if self._loss_scale is None:
@@ -329,7 +372,7 @@ class BayesianModel(keras.Model):
         applied = tf.cond(finite, apply, skip)
         if self._loss_scale is not None:
             self._grow_loss_scale(applied)
-        return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+        return self._update_metrics(x, y, outputs, step.log_joint, sample_weight)
 
     def _grow_loss_scale(self, applied):
         """Double the float16 loss scale after 2000 consecutive finite steps (Keras' schedule)."""
@@ -376,20 +419,20 @@ class BayesianModel(keras.Model):
         if isinstance(summary, dict):
             summary = summary["mean"]
         logs = self.compute_metrics(x, y, summary, sample_weight)
-        if not getattr(self.optimizer, "reports_free_energy", False):
-            logs.pop("free_energy", None)
-        if not getattr(self.optimizer, "reports_elbo", False):
-            logs.pop("elbo", None)
+        reported = self._reported_metrics()
+        for name in self._method_trackers:
+            if name not in reported:
+                logs.pop(name, None)
         return logs
+
+    def _reported_metrics(self):
+        optimizer = self._bayesian_optimizer
+        return () if optimizer is None else optimizer.reported_metrics
 
     @property
     def metrics(self):
-        extra = [self._nll_tracker]
-        if getattr(self, "optimizer", None) is not None and getattr(self.optimizer, "reports_free_energy", False):
-            extra.append(self._free_energy_tracker)
-        if getattr(self, "optimizer", None) is not None and getattr(self.optimizer, "reports_elbo", False):
-            extra.append(self._elbo_tracker)
-        return super().metrics + extra
+        trackers = getattr(self, "_method_trackers", {})
+        return super().metrics + [self._nll_tracker] + [trackers[name] for name in self._reported_metrics()]
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -435,7 +478,7 @@ class BayesianModel(keras.Model):
         """
         arrays = center.get_weights() if hasattr(center, "get_weights") else list(center)
         rng = np.random.default_rng(seed)
-        terms = [t for l in self.particle_layers for t in l._prior_terms]
+        terms = [t for l in self.particle_layers for t in l.prior_terms]
         if len(arrays) != len(terms):
             raise ValueError(f"initialize_particles: expected {len(terms)} arrays (kernel/bias per layer), "
                              f"got {len(arrays)}.")
@@ -486,25 +529,72 @@ class BayesianModel(keras.Model):
         return cls(**config, **own)
 
 
+def _of_this_graph(tensor):
+    """Whether `tensor` belongs to the running computation (eager, or the current graph or one enclosing it)."""
+    if isinstance(tensor, keras.KerasTensor):
+        return False
+    if not tf.is_symbolic_tensor(tensor):
+        return tf.executing_eagerly()
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        if graph is tensor.graph:
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
+
+
+def _functional_arguments(args, kwargs):
+    """Whether a Model is constructed the functional way (keras' own test of its arguments)."""
+    return len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or ("inputs" in kwargs and "outputs" in kwargs)
+
+
+_FUNCTIONAL_CLASSES = {}
+
+
+def _functional_class(cls):
+    """`cls` with Functional among its bases (one class per cls), saved under cls's registered name."""
+    if cls not in _FUNCTIONAL_CLASSES:
+        functional = type(f"Functional{cls.__name__}", (cls, Functional), {"__module__": cls.__module__})
+        name = keras.saving.get_registered_name(cls)
+        package, _, short = name.rpartition(">")
+        if package:  # registered (BayesianModel is): the functional form saves and loads under that name
+            functional = keras.saving.register_keras_serializable(package=package, name=short)(functional)
+        _FUNCTIONAL_CLASSES[cls] = functional
+    return _FUNCTIONAL_CLASSES[cls]
+
+
 class _NonFiniteStepWarning(keras.callbacks.Callback):
     """Warns when train steps were skipped because the loss or a gradient was not finite."""
 
-    def __init__(self, counter):
+    def __init__(self, bayesian_model):
         super().__init__()
-        self._counter = counter
+        self._bayesian_model = bayesian_model
         self._seen = None
 
+    def _counts(self):
+        optimizer = self._bayesian_model._bayesian_optimizer
+        updates = 0 if optimizer is None or not optimizer.built else int(optimizer.skipped_updates.numpy())
+        return self._bayesian_model.skipped_steps, updates
+
     def on_train_begin(self, logs=None):
-        self._seen = int(self._counter.numpy())
+        self._seen = self._counts()
 
     def on_train_batch_end(self, batch, logs=None):
-        count = int(self._counter.numpy())
-        if count > self._seen:
+        counts = self._counts()
+        steps, updates = (now - before for now, before in zip(counts, self._seen))
+        if steps:
             warnings.warn(
-                f"BayesianModel: {count - self._seen} training step(s) skipped because the loss or a gradient "
+                f"BayesianModel: {steps} training step(s) skipped because the loss or a gradient "
                 "was NaN/Inf; the particles were left unchanged. Check the data and lower the learning rate.",
                 RuntimeWarning, stacklevel=2)
-            self._seen = count
+        if updates:
+            optimizer = self._bayesian_model.optimizer
+            warnings.warn(
+                f"{type(optimizer).__name__}: {updates} update(s) skipped because the new particles or posterior "
+                "state were not finite (e.g. a NaN or too large learning rate, an exploding gradient, a "
+                "singular curvature); the particles and the optimizer's state were left unchanged. Lower the "
+                "learning rate.", RuntimeWarning, stacklevel=2)
+        self._seen = counts
 
 
 def _infer_dataset_size(x, validation_split=0.0):

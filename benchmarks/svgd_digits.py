@@ -218,7 +218,7 @@ class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: the model captures KFAC statistics (inputs, pre-activation gradients) but the step
     is vanilla SVGD with plain SGD (no factors, no inverses, no Q-metric kernel)."""
 
-    def _direction_and_status(self, particles, grads, groups):
+    def _direction_and_status(self, particles, grads, groups, records):
         d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
         return d, tf.constant(True), tf.constant(float("nan"))
 
@@ -227,8 +227,8 @@ class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: capture + this batch's KFAC factors + their EMA (and the preconditioner's inversion
     schedule), but the step is vanilla SVGD with plain SGD."""
 
-    def _direction_and_status(self, particles, grads, groups):
-        curvature = self.preconditioner.update(particles, grads)
+    def _direction_and_status(self, particles, grads, groups, records):
+        curvature = self.preconditioner.update(particles, grads, records)
         d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
         return d, curvature.is_finite(), tf.constant(float("nan"))
 

@@ -13,9 +13,10 @@ class _Recording(bk.optimizers.IndependentParticles):
 
     curvature_request = "per_example_diagonal"
 
-    def observe_curvature(self, records):
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        super().update_particles(grads, learning_rate, iteration, step, writes)
         self.seen = {}
-        for r in records:
+        for r in step.curvature:
             self.scale = float(r.dataset_scale)
             for variable, squares in bk.curvature.per_example_squared_gradients(r):
                 self.seen[variable.path] = squares.numpy()

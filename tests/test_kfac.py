@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.curvature import kfac_factors
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer, is_particle_variable
+from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 from bayes_keras.preconditioners.kfac import damped_inverses
 
 SIGMA = 0.7
@@ -32,11 +32,13 @@ class _Recorder(bk.optimizers.IndependentParticles):
     def curvature_request(self):
         return "kfac_true_fisher" if self.fisher == "true" else "kfac_empirical_fisher"
 
-    def observe_curvature(self, records):
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        records = step.curvature
         self.records = records
         self.scale = float(records[0].dataset_scale)
         self.factors = {r.layer.name: {k: v.numpy().astype(np.float64) for k, v in kfac_factors(r, self.fisher).items()}
                         for r in records}
+        super().update_particles(grads, learning_rate, iteration, step, writes)
 
 
 class _KFACNewton(ParticleOptimizer):
@@ -51,23 +53,21 @@ class _KFACNewton(ParticleOptimizer):
     def curvature_request(self):
         return self.preconditioner.curvature_request
 
-    def observe_curvature(self, records):
-        self.preconditioner.observe_curvature(records)
-        if tf.executing_eagerly():
-            self.batches.append([{k: v.numpy().astype(np.float64) for k, v in kfac_factors(r).items()}
-                                 for r in records])
-
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
-        pvars = [v for v in variables if is_particle_variable(v)]
-        shapes = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
-        self.preconditioner.build(self, shapes, self._groups_for(pvars))
+        self.preconditioner.build(self, self.view)
 
-    def direction(self, particles, grads, groups):
-        self.last_curvature = self.preconditioner.update(particles, grads)
-        return self.last_curvature.solve(grads)
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        self.records = step.curvature
+        if tf.executing_eagerly():
+            self.batches.append([{k: v.numpy().astype(np.float64) for k, v in kfac_factors(r).items()}
+                                 for r in step.curvature])
+        particles = self.view.flatten([v.value for v in self.view.variables])
+        flat = self.view.flatten(grads)
+        self.last_curvature = self.preconditioner.update(particles, flat, step.curvature)
+        self.step_particles(self.last_curvature.solve(flat), learning_rate, iteration, writes)
 
 
 def _homogeneous(a):
@@ -529,19 +529,17 @@ def test_nonfinite_factors_are_reported_and_leave_the_state_untouched():
     model.compile(optimizer=opt, dataset_size=DATASET, run_eagerly=True)
     model.train_on_batch(*batches[0])
     before = [_np(v) for v in opt.variables]
-    good = pre._records
+    good = opt.records
     bad = [bk.curvature.LayerRecord(r.layer, r.inputs * np.float32(np.inf) if i == 0 else r.inputs, r.preactivations,
                                     r.output_gradients, r.dataset_scale, temperature=r.temperature)
            for i, r in enumerate(good)]
-    pre.observe_curvature(bad)
-    curv = pre.update(None, None)
+    curv = pre.update(None, None, bad)
     assert not bool(curv.is_finite())
     assert int(pre.updates) == 1
     for b, v in zip(before, opt.variables):
         np.testing.assert_array_equal(_np(v), b)
     assert all(np.all(np.isfinite(_np(v))) for v in opt.variables)
-    pre.observe_curvature(good)
-    assert bool(pre.update(None, None).is_finite()) and int(pre.updates) == 2
+    assert bool(pre.update(None, None, good).is_finite()) and int(pre.updates) == 2
 
 
 class _Scaled(bk.layers.ParticleLayer):
@@ -587,13 +585,6 @@ def test_unsupported_layers_and_mismatches_are_reported():
     with pytest.raises(ValueError, match="grouped by layer"):
         bk.inference.run_particles(lambda p: -tf.reduce_sum(p**2, 1), np.zeros((3, 2)),
                                    bk.optimizers.MatrixSVGD(0.1, "kfac"), 2)
-    # shapes that do not match the optimizer's particles
-    model = _gru_dense_model()
-    opt = _KFACNewton(bk.preconditioners.KFACPreconditioner())
-    model.compile(optimizer=opt)
-    opt.build(model.trainable_variables)
-    with pytest.raises(ValueError, match="do not match"):
-        bk.preconditioners.KFACPreconditioner().build(opt, [(2, 6), (2, 9)], [[0, 1]])
     with pytest.raises(ValueError, match="deterministic"):
         layer = bk.layers.Dense(2, deterministic=True)
         layer.build((None, 2, 3))

@@ -264,7 +264,6 @@ def test_preconditioner_dimension_mismatch_is_reported():
     a, b = keras.Variable(np.ones((4, 2), np.float32)), keras.Variable(np.ones((4, 3), np.float32))
     a.is_particle_variable = b.is_particle_variable = True
     opt = bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.CallablePreconditioner(lambda x: x), scope="layer")
-    opt.bind_layer_groups([[a], [b]])
     with pytest.raises(ValueError, match="block-diagonal over layers"):
         opt.build([a, b])
 
@@ -342,14 +341,14 @@ def test_hessian_preconditioner_needs_a_log_density_outside_the_functional_door(
 
 
 def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_scope():
-    """The interface's contract: build(optimizer, shapes, groups) gets the layer groups, also when the
+    """The interface's contract: build(optimizer, view) gets the layer groups, also when the
     kernel couples all weights (scope='joint')."""
     seen = []
 
     class Spy(IdentityPreconditioner):
-        def build(self, optimizer, shapes, groups):
-            super().build(optimizer, shapes, groups)
-            seen.append([list(g) for g in groups])
+        def build(self, optimizer, view):
+            super().build(optimizer, view)
+            seen.append([list(g) for g in view.layer_groups])
 
     model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
     names = [v.path for v in model.particle_variables]
@@ -380,7 +379,7 @@ def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
     q = _spd(np.random.default_rng(3), N, D)
 
     class Spy(bk.preconditioners.Preconditioner):
-        def update(self, particles, grads):
+        def update(self, particles, grads, records=()):
             return Recording.from_matrices(tf.constant(q, tf.float32))
 
     opt = bk.optimizers.MatrixSVGD(1e-2, Spy(), mode=mode, kernel_metric=metric)

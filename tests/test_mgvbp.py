@@ -301,21 +301,18 @@ def test_posterior_samples_beyond_the_particles(tmp_path):
 
 @pytest.mark.parametrize("structure", ["diagonal", "full"])
 def test_overflowing_update_leaves_q_unchanged(structure):
-    """Finite but enormous gradients (an exploding network) make the update overflow: q keeps its state."""
+    """Finite but enormous gradients (an exploding network) make the update overflow: q keeps its state
+    (the float64 blocks of "full" stay finite, but their samples would overflow the float32 particles)."""
     x, y = _class_data()
     model = _tiny_classifier()
     optimizer = bk.optimizers.MGVBP(1e-2, structure=structure)
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
-    before = [v.numpy().copy() for v in optimizer.posterior_variables]
-    if structure == "diagonal":  # float32 state, stepped per variable from the model's float32 gradients
-        huge = [tf.fill(v.shape, tf.constant(np.finfo(np.float32).max / 2, tf.float32)) for v in optimizer._pvars]
-        optimizer._update_particles(optimizer._pvars, huge, None, tf.constant(1.0), tf.constant(2.0))
-    else:  # float64 blocks: overflow them in their own dtype
-        thetas = optimizer._flatten([v.value for v in optimizer._pvars])
-        huge = [tf.fill(tf.shape(t), tf.constant(np.finfo(np.float64).max / 2, tf.float64)) for t in thetas]
-        optimizer._update_blocks(thetas, huge, tf.constant(1.0, tf.float64), tf.constant(2.0))
-    for b, v in zip(before, optimizer.posterior_variables):
+    before = [v.numpy().copy() for v in optimizer.posterior_variables + model.particle_variables]
+    huge = [tf.fill(v.shape, tf.constant(np.finfo(np.float32).max / 2, tf.float32)) for v in model.trainable_variables]
+    assert not bool(optimizer.apply(huge, model.trainable_variables))
+    assert int(optimizer.skipped_updates.numpy()) == 1
+    for b, v in zip(before, optimizer.posterior_variables + model.particle_variables):
         np.testing.assert_array_equal(b, v.numpy())
 
 
@@ -355,11 +352,11 @@ def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
     counter = int(optimizer._sample_counter.numpy())
     assert counter == 1 + 4  # one draw at build, one per step
     optimizer._sample_counter.assign(counter - 1)
-    expected = optimizer.sample(optimizer._num_samples)
-    for v, e in zip(optimizer._pvars, expected):
+    expected = optimizer.sample(optimizer.view.num_particles)
+    for v, e in zip(optimizer.view.variables, expected):
         np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
     optimizer._sample_counter.assign(counter - 2)  # and the previous key gives different draws
-    assert not np.allclose(optimizer.sample(optimizer._num_samples)[0].numpy(), optimizer._pvars[0].numpy())
+    assert not np.allclose(optimizer.sample(optimizer.view.num_particles)[0].numpy(), optimizer.view.variables[0].numpy())
 
 
 def test_steps_per_execution_draws_the_same_stream():
@@ -374,30 +371,27 @@ def test_steps_per_execution_draws_the_same_stream():
         optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
         model.compile(optimizer=optimizer, steps_per_execution=steps)
         model.fit(x, y, epochs=2, batch_size=8, verbose=0, shuffle=False)
-        finals.append([v.numpy() for v in optimizer.posterior_variables + optimizer._pvars])
+        finals.append([v.numpy() for v in optimizer.posterior_variables + optimizer.view.variables])
     assert int(optimizer._sample_counter.numpy()) == 1 + 16
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
 
 
-def test_stale_prefetched_normals_are_not_used():
-    """Normals left over from another trace (a tensor of a dead graph) are dropped: the update draws
-    its own, keyed by the counter, instead of failing."""
+def test_step_noise_is_the_draw_the_update_would_make():
+    """The normals of prepare_step (handed back in the StepInfo) are those the update draws itself when
+    called without a step: same counter, same particles."""
     x, y = _class_data()
     model = _tiny_classifier()
     optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
-
-    @tf.function
-    def leftover():
-        optimizer.prefetch_noise()
-        return tf.constant(0)
-
-    leftover()  # leaves a symbolic tensor of that function's graph behind
-    grads = [tf.zeros_like(v) for v in optimizer._pvars]
-    counter = int(optimizer._sample_counter.numpy())
-    optimizer._update_particles(optimizer._pvars, grads, None, tf.constant(1e-2), tf.constant(5.0))
-    optimizer._sample_counter.assign(counter)
-    for v, e in zip(optimizer._pvars, optimizer.sample(optimizer._num_samples)):
-        np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
+    saved = [v.numpy() for v in optimizer.variables + model.variables]
+    grads = [tf.zeros_like(v) for v in model.trainable_variables]
+    step = bk.optimizers.StepInfo(tf.zeros(4), tf.zeros(4), noise=optimizer.prepare_step())
+    optimizer.apply(grads, model.trainable_variables, step)
+    with_step = [v.numpy() for v in model.particle_variables]
+    for v, value in zip(optimizer.variables + model.variables, saved):
+        v.assign(value)
+    optimizer.apply(grads, model.trainable_variables)
+    for a, b in zip(with_step, model.particle_variables):
+        np.testing.assert_array_equal(a, b.numpy())

@@ -58,26 +58,29 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     x0 = np.asarray(initial_particles, dtype=np.float32)
     if x0.ndim != 2:
         raise ValueError(f"initial_particles must be an (N, D) array; got shape {x0.shape}.")
+    from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo  # noqa: I001 (cycle)
+
+    if not isinstance(optimizer, BayesianOptimizer):
+        raise TypeError(f"run_particles needs a bayes_keras.optimizers.BayesianOptimizer; got {type(optimizer).__name__}.")
     x = keras.Variable(x0, name="particles")
     x.is_particle_variable = True
-    if hasattr(optimizer, "check_num_particles"):
-        optimizer.check_num_particles(x0.shape[0])
-    if hasattr(optimizer, "bind_log_prob"):
-        optimizer.bind_log_prob(log_prob_fn)
+    optimizer.check_num_particles(x0.shape[0])
+    optimizer.bind_log_prob(log_prob_fn)
     optimizer.build([x])
     skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped")
-    has_entropy = hasattr(optimizer, "entropy")
 
     def one_step():
+        noise = optimizer.prepare_step()
         with tf.GradientTape() as tape:
             lp = log_prob_fn(x.value)
             loss = -tf.reduce_sum(lp)
         g = tape.gradient(loss, x.value)
-        fe = -tf.reduce_mean(lp) - (optimizer.entropy([x]) if has_entropy else 0.0)
+        step = StepInfo(log_likelihood=tf.stop_gradient(lp), log_prior=tf.zeros_like(lp), noise=noise)
+        fe = optimizer.report(step).get("free_energy", -tf.reduce_mean(lp))
         finite = tf.reduce_all(tf.math.is_finite(g)) & tf.math.is_finite(loss)
 
         def apply():
-            optimizer.apply([g], [x])
+            optimizer.apply([g], [x], step)
             return tf.constant(0)
 
         def skip():
@@ -109,5 +112,9 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     n_skipped = int(skipped.numpy())
     if n_skipped:
         warnings.warn(f"run_particles skipped {n_skipped} step(s) with non-finite gradients.", RuntimeWarning)
+    refused = int(optimizer.skipped_updates.numpy())
+    if refused:
+        warnings.warn(f"run_particles: {type(optimizer).__name__} refused {refused} update(s) whose new particles or "
+                      "state were not finite (the step size is too large); they were left unchanged.", RuntimeWarning)
     return ParticleRun(np.asarray(x.numpy()), np.concatenate(traces) if traces else np.zeros(0), n_skipped,
                        np.concatenate(paths) if record_trajectory else None)

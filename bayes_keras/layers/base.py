@@ -8,11 +8,22 @@ which case one weight set is shared by all particles (a point estimate, trained 
 """
 
 import random
+import weakref
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
+
+
+class ParticleTerm(NamedTuple):
+    """Attached to each particle variable as `variable.particle_term`: the layer that owns it (a weak
+    reference), its prior and the fan-in the prior's scale is computed from."""
+
+    layer: weakref.ref
+    prior: object
+    fan_in: int
 
 
 def _default_bias_initializer(bias_initializer, deterministic):
@@ -112,8 +123,16 @@ class ParticleLayer(keras.layers.Layer):
                 initializer=_particle_initializer(initializer, self.num_particles),
             )
             variable.is_particle_variable = True
+            # What an optimizer needs to know of this variable, readable from the variable alone (a
+            # ParticleView is built from the variables an optimizer is handed; docs/architecture.md).
+            variable.particle_term = ParticleTerm(weakref.ref(self), prior, int(fan_in))
         self._prior_terms.append((variable, prior, int(fan_in)))
         return variable
+
+    @property
+    def prior_terms(self):
+        """(variable, prior, fan_in) for each of this layer's weights, in creation order."""
+        return list(self._prior_terms)
 
     @property
     def particle_variables(self):

@@ -36,7 +36,7 @@ class GaussianParticleFlow(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
     """
 
-    reports_free_energy = True
+    reported_metrics = ("free_energy",)
 
     def __init__(self, learning_rate=1e-2, structure="full", step_rule="rmsprop", mean_preconditioning=False,
                  **kwargs):
@@ -47,9 +47,11 @@ class GaussianParticleFlow(ParticleOptimizer):
         self.mean_preconditioning = bool(mean_preconditioning)
 
     def build(self, variables):
+        if self.built:
+            return
         super().build(variables)
-        for v in variables:
-            if getattr(v, "is_particle_variable", False) and v.shape[0] > 1:
+        for v in self.view.variables:
+            if v.shape[0] > 1:
                 spread = tf.reduce_max(tf.math.reduce_std(tf.reshape(v.value, (v.shape[0], -1)), axis=0))
                 if not tf.executing_eagerly() or float(spread) > 0.0:
                     continue
@@ -69,11 +71,16 @@ class GaussianParticleFlow(ParticleOptimizer):
     def direction(self, particles, grads, groups):
         return gpf_direction(particles, grads, self._structure_groups(groups), self.mean_preconditioning)
 
-    def entropy(self, particle_variables):
+    def entropy(self):
         """Entropy of the Gaussian defined by the current particles, under this structure."""
-        n = particle_variables[0].shape[0]
-        flat = [tf.reshape(tf.convert_to_tensor(v), (n, -1)) for v in particle_variables]
-        return gaussian_entropy(flat, self._structure_groups(self._groups_for(particle_variables)))
+        flat = self.view.flatten([v.value for v in self.view.variables])
+        return gaussian_entropy(flat, self._structure_groups(self.view.layer_groups))
+
+    def report(self, step):
+        """The free energy (negative ELBO of the particles' Gaussian) per training example."""
+        log_joint = step.log_joint
+        entropy = tf.cast(self.entropy(), log_joint.dtype)
+        return {"free_energy": (-tf.reduce_mean(log_joint) - entropy) / step.dataset_size}
 
     def check_num_particles(self, num_particles):
         if num_particles < 2:

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer, is_particle_variable
+from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 
 tfd = tfp.distributions
 
@@ -28,7 +28,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     (mean_n log p(y, w_n) + H(q)) / dataset_size, with w_n the step's samples from q.
     """
 
-    reports_elbo = True
+    reported_metrics = ("elbo",)
     _diagonal_posterior = False  # subclasses: True when q's precision is diagonal
 
     @property
@@ -43,46 +43,30 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         super().__init__(learning_rate=learning_rate, step_rule="sgd", **kwargs)
         self.seed = seed
         self.antithetic = None if antithetic is None else bool(antithetic)
-        self._observed = {}
-        self._priors = None
-        self._prefetched = None
-
-    # -- contract with the model ---------------------------------------------------------------
-    def bind_priors(self, priors):
-        """`priors`: {variable key: (Prior, fan_in)} for every particle variable (from BayesianModel)."""
-        self._priors = {k: v for k, v in priors.items()}
-
-    def observe(self, log_likelihood, log_prior, temperature=1.0, dataset_size=None):
-        """This step's per-particle (N,) log likelihood (dataset-scaled) and log prior, both already
-        divided by the posterior temperature, and the training-set size (called by
-        BayesianModel.train_step before apply)."""
-        self._observed = {"log_likelihood": log_likelihood, "log_prior": log_prior, "temperature": temperature,
-                          "dataset_size": dataset_size}
 
     # -- build ---------------------------------------------------------------------------------
-    def _block_groups(self, groups):
+    def _block_groups(self, view):
+        """The blocks of q: index lists over the view's particle variables."""
         raise NotImplementedError
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
-        self._pvars = [v for v in variables if is_particle_variable(v)]
-        if not self._pvars:
+        if not self.view.variables:
             raise ValueError(f"{type(self).__name__} needs particle variables (bayes_keras particle layers).")
-        self._num_samples = int(self._pvars[0].shape[0])
-        self._weight_dtype = self._pvars[0].dtype
-        self._blocks = self._block_groups(self._groups_for(self._pvars))
-        self._sizes = [int(np.prod(v.shape[1:])) for v in self._pvars]
-        self._block_dims = [sum(self._sizes[i] for i in b) for b in self._blocks]
-        if self._elementwise and self._blocks != [list(range(len(self._pvars)))]:
+        self._weight_dtype = self.view.variables[0].dtype
+        self._blocks = self._block_groups(self.view)
+        self._block_dims = [sum(self.view.sizes[i] for i in b) for b in self._blocks]
+        if self._elementwise and self._blocks != [list(range(len(self.view)))]:
             raise ValueError(f"{type(self).__name__}: an elementwise posterior needs one block over all particle "
                              f"variables in order; got blocks {self._blocks}.")
         self.lower_bound = self.add_variable((), name="lower_bound")
         self._sample_counter = self.add_variable((), dtype="int64", name="sample_counter")
         self._state = [self._build_block(j, dim) for j, dim in enumerate(self._block_dims)]
         with tf.init_scope():  # Keras may build inside the traced train step: initialise eagerly
-            initial = [np.reshape(v.numpy(), (self._num_samples, -1)) for v in self._pvars]
+            n = self.view.num_particles
+            initial = [np.reshape(v.numpy(), (n, -1)) for v in self.view.variables]
             for j, block in enumerate(self._blocks):
                 mean = np.concatenate([initial[i][0] for i in block])  # one member's initialisation
                 self._initialize_block(j, mean)
@@ -138,100 +122,97 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         """The standard normals of the next sample of q, keyed by the current draw counter: one
         (num_samples, w) tensor per particle variable (elementwise optimizers) or per block; with
         `antithetic` (and an even count) the second half mirrors the first."""
-        widths = self._sizes if self._elementwise else self._block_dims
+        widths = self.view.sizes if self._elementwise else self._block_dims
         if self._antithetic_for(num_samples):
             return [tf.concat([e, -e], axis=0) for e in self._normal(num_samples // 2, widths)]
         return self._normal(num_samples, widths)
 
-    def prefetch_noise(self):
-        """Draw the normals of this step's resample now (called by BayesianModel.train_step before the
-        forward pass). They depend only on the draw counter, not on the step's gradients, so the
+    def prepare_step(self):
+        """The normals of this step's resample, drawn before the forward pass (BayesianModel hands them
+        back as `step.noise`). They depend only on the draw counter, not on the step's gradients, so the
         executor can generate them on an idle core while the forward and backward passes run; drawn
         inside the update they sat on the critical path after the finiteness check (measured: 0.17 of
         an MLP step with 20 particles on 2 CPU cores). Same key, same numbers: the stream is unchanged."""
-        if self.built:
-            self._prefetched = self._draw(self._num_samples)
-
-    def _take_prefetched(self):
-        """The normals prefetched for this step, or None (draw them now) when there are none or they
-        belong to another trace (e.g. a train_step trace that failed before its update; a tensor of
-        another graph cannot be used here)."""
-        eps, self._prefetched = self._prefetched, None
-        if eps is None:
-            return None
-        symbolic = tf.is_symbolic_tensor(eps[0])
-        if tf.executing_eagerly():
-            return None if symbolic else eps
-        return eps if symbolic and _reachable(eps[0].graph) else None
+        return self._draw(self.view.num_particles) if self.built else None
 
     def sample(self, num_samples, eps=None):
         """`num_samples` weight sets from q: a list of (num_samples, *shape) tensors, one per particle
         variable (in the model's particle-variable order). With `antithetic` (and an even count) the
         second half mirrors the first through the mean, theta_{s + S/2} - mu = -(theta_s - mu): half the
-        random numbers, and the sample mean of theta - mu is exactly zero. `eps`: the normals, if
-        already drawn (by `prefetch_noise`) with the current counter."""
+        random numbers, and the sample mean of theta - mu is exactly zero. Advances the draw counter."""
+        out = self._sample(num_samples, eps, lambda v: v.value)
+        self._sample_counter.assign_add(1)
+        return out
+
+    def _sample(self, num_samples, eps, read):
+        """Samples of q whose state variables are read through `read` (the current values, or a step's
+        new ones), from the normals `eps` (drawn with the current counter if None)."""
         if eps is None:
             eps = self._draw(num_samples)
+        view = self.view
         if self._elementwise:  # (D,) moments split into per-variable pieces that broadcast over rows
-            mean, std = (tf.split(t, self._sizes) for t in self._elementwise_moments())
-            out = [tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + tuple(v.shape[1:]))
-                   for m, sd, e, v in zip(mean, std, eps, self._pvars)]
-        else:
-            per_block = [self._block_sample(j, tf.cast(e, self.posterior_dtype)) for j, e in enumerate(eps)]
-            out = self._unflatten(per_block, num_samples)
-        self._sample_counter.assign_add(1)
+            mean, std = (tf.split(t, view.sizes) for t in self._elementwise_moments(read))
+            return [tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + view.shapes[i])
+                    for i, (m, sd, e) in enumerate(zip(mean, std, eps))]
+        out = [None] * len(view)
+        for j, (block, e) in enumerate(zip(self._blocks, eps)):
+            for i, piece in view.split(self._block_sample(j, tf.cast(e, self.posterior_dtype), read), block).items():
+                out[i] = piece
         return out
 
     def resample(self, eps=None):
         """Write N fresh samples from q into the particle variables."""
-        for v, value in zip(self._pvars, self.sample(self._num_samples, eps)):
+        for v, value in zip(self.view.variables, self.sample(self.view.num_particles, eps)):
             v.assign(tf.cast(value, v.dtype))
-
-    def _unflatten(self, per_block, num_samples):
-        out = [None] * len(self._pvars)
-        for block, flat in zip(self._blocks, per_block):
-            pieces = tf.split(flat, [self._sizes[i] for i in block], axis=1) if len(block) > 1 else [flat]
-            for i, piece in zip(block, pieces):
-                out[i] = tf.reshape(piece, (num_samples,) + tuple(self._pvars[i].shape[1:]))
-        return out
 
     def _flatten(self, tensors):
         """Per-variable (N, ...) tensors -> per-block (N, D_b) tensors in the posterior dtype."""
-        flat = [tf.cast(tf.reshape(t, (self._num_samples, -1)), self.posterior_dtype) for t in tensors]
-        return [flat[b[0]] if len(b) == 1 else tf.concat([flat[i] for i in b], axis=1) for b in self._blocks]
+        flat = self.view.flatten(tensors, self.posterior_dtype)
+        return [self.view.concat(flat, b) for b in self._blocks]
 
     # -- the update ----------------------------------------------------------------------------
-    def _update_particles(self, pvars, grads, slots, learning_rate, step):
-        if [v.path for v in pvars] != [v.path for v in self._pvars]:
-            raise ValueError(f"{type(self).__name__} was built for particle variables "
-                             f"{[v.path for v in self._pvars]}; got {[v.path for v in pvars]}.")
+    def report(self, step):
+        """The evidence lower bound per training example, mean_n log p(y, w_n) + H(q), before the update
+        (the particles are samples of the q whose entropy this is)."""
+        log_joint = step.log_joint
+        return {"elbo": (tf.reduce_mean(log_joint) + tf.cast(self.entropy(), log_joint.dtype)) / step.dataset_size}
+
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        if step is not None:  # this step's bound, for LowerBoundStopping
+            writes.assign(self.lower_bound, self.report(step)["elbo"])
         learning_rate = tf.cast(learning_rate, self.posterior_dtype)
+        pvars = self.view.variables
         if self._elementwise:  # the posterior dtype is the weights'
-            self._update_elementwise(*self._flat_particles(pvars, grads), learning_rate, step)
+            thetas = self.view.flatten([v.value for v in pvars])
+            loss_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, pvars)])
+            self._update_elementwise(thetas, loss_grads, learning_rate, iteration, step, writes)
         else:
             thetas = self._flatten([v.value for v in pvars])
             # The model hands over gradients of the NEGATIVE log joint; the methods ascend the log joint.
             log_joint_grads = [-g for g in self._flatten(grads)]
-            self._update_blocks(thetas, log_joint_grads, learning_rate, step)
-        self.resample(self._take_prefetched())
+            self._update_blocks(thetas, log_joint_grads, learning_rate, iteration, step, writes)
+        eps = None if step is None else step.noise
+        for v, value in zip(pvars, self._sample(self.view.num_particles, eps, writes.read)):
+            writes.assign(v, value)
+        writes.assign(self._sample_counter, self._sample_counter.value + 1)
 
-    def _update_blocks(self, thetas, grads, learning_rate, step):
-        """Per block: (N, D_b) samples and gradients of the log joint (ascent)."""
+    def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
+        """Per block: (N, D_b) samples and gradients of the log joint (ascent); new state into `writes`."""
         raise NotImplementedError
 
-    def _update_elementwise(self, thetas, loss_grads, learning_rate, step):
+    def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
         """Elementwise optimizers: per particle variable, its (N, d_v) samples and the gradients of
         the NEGATIVE log joint as the model gives them (negated on (d_v,) results, not on (N, d_v));
-        the variables' slices of the flat state are tf.split(state, self._sizes)."""
+        the variables' slices of the flat state are tf.split(state, self.view.sizes)."""
         raise NotImplementedError
 
-    def _elementwise_moments(self):
+    def _elementwise_moments(self, read):
         """Elementwise optimizers: q's mean and standard deviation as flat (D,) tensors."""
         raise NotImplementedError
 
     # -- the Gaussian --------------------------------------------------------------------------
-    def entropy(self, particle_variables=None):
-        """Entropy of q (the particle values are not used: q is the optimizer's state)."""
+    def entropy(self):
+        """Entropy of q (the optimizer's state)."""
         return tf.cast(tf.add_n([self._block_entropy(j) for j in range(len(self._blocks))]), tf.float32)
 
     def posterior(self, flatten=True):
@@ -250,8 +231,8 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         for j, block in enumerate(self._blocks):
             offset = 0
             for i in block:
-                out[self._pvars[i].path] = self._marginal(j, offset, self._sizes[i])
-                offset += self._sizes[i]
+                out[self.view.variables[i].path] = self._marginal(j, offset, self.view.sizes[i])
+                offset += self.view.sizes[i]
         return out
 
     @property
@@ -259,22 +240,8 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         """The optimizer variables that define q (to snapshot / restore, e.g. by LowerBoundStopping)."""
         return [v for block in self._state for v in block.values()]
 
-    def check_num_particles(self, num_particles):
-        if num_particles < 1:
-            raise ValueError(f"{type(self).__name__} needs at least one sample per step; got {num_particles}.")
-
     def get_config(self):
         config = super().get_config()
         config.pop("step_rule", None)
         config.update({"seed": self.seed, "antithetic": self.antithetic})
         return config
-
-
-def _reachable(graph):
-    """Whether a tensor of `graph` can be used in the current graph (it is the current one or encloses it)."""
-    current = tf.compat.v1.get_default_graph()
-    while current is not None:
-        if current is graph:
-            return True
-        current = getattr(current, "outer_graph", None)
-    return False

@@ -2,7 +2,6 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
 from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction
@@ -128,9 +127,9 @@ class MatrixSVGD(PreconditionedOptimizer):
                                  "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
                                  "over layers.")
 
-    def _direction_and_status(self, particles, grads, groups):
+    def _direction_and_status(self, particles, grads, groups, records):
         groups = self._kernel_groups(groups)
-        curvature = self.preconditioner.update(particles, grads)
+        curvature = self.preconditioner.update(particles, grads, records)
         if self.mode == "average":
             directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,
                                                        self.kernel_metric)
@@ -140,9 +139,9 @@ class MatrixSVGD(PreconditionedOptimizer):
                                                                 self.kernel_metric, self.mixture_beta)
         return directions, curvature.is_finite(), entropy
 
-    def _after_step(self, entropy):
+    def _after_step(self, entropy, writes):
         if entropy is not None:
-            self.mixture_weight_entropy.assign(tf.cast(entropy, self.mixture_weight_entropy.dtype))
+            writes.assign(self.mixture_weight_entropy, entropy)
 
     def get_config(self):
         config = super().get_config()

@@ -53,8 +53,8 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     def _default_shared_learning_rate(self, learning_rate):
         return learning_rate  # an Adam learning rate already
 
-    def _block_groups(self, groups):
-        return [sorted(i for g in groups for i in g)]  # diagonal: one flat block over all weights
+    def _block_groups(self, view):
+        return view.partition("joint")  # diagonal: one flat block over all weights
 
     def _build_block(self, j, dim):
         state = {"mean": self._var((dim,), f"block{j}_mean"), "rho": self._var((dim,), f"block{j}_rho")}
@@ -68,8 +68,9 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         rho = float(tfp.math.softplus_inverse(tf.constant(self.initial_std, tf.float64)))
         self._state[j]["rho"].assign(tf.fill(mean.shape, tf.constant(rho, self.posterior_dtype)))
 
-    def _std(self, j):
-        return tf.nn.softplus(self._state[j]["rho"].value)
+    def _std(self, j, read=None):
+        rho = self._state[j]["rho"]
+        return tf.nn.softplus(rho.value if read is None else read(rho))
 
     def _block_entropy(self, j):
         sigma = self._std(j)
@@ -84,28 +85,28 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     _elementwise = True
 
-    def _elementwise_moments(self):
-        return self._state[0]["mean"].value, self._std(0)
+    def _elementwise_moments(self, read):
+        return read(self._state[0]["mean"]), self._std(0, read)
 
-    def _update_elementwise(self, thetas, loss_grads, learning_rate, step):
+    def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
         # loss_grads g are gradients of -log p(y, w) at w = mu + sigma eps: d(-ELBO)/d mu = E[g],
         # d(-ELBO)/d sigma = E[g eps] - 1 / sigma, with g eps = g (w - mu) / sigma (divided on (D,)).
         s = self._state[0]
         mean, sigma = s["mean"].value, self._std(0)
         sum_g, sum_ga = [], []
-        for m, theta, g in zip(tf.split(mean, self._sizes), thetas, loss_grads):
+        for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
             sum_g.append(tf.reduce_sum(g, axis=0))
             sum_ga.append(tf.reduce_sum(g * (theta - m), axis=0))
-        n = float(self._num_samples)
+        n = float(self.view.num_particles)
         d_mean = tf.concat(sum_g, 0) / n
         d_sigma = (tf.concat(sum_ga, 0) / n - 1.0) / sigma
         d_rho = d_sigma * tf.sigmoid(s["rho"].value)
         for name, d in (("mean", d_mean), ("rho", d_rho)):
             state = {"m": s[f"{name}_m"].value, "v": s[f"{name}_v"].value}
-            update, new = self._adam.apply(d, state, learning_rate, tf.cast(step, d.dtype))
-            s[f"{name}_m"].assign(new["m"])
-            s[f"{name}_v"].assign(new["v"])
-            s[name].assign(s[name].value - update)
+            update, new = self._adam.apply(d, state, learning_rate, tf.cast(iteration, d.dtype))
+            writes.assign(s[f"{name}_m"], new["m"])
+            writes.assign(s[f"{name}_v"], new["v"])
+            writes.assign(s[name], s[name].value - update)
 
     def get_config(self):
         config = super().get_config()

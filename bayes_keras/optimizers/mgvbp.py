@@ -8,6 +8,7 @@ import tensorflow_probability as tfp
 from bayes_keras._config import check_number
 from bayes_keras.inference import mgvbp as core
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.particle_view import ParticleView
 
 tfd = tfp.distributions
 
@@ -15,6 +16,10 @@ _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
 _CURVATURES = ("stein", "empirical_fisher", "fisher")
 _FISHERS = ("empirical_fisher", "fisher")
+
+
+def _current(variable):
+    return variable.value
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -156,23 +161,20 @@ class MGVBP(GaussianVariationalOptimizer):
         return self._diagonal
 
     # -- blocks --------------------------------------------------------------------------------
-    def _block_groups(self, groups):
-        if self.structure == "full":
-            return [sorted(i for g in groups for i in g)]
-        if self.structure in ("layer", "kronecker"):
-            return groups
-        return [sorted(i for g in groups for i in g)]  # diagonal: one flat block (elementwise anyway)
+    def _block_groups(self, view):
+        # full: one block; layer / kronecker: one per layer; diagonal: one flat block (elementwise anyway)
+        return view.partition("layer" if self.structure in ("layer", "kronecker") else "joint")
 
     def build(self, variables):
         if self.built:
             return
+        view = ParticleView(variables)  # the checks run before any variable is created
         if self._kronecker:
-            self._build_kronecker_shapes(variables)
+            self._build_kronecker_shapes(view)
         elif not self._diagonal:
-            pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
-            groups = self._block_groups(self._groups_for(pvars))
-            for g in groups:
-                dim = sum(int(np.prod(pvars[i].shape[1:])) for i in g)
+            pvars = view.variables
+            for g in self._block_groups(view):
+                dim = sum(view.sizes[i] for i in g)
                 if dim > self.max_block_size:
                     names = ", ".join(pvars[i].path for i in g)
                     raise ValueError(
@@ -182,13 +184,13 @@ class MGVBP(GaussianVariationalOptimizer):
                         "large, or raise max_block_size.")
         super().build(variables)
 
-    def _build_kronecker_shapes(self, variables):
+    def _build_kronecker_shapes(self, view):
         """Each block is one Dense / Conv2D layer's [kernel; bias] as a (p, q) matrix (KFAC's view)."""
         from bayes_keras.curvature.kfac import candidate_specs  # noqa: I001 (layers import curvature)
 
-        pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
+        pvars = view.variables
         self._kron_shapes, self._kron_index = [], {}
-        for j, g in enumerate(self._block_groups(self._groups_for(pvars))):
+        for j, g in enumerate(self._block_groups(view)):
             group = [pvars[i] for i in g]
             names = ", ".join(v.path for v in group)
             try:
@@ -208,7 +210,7 @@ class MGVBP(GaussianVariationalOptimizer):
                                  f"[{names}], above max_block_size={self.max_block_size}. Use "
                                  "structure='diagonal', or raise max_block_size.")
             self._kron_shapes.append((p, q))
-            self._kron_index[self._var_key(group[0])] = j
+            self._kron_index[g[0]] = j  # keyed by the view index of the layer's kernel
 
     def _build_block(self, j, dim):
         if self._kronecker:
@@ -238,17 +240,17 @@ class MGVBP(GaussianVariationalOptimizer):
         state["precision"].assign(p0)
 
     # -- the Gaussian --------------------------------------------------------------------------
-    def _kron_cholesky(self, j):
+    def _kron_cholesky(self, j, read=_current):
         s = self._state[j]
-        return tf.linalg.cholesky(s["factor_a"].value), tf.linalg.cholesky(s["factor_g"].value)
+        return tf.linalg.cholesky(read(s["factor_a"])), tf.linalg.cholesky(read(s["factor_g"]))
 
-    def _block_sample(self, j, eps):
+    def _block_sample(self, j, eps, read=_current):
         s = self._state[j]
         if self._kronecker:
-            return core.sample_kronecker(s["mean"].value, *self._kron_cholesky(j), eps)
+            return core.sample_kronecker(read(s["mean"]), *self._kron_cholesky(j, read), eps)
         if self._diagonal:
-            return core.sample_diag(s["mean"].value, s["precision"].value, eps)
-        return core.sample_full(s["mean"].value, s["precision"].value, eps)
+            return core.sample_diag(read(s["mean"]), read(s["precision"]), eps)
+        return core.sample_full(read(s["mean"]), read(s["precision"]), eps)
 
     def _block_entropy(self, j):
         if self._kronecker:
@@ -295,19 +297,19 @@ class MGVBP(GaussianVariationalOptimizer):
         """(mean, precision) vectors of the layers' zero-mean Normal priors over a block's coordinates."""
         from bayes_keras.priors import Normal
 
-        if self._priors is None:
-            raise ValueError(f"MGVBP {self._prior_user} needs the layers' priors: compile a BayesianModel "
-                             "with it.")
         means, precisions = [], []
         for i in block:
-            prior, fan_in = self._priors[self._var_key(self._pvars[i])]
+            if self.view.priors[i] is None:
+                raise ValueError(f"MGVBP {self._prior_user} needs the layers' priors; "
+                                 f"{self.view.variables[i].path} belongs to no bayes_keras particle layer.")
+            prior, fan_in = self.view.priors[i]
             if not isinstance(prior, Normal):
                 raise ValueError(f"MGVBP {self._prior_user} handles Normal priors in closed form; "
-                                 f"{self._pvars[i].path} has {prior!r}. Use estimator='score_h', or "
+                                 f"{self.view.variables[i].path} has {prior!r}. Use estimator='score_h', or "
                                  "estimator='gradient' with curvature='stein'.")
             sd = prior.stddev(fan_in)
-            means.append(tf.fill((self._sizes[i],), tf.constant(prior.loc, self.posterior_dtype)))
-            precisions.append(tf.fill((self._sizes[i],), tf.constant(1.0 / sd ** 2, self.posterior_dtype)))
+            means.append(tf.fill((self.view.sizes[i],), tf.constant(prior.loc, self.posterior_dtype)))
+            precisions.append(tf.fill((self.view.sizes[i],), tf.constant(1.0 / sd ** 2, self.posterior_dtype)))
         return tf.concat(means, 0), tf.concat(precisions, 0)
 
     def check_num_particles(self, num_particles):
@@ -327,82 +329,74 @@ class MGVBP(GaussianVariationalOptimizer):
         kind = "kfac" if self._kronecker else "per_example_diagonal"
         return f"{kind}_true_fisher" if self.curvature == "fisher" else kind
 
-    def observe_curvature(self, records):
-        """This step's `bayes_keras.curvature.LayerRecord`s (called by BayesianModel.train_step)."""
-        self._curvature_records = records
-
-    def _records(self):
-        records = getattr(self, "_curvature_records", None)
-        if records is None:
+    def _records(self, step):
+        if step is None or not step.curvature:
             raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
-                             "through BayesianModel.fit.")
-        return records
+                             "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
+        return step.curvature
 
-    def _tempered_prior_precision(self, block):
+    def _tempered_prior_precision(self, block, step):
         """The Normal priors' precisions over a block's coordinates divided by the posterior temperature
         (the part of the Fisher curvatures' target that the data does not give)."""
-        temperature = tf.cast(self._observed.get("temperature", 1.0), self.posterior_dtype)
-        return self._prior_vectors(block)[1] / temperature
+        return self._prior_vectors(block)[1] / tf.cast(step.temperature, self.posterior_dtype)
 
-    def _fisher_diagonal(self, block):
+    def _fisher_diagonal(self, block, step):
         """Tempered, data-set-scaled empirical Fisher diagonal over a block's coordinates, E_q by the
         mean over the N samples."""
         from bayes_keras.curvature import per_example_squared_gradients  # noqa: I001 (layers import curvature)
 
         labels = "sampled" if self.curvature == "fisher" else "observed"
         fisher = {}
-        for r in self._records():
+        for r in self._records(step):
             for variable, squares in per_example_squared_gradients(r, labels):
-                flat = tf.reshape(tf.cast(squares, self.posterior_dtype), (self._num_samples, -1))
-                fisher[self._var_key(variable)] = tf.cast(r.dataset_scale, self.posterior_dtype) * tf.reduce_mean(flat, 0)
+                flat = tf.reshape(tf.cast(squares, self.posterior_dtype), (self.view.num_particles, -1))
+                fisher[self.view.index(variable)] = (tf.cast(r.dataset_scale, self.posterior_dtype)
+                                                     * tf.reduce_mean(flat, 0))
         pieces = []
         for i in block:
-            key = self._var_key(self._pvars[i])
-            if key not in fisher:
+            if i not in fisher:
                 raise ValueError(f"MGVBP curvature={self.curvature!r}: no curvature was captured for "
-                                 f"{self._pvars[i].path} (supported: Dense and Conv2D particle layers).")
-            pieces.append(fisher[key])
+                                 f"{self.view.variables[i].path} (supported: Dense and Conv2D particle layers).")
+            pieces.append(fisher[i])
         return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
 
     # -- the update ----------------------------------------------------------------------------
-    def _values(self):
-        if "log_likelihood" not in self._observed:
+    def _values(self, step):
+        if step is None:
             raise ValueError(f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
-                             "through BayesianModel.fit (or call optimizer.observe(...) before apply).")
-        return (tf.cast(self._observed["log_likelihood"], self.posterior_dtype),
-                tf.cast(self._observed["log_prior"], self.posterior_dtype))
+                             "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
+        return (tf.cast(step.log_likelihood, self.posterior_dtype), tf.cast(step.log_prior, self.posterior_dtype))
 
-    def _natural_gradient(self, j, theta, grad, state):
+    def _natural_gradient(self, j, theta, grad, state, step, writes):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self._diagonal
         if self.estimator == "gradient":  # full or layer blocks (diagonal: _update_elementwise)
             return core.reparam_natural_gradient_full(theta, mean, prec, grad,
-                                                      antithetic=self._antithetic_for(self._num_samples))
-        log_lik, log_prior = self._values()
+                                                      antithetic=self._antithetic_for(self.view.num_particles))
+        log_lik, log_prior = self._values(step)
         fn = core.score_natural_gradient_diag if diag else core.score_natural_gradient_full
         c_mu, c_p = state["c_mean"].value, state["c_precision"].value
         if self.estimator == "score":
-            temperature = self._observed.get("temperature", 1.0)
             prior_mean, prior_prec = self._prior_vectors(self._blocks[j])
             nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, log_lik, c_mu, c_p, prior_mean,
-                                                 prior_prec / temperature)
+                                                 prior_prec / step.temperature)
         else:
             log_q = core.log_q_diag(theta, mean, prec) if diag else core.log_q_full(theta, mean, prec)
             h = log_lik + log_prior - log_q
             nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, h, c_mu, c_p)
-        state["c_mean"].assign(new_c_mu)
-        state["c_precision"].assign(new_c_p)
+        writes.assign(state["c_mean"], new_c_mu)
+        writes.assign(state["c_precision"], new_c_p)
         return nat_mu, nat_p
 
-    def _mean_step_size(self, learning_rate, step):
+    def _mean_step_size(self, learning_rate, iteration):
         lr = self.mean_learning_rate
         if lr is None:
             return learning_rate
         if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-            lr = lr(step - 1.0)
+            lr = lr(iteration - 1.0)
         return tf.cast(lr, self.posterior_dtype)
 
-    def _kronecker_targets(self):
+    def _kronecker_targets(self, step):
         """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
         (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
         / T as factored damping (the kernel's prior; bias rows share it)."""
@@ -410,24 +404,24 @@ class MGVBP(GaussianVariationalOptimizer):
 
         fisher = "true" if self.curvature == "fisher" else "empirical"
         targets = [None] * len(self._blocks)
-        for r in self._records():
-            j = self._kron_index.get(self._var_key(r.layer.kernel))
+        for r in self._records(step):
+            j = self._kron_index.get(self.view.index(r.layer.kernel))
             if j is None:
                 continue
             factors = kfac_factors(r, fisher)
             a = tf.reduce_mean(tf.cast(factors["A"], self.posterior_dtype), 0)
             g = tf.reduce_mean(tf.cast(factors["G"], self.posterior_dtype), 0)
-            targets[j] = core.damped_kronecker_factors(a, g, self._tempered_prior_precision(self._blocks[j])[0])
+            targets[j] = core.damped_kronecker_factors(a, g, self._tempered_prior_precision(self._blocks[j], step)[0])
         for j, t in enumerate(targets):
             if t is None:
                 raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
-                                 f"{self._pvars[self._blocks[j][0]].path}.")
+                                 f"{self.view.variables[self._blocks[j][0]].path}.")
         return targets
 
-    def _update_kronecker(self, grads, learning_rate, mean_lr, omega):
+    def _update_kronecker(self, grads, learning_rate, mean_lr, omega, step, writes):
         """Mean: the natural gradient P^-1 E[g] through the factors. Precision: MGVBP's retraction on
         each factor toward the damped batch factors (no momentum on the factors), then rebalanced."""
-        for j, (grad, (a_hat, g_hat)) in enumerate(zip(grads, self._kronecker_targets())):
+        for j, (grad, (a_hat, g_hat)) in enumerate(zip(grads, self._kronecker_targets(step))):
             s = self._state[j]
             old_a, old_g, old_mu = s["factor_a"].value, s["factor_g"].value, s["mean"].value
             chol_a, chol_g = tf.linalg.cholesky(old_a), tf.linalg.cholesky(old_g)
@@ -441,57 +435,56 @@ class MGVBP(GaussianVariationalOptimizer):
                                                       core.is_positive_definite_full, self.max_halvings)
                 new.append(factor)
             new_a, new_g = core.balance_factors(*new)
-            ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, m_mu, new_a, new_g)])
-            s["mean"].assign(tf.where(ok, new_mu, old_mu))
-            s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
-            s["factor_a"].assign(tf.where(ok, new_a, old_a))
-            s["factor_g"].assign(tf.where(ok, new_g, old_g))
+            for name, value in (("mean", new_mu), ("m_mean", m_mu), ("factor_a", new_a), ("factor_g", new_g)):
+                writes.assign(s[name], value)
 
-    def _momentum_at(self, step):
-        first = tf.equal(step, 1.0)  # the first step sets m to the natural gradient
+    def _momentum_at(self, iteration):
+        first = tf.equal(iteration, 1.0)  # the first step sets m to the natural gradient
         return tf.where(first, tf.constant(0.0, self.posterior_dtype), tf.constant(self.momentum, self.posterior_dtype))
 
-    def _elementwise_moments(self):
+    def _elementwise_moments(self, read):
         s = self._state[0]
-        return s["mean"].value, tf.math.rsqrt(s["precision"].value)
+        return read(s["mean"]), tf.math.rsqrt(read(s["precision"]))
 
-    def _update_elementwise(self, thetas, loss_grads, learning_rate, step):
+    def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
         """Diagonal structure with the gradient estimator, per particle variable on slices of the flat
         state. loss_grads are gradients of -log p(y, theta): E[g_logjoint] = -E[g], and
         nat_P = -p Cov(a, g_logjoint) - p = p Cov(a, g) - p."""
         s = self._state[0]
         mean, prec = s["mean"].value, s["precision"].value
         if self.curvature in _FISHERS:
-            mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(self._num_samples)
-            nat_p = self._fisher_target(0) - prec
+            mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(self.view.num_particles)
+            nat_p = self._fisher_target(0, step) - prec
         else:  # per-variable sums, then the moments once on the concatenated (D,) sums
             sums = [], [], []
-            for m, theta, g in zip(tf.split(mean, self._sizes), thetas, loss_grads):
+            for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
                 a = theta - m
                 for out, t in zip(sums, (a, g, a * g)):
                     out.append(tf.reduce_sum(t, axis=0))
             mean_loss_grad, cov = core.diagonal_moments_from_sums(
-                *(tf.concat(t, 0) for t in sums), self._num_samples, self._antithetic_for(self._num_samples))
+                *(tf.concat(t, 0) for t in sums), self.view.num_particles,
+                self._antithetic_for(self.view.num_particles))
             nat_p = prec * cov - prec
-        self._step_block(s, -mean_loss_grad / prec, nat_p, learning_rate, self._mean_step_size(learning_rate, step),
-                         self._momentum_at(step))
+        self._step_block(s, -mean_loss_grad / prec, nat_p, learning_rate,
+                         self._mean_step_size(learning_rate, iteration), self._momentum_at(iteration), writes)
 
-    def _fisher_target(self, j):
+    def _fisher_target(self, j, step):
         """The curvature that P moves toward under curvature="empirical_fisher" | "fisher": the Fisher
         diagonal plus the prior precision / T."""
-        return self._fisher_diagonal(self._blocks[j]) + self._tempered_prior_precision(self._blocks[j])
+        block = self._blocks[j]
+        return self._fisher_diagonal(block, step) + self._tempered_prior_precision(block, step)
 
-    def _update_blocks(self, thetas, grads, learning_rate, step):
-        mean_lr = self._mean_step_size(learning_rate, step)
-        omega = self._momentum_at(step)
+    def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
+        mean_lr = self._mean_step_size(learning_rate, iteration)
+        omega = self._momentum_at(iteration)
         if self._kronecker:
-            return self._update_kronecker(grads, learning_rate, mean_lr, omega)
+            return self._update_kronecker(grads, learning_rate, mean_lr, omega, step, writes)
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
             s = self._state[j]
-            nat_mu, nat_p = self._natural_gradient(j, theta, grad, s)
-            self._step_block(s, nat_mu, nat_p, learning_rate, mean_lr, omega)
+            nat_mu, nat_p = self._natural_gradient(j, theta, grad, s, step, writes)
+            self._step_block(s, nat_mu, nat_p, learning_rate, mean_lr, omega, writes)
 
-    def _step_block(self, s, nat_mu, nat_p, learning_rate, mean_lr, omega):
+    def _step_block(self, s, nat_mu, nat_p, learning_rate, mean_lr, omega, writes):
         """Momentum, the mean step and the retraction of P for one block's natural gradients."""
         if self.gradient_clip is not None:
             nat_mu, nat_p = core.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
@@ -504,9 +497,7 @@ class MGVBP(GaussianVariationalOptimizer):
             # halving; a coordinate whose update overflows keeps its old state.
             new_p = core.retract_diag(old_p, learning_rate * m_p)
             new_m_p = core.transport_diag(m_p, old_p, new_p)
-            ok = (new_p > 0) & tf.math.is_finite(new_p)
-            for t in (new_mu, m_mu, new_m_p):
-                ok = ok & tf.math.is_finite(t)
+            writes.require(tf.reduce_all(new_p > 0))  # an underflow to 0 is as fatal as an overflow
         else:  # every halving retracts from the same P: factor it once
             chol = tf.linalg.cholesky(old_p)
             retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
@@ -514,13 +505,10 @@ class MGVBP(GaussianVariationalOptimizer):
                                                  core.is_positive_definite_full, self.max_halvings)
             # The momentum lives in the tangent space at P: carry it to the new point.
             new_m_p = core.transport_full(m_p, old_p, new_p)
-            # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: keep the
-            # block's old state when anything came out non-finite.
-            ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in (new_mu, new_p, m_mu, new_m_p)])
-        s["mean"].assign(tf.where(ok, new_mu, old_mu))
-        s["precision"].assign(tf.where(ok, new_p, old_p))
-        s["m_mean"].assign(tf.where(ok, m_mu, s["m_mean"].value))
-        s["m_precision"].assign(tf.where(ok, new_m_p, s["m_precision"].value))
+        # An overflowing update (e.g. a huge curvature estimate) must not corrupt q: the guard of
+        # BayesianOptimizer.apply writes nothing when any new value is not finite.
+        for name, value in (("mean", new_mu), ("precision", new_p), ("m_mean", m_mu), ("m_precision", new_m_p)):
+            writes.assign(s[name], value)
 
     def get_config(self):
         config = super().get_config()

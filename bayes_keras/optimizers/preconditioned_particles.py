@@ -30,6 +30,6 @@ class PreconditionedParticles(PreconditionedOptimizer):
     def __init__(self, learning_rate=1.0, preconditioner=None, step_rule="sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
 
-    def _direction_and_status(self, particles, grads, groups):
-        curvature = self.preconditioner.update(particles, grads)
+    def _direction_and_status(self, particles, grads, groups, records):
+        curvature = self.preconditioner.update(particles, grads, records)
         return curvature.solve(grads), curvature.is_finite(), None

@@ -25,17 +25,17 @@ Interface (what a KFAC preconditioner implements as well)::
     class Preconditioner(Configurable):
         curvature_request = None   # not None (e.g. KFAC's request) makes BayesianModel capture layer
                                    # inputs / pre-activation gradients (bayes_keras.curvature.capture)
-        def build(self, optimizer, shapes, groups) -> None
-            # once, from the optimizer's build. shapes: [(N, d_v)] of the flattened particle
-            # variables; groups: index lists, one per layer (ParticleOptimizer._groups_for).
-            # Create persistent state with optimizer.add_variable; raise ValueError when the
-            # preconditioner's dimensions do not match the particles'.
+        def build(self, optimizer, view) -> None
+            # once, from the optimizer's build. view: the optimizer's ParticleView (the flattened
+            # particle variables' sizes, their layers and priors, view.layer_groups: index lists,
+            # one per layer). Create persistent state with optimizer.add_variable; raise
+            # ValueError when the preconditioner's dimensions do not match the particles'.
         def blocks(self, num_variables) -> list[list[int]] | None   # block structure (static)
-        def observe_curvature(self, records) -> None   # optional (KFAC): the model's LayerRecords
-            # (layer inputs a, per-example gradients w.r.t. pre-activations), before apply; MatrixSVGD
-            # forwards its own curvature_request / observe_curvature to the preconditioner
-        def update(self, particles, grads) -> Curvature
-            # every step, inside the compiled step; grads are of the NEGATIVE log joint.
+        def bind_log_prob(self, log_prob_fn) -> None   # optional: the functional door's density
+        def update(self, particles, grads, records=()) -> Curvature
+            # every step, inside the compiled step; grads are of the NEGATIVE log joint; records:
+            # the step's LayerRecords (StepInfo.curvature: layer inputs, per-example gradients
+            # w.r.t. pre-activations) when curvature_request asked for them.
 
     class Curvature:
         num_particles: int; blocks: list[list[int]] | None
@@ -89,16 +89,17 @@ class Preconditioner(Configurable):
 
     curvature_request = None
 
-    def observe_curvature(self, records):
-        """Per-layer statistics from BayesianModel.train_step (only when curvature_request is set)."""
+    def bind_log_prob(self, log_prob_fn):
+        """The functional door's log density (`run_particles`); default: not needed."""
 
-    def build(self, optimizer, shapes, groups):
-        self._shapes = [tuple(int(d) for d in s) for s in shapes]
+    def build(self, optimizer, view):
+        """`view`: the optimizer's `ParticleView` (shapes, layer groups, layers and priors)."""
+        self._shapes = [(view.num_particles, d) for d in view.sizes]
 
     def blocks(self, num_variables):
         return None
 
-    def update(self, particles, grads):
+    def update(self, particles, grads, records=()):
         raise NotImplementedError
 
     def __repr__(self):

@@ -288,7 +288,6 @@ class KFACPreconditioner(Preconditioner):
         self.inversion_period, self.fisher = int(inversion_period), fisher
         self.damping_split, self.include_prior = bool(damping_split), bool(include_prior)
         self.factor_period = int(factor_period)
-        self._records = None
         self._built = False
         self._per_particle = self._mean = None
 
@@ -296,21 +295,18 @@ class KFACPreconditioner(Preconditioner):
     def curvature_request(self):
         return "kfac_true_fisher" if self.fisher == "true" else "kfac_empirical_fisher"
 
-    def observe_curvature(self, records):
-        self._records = list(records)
-
     # -- build -----------------------------------------------------------------------------------
-    def build(self, optimizer, shapes, groups):
+    def build(self, optimizer, view):
         """Create the running factors, damped factors and inverses (identity until the first inversion)
         as optimizer variables. The structure comes from the layers' particle variables (names and
-        shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per layer by the optimizer
-        (BayesianModel.compile binds the groups); the first step checks it against the captured layers."""
-        super().build(optimizer, shapes, groups)
+        shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per layer by the optimizer's
+        ParticleView; the first step checks it against the captured layers."""
+        super().build(optimizer, view)
         self._per_particle, self._mean = _needs(getattr(optimizer, "curvature_operators", None))
-        pvars = self._particle_variables(optimizer)
-        if getattr(optimizer, "_layer_groups", None) is None or not hasattr(optimizer, "_groups_for"):
+        pvars, groups = view.variables, view.layer_groups
+        if not view.has_layers:
             raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
-                             "BayesianModel built from bayes_keras particle layers (compile() binds the groups). The "
+                             "BayesianModel built from bayes_keras particle layers. The "
                              "functional door has no layers: use HessianPreconditioner there.")
         n = self._shapes[0][0]
         self._layer_indices, self._state = [], []
@@ -319,28 +315,19 @@ class KFACPreconditioner(Preconditioner):
             candidates = kfac_lib.candidate_specs([pvars[i] for i in group])  # raises for unsupported layers
             spec = candidates[0]
             index = {id(pvars[i]): i for i in group}
-            for v, view in spec.views:
+            for v, matrix in spec.views:
                 i = index[id(v)]
-                if int(np.prod(view)) != self._shapes[i][1] or self._shapes[i][0] != n:
-                    raise ValueError(f"KFACPreconditioner: variable {v.path} is {view} per particle but the "
+                if int(np.prod(matrix)) != self._shapes[i][1] or self._shapes[i][0] != n:
+                    raise ValueError(f"KFACPreconditioner: variable {v.path} is {matrix} per particle but the "
                                      f"optimizer's particles have shape {self._shapes[i]}.")
-                self._views[i] = view
+                self._views[i] = matrix
             self._layer_indices.append([index[id(v)] for v, _ in spec.views])
             self._state.append(self._make_state(optimizer, candidates, n, index))
+            self._state[-1]["priors"] = {id(pvars[i]): view.priors[i] for i in group}
         self._updates = optimizer.add_variable((), dtype="int64", name="kfac_updates")
         self._optimizer = optimizer  # its iterations drive the schedule
         self._num_particles = n
         self._built = True
-
-    def _particle_variables(self, optimizer):
-        variables = getattr(optimizer, "_trainable_variables", None) or []
-        pvars = [v for v in variables if getattr(v, "is_particle_variable", False)]
-        got = [(int(v.shape[0]), int(np.prod(v.shape[1:]))) for v in pvars]
-        if got != list(self._shapes):
-            raise ValueError(f"KFACPreconditioner: the optimizer's particle variables {got} do not match the particle "
-                             f"shapes {list(self._shapes)} it was built with (KFAC needs the model's particle "
-                             "variables, in the optimizer's order).")
-        return pvars
 
     def _make_state(self, optimizer, candidates, n, index):
         """Variables for the union of the candidates' factors and blocks (two candidates only for a GRU
@@ -375,14 +362,15 @@ class KFACPreconditioner(Preconditioner):
                 "blocks": blocks, "prior": {}}
 
     @staticmethod
-    def _prior_precision(layer, block, q):
-        """Coordinate-weighted mean prior precision 1 / s^2 over a block's weights (0 without stddev)."""
+    def _prior_precision(priors, block, q):
+        """Coordinate-weighted mean prior precision 1 / s^2 over a block's weights (0 without stddev);
+        `priors`: {id(variable): (prior, fan_in)} from the optimizer's ParticleView."""
         total, count = 0.0, 0
         for piece in block.pieces:
             precision = 0.0
-            for variable, prior, fan_in in getattr(layer, "_prior_terms", ()):
-                if variable is piece.variable and hasattr(prior, "stddev"):
-                    precision = 1.0 / float(prior.stddev(fan_in)) ** 2
+            prior, fan_in = priors.get(id(piece.variable), (None, None))
+            if hasattr(prior, "stddev"):
+                precision = 1.0 / float(prior.stddev(fan_in)) ** 2
             total += precision * piece.row_count * q
             count += piece.row_count * q
         return total / max(count, 1)
@@ -393,22 +381,22 @@ class KFACPreconditioner(Preconditioner):
         return [list(ix) for ix in self._layer_indices]
 
     # -- step ------------------------------------------------------------------------------------
-    def batch_factors(self):
-        """This step's factors from the observed records: a list (one per layer) of {name: (N, d, d)}.
+    def batch_factors(self, records):
+        """This step's factors from the step's records: a list (one per layer) of {name: (N, d, d)}.
 
         Also resolves each layer's structure against the captured layer (errors for unsupported layers
         or a mismatch with the structure inferred from the variables) and its prior precisions."""
-        return self._factors(self._layer_records())
+        return self._factors(self._layer_records(records))
 
-    def _layer_records(self):
-        """The observed record of each layer group, in order (resolving structure and prior precisions)."""
-        if self._records is None:
+    def _layer_records(self, records):
+        """The record of each layer group, in order (resolving structure and prior precisions)."""
+        if not records:
             raise ValueError("KFACPreconditioner needs the layers' captured statistics: train through "
                              "BayesianModel.fit (the optimizer's curvature_request makes the model capture them).")
         out = []
         for state in self._state:
             variables = state["candidates"][0].variables
-            found = [r for r in self._records if _same_variables(getattr(r.layer, "particle_variables", ()), variables)]
+            found = [r for r in records if _same_variables(getattr(r.layer, "particle_variables", ()), variables)]
             where = ", ".join(v.path for v in variables)
             if not found:
                 raise ValueError(f"KFACPreconditioner: no curvature was captured for the layer of [{where}] in this "
@@ -425,7 +413,8 @@ class KFACPreconditioner(Preconditioner):
                                  f"({state['candidates'][0].kind}).")
             state["spec"] = actual
             for block in actual.blocks:
-                state["prior"][block.role] = self._prior_precision(layer, block, actual.block_shape(block)[1])
+                state["prior"][block.role] = self._prior_precision(state["priors"], block,
+                                                                 actual.block_shape(block)[1])
             out.append(found[0])
         return out
 
@@ -441,8 +430,9 @@ class KFACPreconditioner(Preconditioner):
             out.append(factors)
         return out
 
-    def _temperature(self):
-        temps = [r.temperature for r in self._records or [] if getattr(r, "temperature", None) is not None]
+    @staticmethod
+    def _temperature(records):
+        temps = [r.temperature for r in records if getattr(r, "temperature", None) is not None]
         return float(temps[0]) if temps else 1.0
 
     def _due(self, period):
@@ -451,11 +441,11 @@ class KFACPreconditioner(Preconditioner):
         t = tf.cast(self._optimizer.iterations, tf.int64) + 1
         return (t <= self.inversion_period) | tf.equal(tf.math.floormod(t, period), 0)
 
-    def update(self, particles=None, grads=None):
+    def update(self, particles=None, grads=None, records=()):
         if not self._built:
             raise ValueError("KFACPreconditioner.update before build (build it through the optimizer's build).")
-        records = self._layer_records()  # structure checks: every step, outside the conditional
-        temperature = self._temperature()
+        temperature = self._temperature(records)
+        records = self._layer_records(records)  # structure checks: every step, outside the conditional
         if self.factor_period == 1:
             finite = self._statistics(records, temperature)
         else:

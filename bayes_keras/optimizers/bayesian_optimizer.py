@@ -1,0 +1,233 @@
+"""BayesianOptimizer: the one contract between BayesianModel and every inference method.
+
+A method is a Keras optimizer that overrides a few documented methods (below). Everything the model
+knows about a training step reaches it as arguments: the gradients, and a `StepInfo` with the
+step's per-particle log likelihood and log prior, the temperature, the training-set size, the
+captured curvature records and the noise drawn for the step. Nothing per-step is kept on the
+optimizer between calls. The update is computed as a set of new values (`StateWrites`) and written
+only when every one of them is finite; otherwise nothing changes, and the skip is counted in
+`skipped_updates` (BayesianModel.fit warns).
+"""
+
+import dataclasses
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from bayes_keras.optimizers.particle_view import ParticleView, is_particle_variable
+
+_UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+    """What BayesianModel hands an optimizer with a step's gradients (`BayesianModel.bayesian_gradients`).
+
+    Attributes:
+        log_likelihood: (N,) per-particle log likelihood of the minibatch scaled to the training set,
+            (dataset_size / batch) sum_b log p(y_b | x_b, w_n), divided by the temperature.
+        log_prior: (N,) per-particle log prior divided by the temperature.
+        temperature: the posterior temperature T (a Python float).
+        dataset_size: the number of training examples (a Python float).
+        curvature: the step's `bayes_keras.curvature.LayerRecord`s when the optimizer's
+            `curvature_request` asked for them, else ().
+        noise: what the optimizer's `prepare_step()` returned for this step (None if nothing).
+    """
+
+    log_likelihood: Any
+    log_prior: Any
+    temperature: float = 1.0
+    dataset_size: float = 1.0
+    curvature: tuple = ()
+    noise: Any = None
+
+    @property
+    def log_joint(self):
+        """(N,) tempered log joint, the quantity whose negative gradient the optimizer is handed."""
+        return self.log_likelihood + self.log_prior
+
+
+class StateWrites:
+    """The new values an update computes, written together only when all of them are finite.
+
+    An update calls `assign(variable, value)` instead of `variable.assign(value)`, and `read(variable)`
+    for a value it may already have replaced in this step (e.g. sampling the updated posterior).
+    `require(condition)` adds a condition of its own (e.g. a finite curvature).
+    """
+
+    def __init__(self):
+        self._values = {}
+        self._variables = {}
+        self._conditions = []
+
+    def assign(self, variable, value):
+        key = id(variable)
+        self._variables[key] = variable
+        self._values[key] = tf.cast(value, variable.dtype)
+
+    def read(self, variable):
+        return self._values.get(id(variable), variable.value)
+
+    def require(self, condition):
+        self._conditions.append(tf.convert_to_tensor(condition, tf.bool))
+
+    def finite(self):
+        """Whether every new value is finite and every required condition holds. New particle values
+        must also have a finite square: a weight beyond sqrt(max float) (1.8e19 in float32) overflows
+        its own prior density (-w^2 / 2 s^2), so the next step could not evaluate it (a finite but
+        exploding update, e.g. from one 1e30 gradient, is refused like a non-finite one)."""
+        ok = tf.constant(True)
+        for c in self._conditions:
+            ok = ok & c
+        for key, value in self._values.items():
+            if not value.dtype.is_floating:
+                continue
+            limit = value.dtype.max
+            if is_particle_variable(self._variables[key]):
+                limit = limit ** 0.5
+            # abs(x) <= limit is False for NaN and for +-inf: one comparison checks both.
+            ok = ok & tf.reduce_all(tf.abs(value) <= limit)
+        return ok
+
+    def commit(self):
+        for key, value in self._values.items():
+            self._variables[key].assign(value)
+
+    def __len__(self):
+        return len(self._values)
+
+
+class BayesianOptimizer(keras.optimizers.Optimizer):
+    """Base class of bayes_keras' inference methods.
+
+    A method overrides:
+
+    - `update(grads, variables, learning_rate, step) -> StateWrites` (required): the new values of
+      the particle variables, shared variables and the method's own state. `grads` are gradients of
+      the NEGATIVE tempered log joint (particle variables: per particle; shared variables: the
+      particle mean), `step` a `StepInfo` (None when a custom loop calls `apply(grads, variables)`
+      without one; a method that needs it raises).
+    - `check_num_particles(n)`: raise ValueError when the method cannot run with n particles.
+    - `curvature_request`: None, or what BayesianModel must capture in the forward pass ("kfac_...",
+      "per_example_diagonal", with "_true_fisher" for sampled labels: bayes_keras.curvature.capture).
+    - `prepare_step()`: tensors drawn before the forward pass (e.g. the normals of the next sample of
+      q, so that they are drawn off the critical path), handed back as `step.noise`.
+    - `report(step) -> dict`: metric values of the step before the update (e.g. "free_energy",
+      "elbo", per training example), named in `reported_metrics`.
+    - `bind_log_prob(fn)`: the functional door's log density, for methods whose curvature needs it.
+
+    `build` creates `self.view`, a `ParticleView` of the particle variables it is given (their
+    layers, priors and partitions), whoever calls it: `BayesianModel.fit`, a custom loop's first
+    `apply`, or `run_particles`. `apply(grads, variables, step)` clips (clipnorm / clipvalue /
+    global_clipnorm), calls `update`, and writes its values only if they are all finite; a step that
+    is not is counted in `skipped_updates` and leaves everything unchanged (iterations included).
+
+    Example (a deep ensemble, each particle by gradient descent on its own -log joint):
+
+        >>> class Ensemble(bayes_keras.optimizers.BayesianOptimizer):
+        ...     def update(self, grads, variables, learning_rate, step):
+        ...         writes = bayes_keras.optimizers.StateWrites()
+        ...         for g, v in zip(grads, variables):
+        ...             writes.assign(v, v.value - tf.cast(learning_rate, v.dtype) * g)
+        ...         return writes
+        >>> model.compile(optimizer=Ensemble(learning_rate=1e-3))
+    """
+
+    reported_metrics = ()
+    curvature_request = None
+
+    def __init__(self, learning_rate=1e-3, name=None, **kwargs):
+        for key in _UNSUPPORTED:
+            if kwargs.get(key):
+                raise ValueError(f"{type(self).__name__} does not support {key}={kwargs[key]!r}: a Bayesian "
+                                 "optimizer's update is its inference method (the prior plays the role of weight "
+                                 "decay; the particles or q already average over weights).")
+            kwargs.pop(key, None)
+        super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
+        self.view = None
+
+    # -- what a method overrides ---------------------------------------------------------------
+    def check_num_particles(self, num_particles):
+        if num_particles < 1:
+            raise ValueError(f"{type(self).__name__} needs at least one particle; got {num_particles}.")
+
+    def prepare_step(self):
+        return None
+
+    def report(self, step):
+        return {}
+
+    def bind_log_prob(self, log_prob_fn):
+        """The functional door (`run_particles`) hands its log density here; default: not needed."""
+
+    def update(self, grads, variables, learning_rate, step):
+        raise NotImplementedError(f"{type(self).__name__} must implement update(grads, variables, learning_rate, "
+                                  "step) -> StateWrites.")
+
+    # -- the Keras optimizer API ---------------------------------------------------------------
+    def build(self, variables):
+        if self.built:
+            return
+        variables = list(variables)
+        super().build(variables)
+        self.view = ParticleView(variables)
+        if self.view.num_particles is not None:
+            self.check_num_particles(self.view.num_particles)
+        self.skipped_updates = self.add_variable((), dtype="int64", name="skipped_updates")
+
+    def position(self, variable):
+        """Index of `variable` among those the optimizer was built with (KeyError if unknown)."""
+        position = self.view.position(variable)
+        if position is None:
+            raise KeyError(f"{type(self).__name__} was not built with variable {variable.path}; it was built "
+                           f"with {len(self.view.all_variables)} variables.")
+        return position
+
+    def apply(self, grads, trainable_variables=None, step=None):
+        """Update the variables from the gradients of the negative log joint; see the class docstring.
+        Returns a boolean tensor: whether the update was written."""
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(f"{type(self).__name__}.apply without variables needs a built optimizer: call "
+                                 "optimizer.build(model.trainable_variables) first.")
+            trainable_variables = self.view.all_variables
+        trainable_variables = list(trainable_variables)
+        if not self.built:
+            # Built inside a traced step (a custom loop's first apply): create and initialise eagerly.
+            with tf.init_scope(), keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+        if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            raise NotImplementedError(f"{type(self).__name__} couples particles across variables and does not "
+                                      "support tf.distribute with several replicas.")
+        pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
+        for _, v in pairs:
+            self.position(v)
+        grads = self._clip([g for g, _ in pairs])
+        variables = [v for _, v in pairs]
+        with keras.name_scope(self.name, caller=self):
+            writes = self.update(grads, variables, self.learning_rate, step)
+
+            def commit():
+                writes.commit()
+                self.iterations.assign_add(1)
+                return tf.constant(True)
+
+            def skip():
+                self.skipped_updates.assign_add(1)
+                return tf.constant(False)
+
+            return tf.cond(writes.finite(), commit, skip)
+
+    def apply_gradients(self, grads_and_vars, step=None):
+        grads, variables = zip(*grads_and_vars)
+        return self.apply(list(grads), list(variables), step)
+
+    def _clip(self, grads):
+        if self.clipvalue is not None:
+            grads = [tf.clip_by_value(g, -self.clipvalue, self.clipvalue) for g in grads]
+        if self.clipnorm is not None:
+            grads = [tf.clip_by_norm(g, self.clipnorm) for g in grads]
+        if self.global_clipnorm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
+        return list(grads)
