@@ -1,0 +1,67 @@
+"""FullGaussian: q = N(mu, P^-1) with a dense D x D precision."""
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_keras.inference import mgvbp as core
+from bayes_keras.posteriors.gaussian_family import GaussianFamily, current
+
+tfd = tfp.distributions
+
+
+class FullGaussian(GaussianFamily):
+    """A dense precision P (D, D), in float64 (Cholesky factors, inverses, log-determinants): O(D^3).
+
+    MGVBP's step retracts P <- P + xi + 1/2 xi P^-1 xi; if round-off breaks positive definiteness, xi is
+    halved up to `max_halvings` times, then the precision step is dropped. The momentum of P lives in
+    the tangent space at P and is carried to the new point by vector transport.
+
+    Args:
+        dim, dtype: see GaussianFamily.
+        max_halvings: halvings of xi tried before a precision step is dropped.
+
+    Example:
+        >>> family = FullGaussian(dim=31, dtype="float64")
+    """
+
+    def __init__(self, dim, dtype, max_halvings=5):
+        super().__init__(dim, dtype)
+        self.max_halvings = int(max_halvings)
+
+    def variables(self, add_variable, prefix, control_variates=False):
+        vector, matrix = (self.dim,), (self.dim, self.dim)
+        shapes = {"mean": vector, "precision": matrix, "m_mean": vector, "m_precision": matrix}
+        if control_variates:
+            shapes.update({"c_mean": vector, "c_precision": matrix})
+        return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
+
+    def initialize(self, state, mean, initial_precision):
+        state["mean"].assign(mean)
+        state["precision"].assign(initial_precision * tf.eye(self.dim, dtype=self.dtype))
+
+    def sample(self, state, eps, read=current):
+        return core.sample_full(read(state["mean"]), read(state["precision"]), eps)
+
+    def entropy(self, state):
+        return core.entropy_full(state["precision"].value)
+
+    def distribution(self, state):
+        # Sigma = L^-T L^-1 with P = L L^T; its Cholesky factor is chol(inv(P)).
+        return tfd.MultivariateNormalTriL(state["mean"].value, tf.linalg.cholesky(tf.linalg.inv(state["precision"].value)))
+
+    def marginal(self, state, offset, size):
+        cov = tf.linalg.inv(state["precision"].value)[offset:offset + size, offset:offset + size]
+        return tfd.MultivariateNormalTriL(state["mean"].value[offset:offset + size], tf.linalg.cholesky(cov))
+
+    def step(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
+        """Momentum, the mean step and the retraction of P (with halving) for natural gradients."""
+        m_mu = self.momentum(state, "m_mean", nat_mu, omega)
+        m_p = self.momentum(state, "m_precision", nat_p, omega)
+        old_p = state["precision"].value
+        chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
+        retract = lambda p, xi: core.retract_full(p, xi, chol)  # noqa: E731
+        new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract, core.is_positive_definite_full,
+                                             self.max_halvings)
+        for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
+                            ("m_mean", m_mu), ("m_precision", core.transport_full(m_p, old_p, new_p))):
+            writes.assign(state[name], value)
