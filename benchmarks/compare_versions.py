@@ -70,7 +70,7 @@ def build(lib, arch, optimizer, n, x, y, iterator):
     if arch == "lenet5":
         model = lib.zoo.lenet5(num_particles=n)
     else:
-        model = lib.zoo.mlp(x.shape[1], 10, num_particles=n)
+        model = lib.zoo.mlp(x.shape[1], 10, num_particles=n, likelihood="categorical")
     model.compile(optimizer=OPTIMIZERS[optimizer](lib), dataset_size=1000)
     model.fit(x, y, epochs=1, batch_size=len(x), verbose=0)  # builds and traces
     return st.make_stepper(model, x, y, "fit", iterator)

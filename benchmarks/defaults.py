@@ -41,7 +41,7 @@ def task(name, seed):
         return bk.BayesianModel(inputs, logits, likelihood="categorical"), (x, y), (xt, yt), 32
     (x, y), (xt, yt) = bk.datasets.load_digits(image=(name != "mlp"), seed=seed)
     if name == "mlp":
-        model = bk.zoo.mlp(64, 10)
+        model = bk.zoo.mlp(64, 10, likelihood="categorical")
     elif name == "lenet5":
         model = bk.zoo.lenet5()
     else:

@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from bayes_keras.optimizers.particle_view import ParticleView, is_particle_variable
+from bayes_keras.optimizers.particle_view import ParticleView
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
 
@@ -73,21 +73,22 @@ class StateWrites:
         self._conditions.append(tf.convert_to_tensor(condition, tf.bool))
 
     def finite(self):
-        """Whether every new value is finite and every required condition holds. New particle values
-        must also have a finite square: a weight beyond sqrt(max float) (1.8e19 in float32) overflows
-        its own prior density (-w^2 / 2 s^2), so the next step could not evaluate it (a finite but
-        exploding update, e.g. from one 1e30 gradient, is refused like a non-finite one)."""
+        """Whether every new value has a finite square (no NaN, no inf, |x| below sqrt(max float): 1.8e19
+        in float32) and every required condition holds. For a particle the bound is the point: a weight
+        beyond it overflows its own prior density (-w^2 / 2 s^2), so the next step could not evaluate it,
+        and a finite but exploding update (e.g. from one 1e30 gradient) is refused like a NaN one."""
         ok = tf.constant(True)
         for c in self._conditions:
             ok = ok & c
-        for key, value in self._values.items():
-            if not value.dtype.is_floating:
-                continue
-            limit = value.dtype.max
-            if is_particle_variable(self._variables[key]):
-                limit = limit ** 0.5
-            # abs(x) <= limit is False for NaN and for +-inf: one comparison checks both.
-            ok = ok & tf.reduce_all(tf.abs(value) <= limit)
+        # One reduction per value (its Euclidean norm: NaN / inf if any square is), summed per dtype:
+        # the check costs about as many ops as values written (measured: 4 ops per value made a 3 ms
+        # MLP step 20% slower).
+        norms = {}
+        for value in self._values.values():
+            if value.dtype.is_floating:
+                norms.setdefault(value.dtype, []).append(tf.math.reduce_euclidean_norm(value))
+        for group in norms.values():
+            ok = ok & tf.math.is_finite(tf.add_n(group))
         return ok
 
     def commit(self):
