@@ -79,3 +79,20 @@ def test_capture_is_off_unless_asked():
     assert [r.layer.name for r in records] == ["d1", "d2"]
     bk.curvature.record(model.layers[1], None, None)  # outside the context: a no-op
     assert len(records) == 2
+
+
+def test_curvature_follows_the_class_not_its_name():
+    """A subclass of a particle layer gets its parent's curvature formulas (dispatch by class, not name)."""
+
+    class RenamedDense(bk.layers.Dense):
+        pass
+
+    x = np.random.default_rng(0).standard_normal((32, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    inputs = keras.Input((4,))
+    h = RenamedDense(5, activation="tanh", num_particles=3)(inputs)
+    model = bk.BayesianModel(inputs, RenamedDense(2)(h), likelihood="categorical")
+    assert bk.curvature.kinds.layer_kind(model.layers[1]) == "Dense"
+    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, curvature="empirical_fisher"))
+    history = model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and int(model.optimizer.skipped_updates.numpy()) == 0

@@ -11,6 +11,7 @@ unlike a Stein or Hessian estimate it is never negative.
 import tensorflow as tf
 
 from bayes_keras.curvature.kfac import conv_patches
+from bayes_keras.curvature.kinds import layer_kind
 
 
 def per_example_squared_gradients(record, labels="observed"):
@@ -29,7 +30,7 @@ def per_example_squared_gradients(record, labels="observed"):
     if labels not in ("observed", "sampled"):
         raise ValueError(f"labels must be 'observed' or 'sampled'; got {labels!r}.")
     layer = record.layer
-    kind = type(layer).__name__
+    kind = layer_kind(layer)
     grads = record.output_gradients if labels == "observed" else record.sampled_output_gradients
     if grads is None:
         raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")

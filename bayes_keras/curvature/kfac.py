@@ -46,6 +46,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras.curvature.kinds import layer_kind, likelihood_kind
+
 SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU")
 FISHER_TYPES = ("empirical", "true")
 
@@ -124,7 +126,7 @@ def kronecker_spec(layer):
         ValueError: for other layers, deterministic layers, and variables whose shapes do not match
             the layer's configuration.
     """
-    kind = type(layer).__name__
+    kind = layer_kind(layer)
     name = getattr(layer, "name", repr(layer))
     if kind not in SUPPORTED_LAYERS:
         raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer '{name}' is a "
@@ -247,7 +249,7 @@ def kfac_factors(record, fisher="empirical"):
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no {what}.")
     if record.dataset_scale is None:
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no dataset_scale.")
-    kind = type(layer).__name__
+    kind = layer_kind(layer)
     if kind not in SUPPORTED_LAYERS:
         raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
                          f"'{layer.name}' is a {kind}.")
@@ -385,7 +387,7 @@ def sampled_negative_log_likelihood(likelihood, outputs, seed=None):
     `seed`: a (2,) int tensor keying stateless draws (BayesianModel passes (its label seed, the
     optimizer's step), so a resumed run samples the labels an uninterrupted one would); None draws
     from TensorFlow's global generator."""
-    kind = type(likelihood).__name__
+    kind = likelihood_kind(likelihood)
     if kind == "Categorical":
         logits = outputs
         k = tf.shape(logits)[-1]
