@@ -35,3 +35,11 @@ def linear_particles(model):
     """The (N, d + 1) particles [w, b] of `linear_model`."""
     k, b = model.particle_variables
     return np.concatenate([k.numpy()[:, :, 0], b.numpy()], 1)
+
+
+def paper_mgvbp(learning_rate=1e-2, **kwargs):
+    """MGVBP with the paper's settings (momentum 0.4, P0 = 10 I, one step size for mu and P), which the
+    tests of its math use; the library's defaults are tuned for networks instead."""
+    settings = {"momentum": 0.4, "initial_precision": 10.0, "mean_learning_rate": None}
+    settings.update(kwargs)
+    return bk.optimizers.MGVBP(learning_rate, **settings)

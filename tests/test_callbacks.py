@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.callbacks import LowerBoundStopping
+from targets import paper_mgvbp
 from test_model import _class_data, _linear_data, _linear_model, _tiny_classifier
 
 NOISE = 0.5
@@ -44,7 +45,7 @@ def _reference_rule(lower_bounds, window, patience):
 def _fit_linear(steps, callbacks, optimizer=None, particles=4):
     x, y = _linear_data(noise=NOISE)
     model = _linear_model(3, particles, bk.likelihoods.Normal(scale=NOISE))
-    model.compile(optimizer=optimizer or bk.optimizers.MGVBP(0.1, structure="diagonal", seed=0))
+    model.compile(optimizer=optimizer or paper_mgvbp(0.1, structure="diagonal", seed=0))
     ds = tf.data.Dataset.from_tensors((x, y)).repeat(steps)  # full batch, constant learning rate
     model.fit(ds, epochs=1, dataset_size=len(x), shuffle=False, verbose=0, callbacks=callbacks)
     return model
@@ -134,7 +135,7 @@ def test_rule_on_scripted_lower_bounds():
 def test_steps_are_counted_across_epochs():
     x, y = _linear_data(noise=NOISE)
     model = _linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
-    model.compile(optimizer=bk.optimizers.MGVBP(0.1, structure="diagonal", seed=0))
+    model.compile(optimizer=paper_mgvbp(0.1, structure="diagonal", seed=0))
     recorder, stopper = _Recorder(), LowerBoundStopping(window=10, patience=5)
     history = model.fit(x, y, batch_size=20, epochs=300, shuffle=False, verbose=0, callbacks=[recorder, stopper])
     assert stopper.stopped_step is not None and stopper.stopped_step < 900  # 3 steps per epoch

@@ -5,6 +5,7 @@ import keras
 import pytest
 
 import bayes_keras as bk
+from targets import paper_mgvbp
 
 
 def _model():
@@ -42,8 +43,8 @@ def test_prior_parameters_must_be_finite(bad):
     lambda lr: bk.optimizers.IndependentParticles(lr),
     lambda lr: bk.optimizers.SVGD(lr),
     lambda lr: bk.optimizers.MeanFieldVI(lr),
-    lambda lr: bk.optimizers.MGVBP(lr),
-    lambda lr: bk.optimizers.MGVBP(1e-2, mean_learning_rate=lr),
+    lambda lr: paper_mgvbp(lr),
+    lambda lr: paper_mgvbp(1e-2, mean_learning_rate=lr),
 ])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e-3])
 def test_learning_rates_must_be_finite_and_non_negative(make, bad):

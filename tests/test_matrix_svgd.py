@@ -269,7 +269,6 @@ def test_preconditioner_dimension_mismatch_is_reported():
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: bk.optimizers.MatrixSVGD(0.1), "needs a preconditioner"),
     (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", mode="newton"), "mode must be one of"),
     (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel_metric="l1"), "kernel_metric must be one of"),
     (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel="centred_linear"), "needs a radial kernel"),
@@ -280,6 +279,13 @@ def test_preconditioner_dimension_mismatch_is_reported():
 def test_bad_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_default_preconditioner_is_kfac_inverted_every_step():
+    """MatrixSVGD() needs no arguments (it used to refuse to run without a preconditioner)."""
+    pre = bk.optimizers.MatrixSVGD().preconditioner
+    assert isinstance(pre, bk.preconditioners.KFACPreconditioner)
+    assert (pre.inversion_period, pre.ema_decay) == (1, 0.9)
 
 
 def _tiny_regression():

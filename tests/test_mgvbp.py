@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.inference import mgvbp as core
+from targets import paper_mgvbp
 from test_model import _class_data, _exact_posterior, _linear_data, _linear_model, _tiny_classifier
 
 
@@ -134,7 +135,7 @@ def test_full_recovers_conjugate_posterior(estimator, lr, tau, samples, steps):
     mean, cov = _exact_posterior(x, y, noise)
     precision = np.linalg.inv(cov)
     model = _linear_model(3, samples, bk.likelihoods.Normal(scale=noise))
-    optimizer = bk.optimizers.MGVBP(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
+    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
                                     estimator=estimator, seed=1)
     model.compile(optimizer=optimizer)
     history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
@@ -160,7 +161,7 @@ def test_diagonal_structure_finds_the_mean_field_optimum():
     assert np.max(np.abs(1.0 / np.diag(cov) / target - 1.0)) > 0.3  # the two candidates differ
     model = _linear_model(3, 200, bk.likelihoods.Normal(scale=noise))
     # Diagonal preconditioning on a correlated posterior: the mean needs a longer constant phase.
-    optimizer = bk.optimizers.MGVBP(bk.schedules.ConstantThenInverseTime(0.1, 2000), structure="diagonal", seed=2)
+    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(0.1, 2000), structure="diagonal", seed=2)
     model.compile(optimizer=optimizer)
     model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(6000), dataset_size=len(x), verbose=0)
     mu, p = optimizer._state[0]["mean"].numpy(), optimizer._state[0]["precision"].numpy()  # one flat block
@@ -173,7 +174,7 @@ def test_diagonal_structure_finds_the_mean_field_optimum():
 def test_nonfinite_gradient_never_reaches_mu_or_P():
     x, y = _class_data()
     model = _tiny_classifier()
-    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="layer"))
+    model.compile(optimizer=paper_mgvbp(1e-2, structure="layer"))
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
     before = [v.numpy().copy() for v in model.optimizer.posterior_variables]
     x_bad = x.copy()
@@ -187,33 +188,33 @@ def test_nonfinite_gradient_never_reaches_mu_or_P():
 def test_full_structure_on_a_large_model_suggests_block_or_diagonal():
     (x, y), _ = bk.datasets.load_digits(image=True)
     model = bk.zoo.lenet5(num_particles=2)
-    model.compile(optimizer=bk.optimizers.MGVBP(structure="full"))
+    model.compile(optimizer=paper_mgvbp(structure="full"))
     with pytest.raises(ValueError, match="structure='layer'.*structure='diagonal'"):
         model.fit(x[:64], y[:64], verbose=0)
 
 
 def test_bad_arguments_are_reported():
     with pytest.raises(ValueError, match="structure"):
-        bk.optimizers.MGVBP(structure="kron")
+        paper_mgvbp(structure="kron")
     with pytest.raises(ValueError, match="estimator"):
-        bk.optimizers.MGVBP(estimator="magic")
+        paper_mgvbp(estimator="magic")
     with pytest.raises(ValueError, match="momentum"):
-        bk.optimizers.MGVBP(momentum=1.0)
+        paper_mgvbp(momentum=1.0)
     with pytest.raises(ValueError, match="mean_learning_rate"):
-        bk.optimizers.MGVBP(mean_learning_rate=-0.1)
+        paper_mgvbp(mean_learning_rate=-0.1)
     with pytest.raises(ValueError, match="curvature"):
-        bk.optimizers.MGVBP(curvature="hessian")
+        paper_mgvbp(curvature="hessian")
     with pytest.raises(ValueError, match="diagonal"):
-        bk.optimizers.MGVBP(structure="layer", curvature="empirical_fisher")
+        paper_mgvbp(structure="layer", curvature="empirical_fisher")
     with pytest.raises(ValueError, match="estimator='gradient'"):
-        bk.optimizers.MGVBP(estimator="score", curvature="empirical_fisher")
+        paper_mgvbp(estimator="score", curvature="empirical_fisher")
 
 
 def test_one_sample_is_refused_where_a_sample_covariance_is_needed():
     model = _linear_model(3, 1, bk.likelihoods.Normal(scale=0.5))
     with pytest.raises(ValueError, match="at least 2 samples"):
-        model.compile(optimizer=bk.optimizers.MGVBP(1e-2))
-    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, curvature="empirical_fisher"))  # fine with one
+        model.compile(optimizer=paper_mgvbp(1e-2))
+    model.compile(optimizer=paper_mgvbp(1e-2, curvature="empirical_fisher"))  # fine with one
 
 
 def test_empirical_fisher_step_matches_a_hand_computation():
@@ -223,7 +224,7 @@ def test_empirical_fisher_step_matches_a_hand_computation():
     noise, temperature, beta, p0 = 0.5, 0.5, 0.3, 10.0
     x, y = _linear_data(n=40, noise=noise)
     model = _linear_model(3, 6, bk.likelihoods.Normal(scale=noise))
-    opt = bk.optimizers.MGVBP(beta, structure="diagonal", curvature="empirical_fisher", initial_precision=p0, seed=3)
+    opt = paper_mgvbp(beta, structure="diagonal", curvature="empirical_fisher", initial_precision=p0, seed=3)
     model.compile(optimizer=opt, dataset_size=len(x), temperature=temperature)
     opt.build(model.trainable_variables)
     k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)  # (N, 3, 1), (N, 1)
@@ -247,7 +248,7 @@ def test_true_fisher_step_uses_sampled_labels():
     x, y = _linear_data(n=1000, noise=noise)
     y = y + 5.0  # the untrained model misses by ~5: the empirical Fisher is ~100x the true one
     model = _linear_model(3, 6, bk.likelihoods.Normal(scale=noise))
-    opt = bk.optimizers.MGVBP(beta, structure="diagonal", curvature="fisher", initial_precision=p0, seed=3)
+    opt = paper_mgvbp(beta, structure="diagonal", curvature="fisher", initial_precision=p0, seed=3)
     model.compile(optimizer=opt, dataset_size=len(x))
     opt.build(model.trainable_variables)
     k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)
@@ -272,7 +273,7 @@ def test_mean_learning_rate_scales_only_the_mean_step():
     for mlr in (None, 0.05):
         keras.utils.set_random_seed(0)
         model = _tiny_classifier(n_particles=4)
-        opt = bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="empirical_fisher",
+        opt = paper_mgvbp(1e-2, structure="diagonal", curvature="empirical_fisher",
                                   mean_learning_rate=mlr, initial_precision=100.0, seed=0)
         model.compile(optimizer=opt, dataset_size=len(x))
         opt.build(model.trainable_variables)
@@ -282,14 +283,14 @@ def test_mean_learning_rate_scales_only_the_mean_step():
     np.testing.assert_allclose(steps[0.05][0], 5.0 * steps[None][0], rtol=1e-3, atol=1e-6)
     np.testing.assert_allclose(steps[0.05][1], steps[None][1], rtol=1e-6)
     assert np.max(np.abs(steps[None][0])) > 0
-    config = bk.optimizers.MGVBP(1e-2, mean_learning_rate=0.05).get_config()
+    config = paper_mgvbp(1e-2, mean_learning_rate=0.05).get_config()
     assert bk.optimizers.MGVBP.from_config(config).mean_learning_rate == 0.05
 
 
 def test_posterior_samples_beyond_the_particles(tmp_path):
     x, y = _class_data()
     model = _tiny_classifier(n_particles=4)
-    model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=0))
+    model.compile(optimizer=paper_mgvbp(1e-2, structure="diagonal", seed=0))
     model.fit(x, y, epochs=2, batch_size=32, verbose=0)
     draws = model.optimizer.sample(5000)
     kernel = model.particle_variables[0]
@@ -305,7 +306,7 @@ def test_overflowing_update_leaves_q_unchanged(structure):
     (the float64 blocks of "full" stay finite, but their samples would overflow the float32 particles)."""
     x, y = _class_data()
     model = _tiny_classifier()
-    optimizer = bk.optimizers.MGVBP(1e-2, structure=structure)
+    optimizer = paper_mgvbp(1e-2, structure=structure)
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
     before = [v.numpy().copy() for v in optimizer.posterior_variables + model.particle_variables]
@@ -321,7 +322,7 @@ def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
 
     for curvature, mirrored in (("empirical_fisher", True), ("stein", False)):
         model = _tiny_classifier(n_particles=4)
-        opt = bk.optimizers.MGVBP(1e-2, curvature=curvature, seed=0)
+        opt = paper_mgvbp(1e-2, curvature=curvature, seed=0)
         model.compile(optimizer=opt, dataset_size=64)
         opt.build(model.trainable_variables)
         mu = opt._state[0]["mean"].numpy()
@@ -334,12 +335,12 @@ def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
     np.testing.assert_array_equal(np.concatenate([p.numpy() for p in pieces], 1).ravel(), z)
     assert stats.kstest(z, "norm").pvalue > 1e-3
     assert abs(np.mean(z)) < 0.01 and abs(np.std(z) - 1.0) < 0.01
-    config = bk.optimizers.MGVBP(antithetic=False).get_config()
+    config = paper_mgvbp(antithetic=False).get_config()
     assert bk.optimizers.MGVBP.from_config(config).antithetic is False
 
 
-@pytest.mark.parametrize("make", [lambda: bk.optimizers.MGVBP(1e-2, seed=3),
-                                  lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=3),
+@pytest.mark.parametrize("make", [lambda: paper_mgvbp(1e-2, seed=3),
+                                  lambda: paper_mgvbp(1e-2, structure="full", seed=3),
                                   lambda: bk.optimizers.MeanFieldVI(1e-2, seed=3)])
 def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
     """The normals drawn before the forward pass (prefetch_noise) are those the update would draw itself:
@@ -368,7 +369,7 @@ def test_steps_per_execution_draws_the_same_stream():
     for steps in (1, 4):
         keras.utils.set_random_seed(0)
         model = _tiny_classifier()
-        optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
+        optimizer = paper_mgvbp(1e-2, seed=3)
         model.compile(optimizer=optimizer, steps_per_execution=steps)
         model.fit(x, y, epochs=2, batch_size=8, verbose=0, shuffle=False)
         finals.append([v.numpy() for v in optimizer.posterior_variables + optimizer.view.variables])
@@ -382,7 +383,7 @@ def test_step_noise_is_the_draw_the_update_would_make():
     called without a step: same counter, same particles."""
     x, y = _class_data()
     model = _tiny_classifier()
-    optimizer = bk.optimizers.MGVBP(1e-2, seed=3)
+    optimizer = paper_mgvbp(1e-2, seed=3)
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     saved = [v.numpy() for v in optimizer.variables + model.variables]

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.inference import mgvbp as core
-from targets import exact_linear_posterior, linear_data, linear_model
+from targets import exact_linear_posterior, linear_data, linear_model, paper_mgvbp
 
 
 def _spd(rng, d):
@@ -77,7 +77,7 @@ def test_kronecker_through_fit_recovers_the_exact_posterior_of_a_conjugate_model
     x = np.concatenate([x, np.zeros((len(x), 1), np.float32)], 1)  # an unexcited fourth weight
     mean, cov = exact_linear_posterior(x, y, noise)
     model = linear_model(4, 10, bk.likelihoods.Normal(scale=noise))
-    optimizer = bk.optimizers.MGVBP(0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher",
+    optimizer = paper_mgvbp(0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher",
                                     seed=1)
     model.compile(optimizer=optimizer)
     history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
@@ -104,7 +104,7 @@ def test_kronecker_conv_net_trains_and_keeps_factors_positive_definite():
     keep, keep_t = y < 3, yt < 3  # three classes: a few seconds
     keras.utils.set_random_seed(0)
     model = bk.zoo.lenet5((8, 8, 1), 3, num_particles=4)
-    optimizer = bk.optimizers.MGVBP(2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="kronecker",
+    optimizer = paper_mgvbp(2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="kronecker",
                                     curvature="empirical_fisher", initial_precision=1e3, seed=0)
     model.compile(optimizer=optimizer, temperature=0.1)
     model.fit(x[keep], y[keep], epochs=8, batch_size=64, verbose=0)
@@ -117,10 +117,10 @@ def test_kronecker_conv_net_trains_and_keeps_factors_positive_definite():
 
 def test_kronecker_refuses_what_it_cannot_factor():
     with pytest.raises(ValueError, match="curvature='empirical_fisher' or 'fisher'"):
-        bk.optimizers.MGVBP(structure="kronecker")
+        paper_mgvbp(structure="kronecker")
     inputs = keras.Input((4, 3))
     out = bk.layers.Dense(2)(bk.layers.GRU(5, num_particles=2)(inputs))
     model = bk.BayesianModel(inputs, out, likelihood="categorical")
     with pytest.raises(ValueError, match="Dense and Conv2D.*structure='diagonal'"):
-        model.compile(optimizer=bk.optimizers.MGVBP(structure="kronecker", curvature="fisher"))
+        model.compile(optimizer=paper_mgvbp(structure="kronecker", curvature="fisher"))
         model.optimizer.build(model.trainable_variables)

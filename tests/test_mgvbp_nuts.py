@@ -26,6 +26,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+from targets import paper_mgvbp  # noqa: E402
 from test_gpf_nuts import MEAN_TOL, SD_TOL, _log_prob_fn, _reference, _run_gpf  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def _run_mgvbp(estimator="gradient", samples=100, lr=0.1, tau=300, steps=4000):
     inputs = keras.Input((31,))
     logits = bk.layers.Dense(1, num_particles=samples, use_bias=False, kernel_prior=1.0)(inputs)
     model = bk.BayesianModel(inputs, logits, likelihood="bernoulli")
-    optimizer = bk.optimizers.MGVBP(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
+    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
                                     estimator=estimator, seed=0)
     model.compile(optimizer=optimizer)
     data = tf.data.Dataset.from_tensors((x, y.astype(np.float32))).repeat(steps)

@@ -42,5 +42,5 @@ def test_config_round_trip_and_bad_input():
     back = bk.optimizers.PreconditionedParticles.from_config(opt.get_config())
     assert back.preconditioner.get_config() == opt.preconditioner.get_config()
     assert float(back.learning_rate) == pytest.approx(0.3)
-    with pytest.raises(ValueError, match="needs a preconditioner"):
-        bk.optimizers.PreconditionedParticles(1.0)
+    default = bk.optimizers.PreconditionedParticles().preconditioner  # no arguments needed: KFAC
+    assert isinstance(default, bk.preconditioners.KFACPreconditioner) and default.inversion_period == 1

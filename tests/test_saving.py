@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
+from targets import paper_mgvbp
 
 
 @pytest.fixture
@@ -17,13 +18,13 @@ def digits():
 @pytest.mark.parametrize("optimizer", [
     lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer", step_rule="adam"),
     lambda: bk.optimizers.IndependentParticles(1e-3),
-    lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", seed=3),
-    lambda: bk.optimizers.MGVBP(1e-3, structure="kronecker", curvature="empirical_fisher", seed=3),
+    lambda: paper_mgvbp(1e-3, structure="diagonal", seed=3),
+    lambda: paper_mgvbp(1e-3, structure="kronecker", curvature="empirical_fisher", seed=3),
     lambda: bk.optimizers.MeanFieldVI(1e-3, seed=4),
     lambda: bk.optimizers.MatrixSVGD(0.5, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
     lambda: bk.optimizers.PreconditionedParticles(0.1, bk.preconditioners.KFACPreconditioner(inversion_period=2)),
     # true Fisher: labels sampled from the model, keyed by (the model's label seed, the optimizer's step)
-    lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", curvature="fisher", seed=3),
+    lambda: paper_mgvbp(1e-3, structure="diagonal", curvature="fisher", seed=3),
     lambda: bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.KFACPreconditioner(inversion_period=2, fisher="true")),
 ])
 def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):

@@ -55,7 +55,8 @@ class MatrixSVGD(PreconditionedOptimizer):
     Args:
         learning_rate: step size (default 0.1).
         preconditioner: a bayes_keras.preconditioners.Preconditioner (or "hessian" / "identity"):
-            HessianPreconditioner for log densities through run_particles, KFAC for networks.
+            HessianPreconditioner for log densities through run_particles, KFAC for networks. None
+            (default): KFAC inverted every step (preconditioned_optimizer.default_preconditioner).
         mode: "average" (default) or "mixture".
         kernel: the base scalar kernel (default RBF with the median rule; RBF or IMQ are radial and
             work in any metric).

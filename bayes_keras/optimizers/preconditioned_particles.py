@@ -17,7 +17,9 @@ class PreconditionedParticles(PreconditionedOptimizer):
 
     Args:
         learning_rate: step size (float or schedule); 1 is a full natural-gradient / Newton step.
-        preconditioner: a Preconditioner (or "hessian" / "identity").
+            Default 0.03 (with the default KFAC; a full step suits exact Hessians of smooth targets).
+        preconditioner: a Preconditioner (or "hessian" / "identity"); None (default): KFAC inverted
+            every step (`bayes_keras.optimizers.preconditioned_optimizer.default_preconditioner`).
         step_rule: "sgd" (default: Q^{-1} already scales the step), "rmsprop", "adam" or a StepRule.
 
     Example:
@@ -27,7 +29,7 @@ class PreconditionedParticles(PreconditionedOptimizer):
 
     curvature_operators = ("solve",)
 
-    def __init__(self, learning_rate=1.0, preconditioner=None, step_rule="sgd", **kwargs):
+    def __init__(self, learning_rate=0.03, preconditioner=None, step_rule="sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
 
     def _direction_and_status(self, particles, grads, groups, records):
