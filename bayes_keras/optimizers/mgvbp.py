@@ -1,4 +1,31 @@
-"""MGVBP: natural-gradient Gaussian VI on the precision matrix (Magris, Shabani, Iosifidis)."""
+"""MGVBP: natural-gradient Gaussian VI on the precision matrix (Magris, Shabani, Iosifidis,
+"Manifold Gaussian Variational Bayes on the Precision Matrix", https://arxiv.org/abs/2210.14598).
+
+Estimators (`estimator=`):
+  "gradient": reparameterisation / Price-Stein estimator from the per-sample gradients of the
+      log joint (nat_mu = Sigma E[g], nat_P = -sym(P E[a g^T]) - P). An extension for networks,
+      not in the paper; the only practical one beyond a few hundred weights. Default.
+  "score": the paper's default estimator: score function of the log LIKELIHOOD with the Gaussian
+      prior (zero-mean Normal priors of the layers) and the entropy in closed form, with
+      per-coordinate control variates from the previous step's samples.
+  "score_h": the paper's fully black-box form on h = log p(y, w) - log q(w).
+The score-function forms need O(S D^2) memory per step with full P: tens of weights.
+
+Curvature of the "gradient" estimator (`curvature=`), the target that P is moved toward:
+  "stein": -E_q[hess] = -P Cov(theta, g) (Stein's lemma), unbiased; exact on conjugate models.
+      Noisy and indefinite on networks with few samples: a large negative estimate makes the
+      retraction's xi^2 / (2p) term inflate p, and the run diverges (seen on LeNet-5).
+  "empirical_fisher": the diagonal of the per-example empirical Fisher, sum_i (d log p(y_i|w) / dw)^2,
+      averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
+      VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
+      pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
+      Never negative: use it (or "fisher") for deep networks. structure="diagonal" or "kronecker"; needs
+      Normal priors (the default) and Dense / Conv2D particle layers.
+  "fisher": as "empirical_fisher" but with labels sampled from the model's own predictive (one
+      per example and sample of q): a Monte Carlo estimate of the true Fisher (the generalised
+      Gauss-Newton for these likelihoods) diagonal. Costs a second backward pass to the
+      pre-activations; unlike the empirical Fisher it does not shrink with the residuals.
+"""
 
 import keras
 import tensorflow as tf
@@ -28,30 +55,9 @@ class MGVBP(GaussianVariationalOptimizer):
 
     and N new samples are written into the particle variables.
 
-    Estimators (`estimator=`):
-      "gradient": reparameterisation / Price-Stein estimator from the per-sample gradients of the
-          log joint (nat_mu = Sigma E[g], nat_P = -sym(P E[a g^T]) - P). An extension for networks,
-          not in the paper; the only practical one beyond a few hundred weights. Default.
-      "score": the paper's default estimator: score function of the log LIKELIHOOD with the Gaussian
-          prior (zero-mean Normal priors of the layers) and the entropy in closed form, with
-          per-coordinate control variates from the previous step's samples.
-      "score_h": the paper's fully black-box form on h = log p(y, w) - log q(w).
-    The score-function forms need O(S D^2) memory per step with full P: tens of weights.
-
-    Curvature of the "gradient" estimator (`curvature=`), the target that P is moved toward:
-      "stein": -E_q[hess] = -P Cov(theta, g) (Stein's lemma), unbiased; exact on conjugate models.
-          Noisy and indefinite on networks with few samples: a large negative estimate makes the
-          retraction's xi^2 / (2p) term inflate p, and the run diverges (seen on LeNet-5).
-      "empirical_fisher": the diagonal of the per-example empirical Fisher, sum_i (d log p(y_i|w) / dw)^2,
-          averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
-          VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
-          pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
-          Never negative: use it (or "fisher") for deep networks. structure="diagonal" only; needs
-          Normal priors (the default) and Dense / Conv2D particle layers.
-      "fisher": as "empirical_fisher" but with labels sampled from the model's own predictive (one
-          per example and sample of q): a Monte Carlo estimate of the true Fisher (the generalised
-          Gauss-Newton for these likelihoods) diagonal. Costs a second backward pass to the
-          pre-activations; unlike the empirical Fisher it does not shrink with the residuals.
+    Estimators (`estimator=`: "gradient", the default, "score", "score_h") and the curvatures of the
+    gradient estimator (`curvature=`: "stein", "empirical_fisher", "fisher") are described in the
+    module docstring.
 
     Args:
         learning_rate: beta, the precision's step size (float or schedule; the paper's schedule is
