@@ -60,8 +60,10 @@ class FullGaussian(GaussianFamily):
         old_p = state["precision"].value
         chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
         retract = lambda p, xi: core.retract_full(p, xi, chol)  # noqa: E731
-        new_p, _ = core.retract_with_halving(old_p, learning_rate * m_p, retract, core.is_positive_definite_full,
-                                             self.max_halvings)
+        xi = learning_rate * m_p
+        # Halving answers round-off, not a NaN step (e.g. a NaN learning rate): that refuses the update.
+        writes.require(tf.reduce_all(tf.math.is_finite(xi)))
+        new_p, _ = core.retract_with_halving(old_p, xi, retract, core.is_positive_definite_full, self.max_halvings)
         for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
                             ("m_mean", m_mu), ("m_precision", core.transport_full(m_p, old_p, new_p))):
             writes.assign(state[name], value)

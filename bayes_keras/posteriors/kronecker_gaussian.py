@@ -80,8 +80,10 @@ class KroneckerGaussian(GaussianFamily):
         new = []
         for old, chol, target in ((old_a, chol_a, targets[0]), (old_g, chol_g, targets[1])):
             retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
-            factor, _ = core.retract_with_halving(old, learning_rate * (target - old), retract,
-                                                  core.is_positive_definite_full, self.max_halvings)
+            xi = learning_rate * (target - old)
+            writes.require(tf.reduce_all(tf.math.is_finite(xi)))  # halving answers round-off, not NaN
+            factor, _ = core.retract_with_halving(old, xi, retract, core.is_positive_definite_full,
+                                                  self.max_halvings)
             new.append(factor)
         new_a, new_g = core.balance_factors(*new)
         for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("m_mean", m_mu),
