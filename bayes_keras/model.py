@@ -1,6 +1,5 @@
 """BayesianModel: a keras.Model whose outputs carry a particle axis and whose fit does inference."""
 
-import contextlib
 import math
 import random
 import warnings
@@ -12,14 +11,14 @@ from keras.src.models.functional import Functional
 
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
-from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
-from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo
+from bayes_keras.particle_initialization import initialize_particles
+from bayes_keras.particle_trainer import ParticleTrainer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class BayesianModel(keras.Model):
+class BayesianModel(ParticleTrainer, keras.Model):
     """A Keras model over N weight sets (particles), trained by a Bayesian optimizer.
 
     Outputs are (batch, N, ...). `fit` maximises, for every particle n, the tempered log joint
@@ -200,13 +199,6 @@ class BayesianModel(keras.Model):
                 raise ValueError(f"{type(self.optimizer).__name__} reports metrics {sorted(unknown)}; BayesianModel "
                                  f"tracks {sorted(self._method_trackers)}.")
 
-    @property
-    def _bayesian_optimizer(self):
-        """The optimizer when it is a BayesianOptimizer; None for a plain Keras optimizer (which then
-        steps every particle along its own gradient: a MAP ensemble) or before compile."""
-        optimizer = getattr(self, "optimizer", None)
-        return optimizer if isinstance(optimizer, BayesianOptimizer) else None
-
     def compile_from_config(self, config):
         config = keras.saving.deserialize_keras_object(config)
         self.compile(**config)
@@ -227,248 +219,6 @@ class BayesianModel(keras.Model):
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
 
-    # -- the step ------------------------------------------------------------------------------
-    def log_prior(self):
-        """(N,) log prior of the particle weights and the scalar log prior of shared weights."""
-        particle = [l.log_prior() for l in self.particle_layers if not l.deterministic]
-        shared = [l.log_prior() for l in self.particle_layers if l.deterministic]
-        return tf.add_n(particle), (tf.add_n(shared) if shared else tf.zeros((), self.loss_dtype))
-
-    @property
-    def loss_dtype(self):
-        """The dtype of log densities, losses and gradients: the variables' dtype (float32 under the
-        mixed policies, whose low-precision outputs are cast to it as Keras casts its losses)."""
-        return tf.as_dtype(self.dtype_policy.variable_dtype)
-
-    def _log_joint(self, y, outputs, sample_weight, parts=False):
-        loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
-        if sample_weight is not None:
-            loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
-        batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
-        scale = float(self.dataset_size) / batch
-        particle_prior, shared_prior = self.log_prior()
-        scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
-        particle_prior = particle_prior / self.temperature
-        log_joint = scaled_loglik + particle_prior
-        if parts:
-            return log_joint, shared_prior / self.temperature, scaled_loglik, particle_prior
-        return log_joint, shared_prior / self.temperature
-
-    def bayesian_gradients(self, x, y, sample_weight=None):
-        """One forward and backward pass: (grads, step) for `optimizer.apply(grads,
-        model.trainable_variables, step)`, the pieces of train_step for custom training loops.
-
-        grads are the gradients of the negative tempered log joint (per particle for particle variables,
-        the particle mean for shared ones), aligned with `model.trainable_variables` (None where a
-        variable does not reach the loss); step is the `bayes_keras.optimizers.StepInfo` the optimizer
-        needs (log likelihood and prior per particle, curvature records it asked for, its noise).
-
-        Example (equals fit, step for step):
-            >>> @tf.function
-            ... def train(x, y):
-            ...     grads, step = model.bayesian_gradients(x, y)
-            ...     model.optimizer.apply(grads, model.trainable_variables, step)
-        """
-        return self._gradients(x, y, sample_weight)[:2]
-
-    def _gradients(self, x, y, sample_weight):
-        """(grads, step, outputs, finite_loss): see bayesian_gradients."""
-        if self.dataset_size is None:
-            raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
-        optimizer = self._bayesian_optimizer
-        # Curvature: only when the optimizer asks; the layers then report their inputs and
-        # pre-activations, differentiated in the same backward pass as the weights.
-        request = None if optimizer is None else optimizer.curvature_request
-        wants_curvature = request is not None
-        # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
-        sampled_labels = wants_curvature and capture.wants_sampled_labels(request)
-        # Drawn before the forward pass, off its critical path (see GaussianVariationalOptimizer).
-        noise = None if optimizer is None else optimizer.prepare_step()
-        with tf.GradientTape(persistent=sampled_labels) as tape:
-            with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
-                outputs = tf.cast(self(x, training=True), self.loss_dtype)
-            self._build_likelihood(outputs.shape)
-            trainable = self.trainable_variables  # after the call: a subclassed model builds in its first one
-            # A subclassed model's first call also builds it through a symbolic call, whose records are
-            # not part of this step.
-            records = [r for r in records if _of_this_graph(r.preactivations)]
-            log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
-                y, outputs, sample_weight, parts=True)
-            n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
-            # Particle slices get -grad log_joint_n; shared weights the particle mean (rescaled below).
-            loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
-            if self.losses:
-                loss += n * tf.add_n(self.losses)
-            if sampled_labels and records:
-                from bayes_keras.curvature.kfac import sampled_negative_log_likelihood  # noqa: I001
-
-                seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs, seed)  # (batch, N)
-                if sample_weight is not None:
-                    sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
-                sampled_nll = tf.reduce_sum(sampled_nll)
-            # float16 backward passes differentiate the per-datum loss times a dynamic scale, as Keras
-            # scales its (per-example) loss; gradients are unscaled below in the variables' dtype.
-            scale = None if self._loss_scale is None else self._loss_scale / float(self.dataset_size)
-            scaled_loss = loss if scale is None else loss * scale
-            if sampled_labels and records and scale is not None:
-                sampled_nll = sampled_nll * scale
-        grads = tape.gradient(scaled_loss, trainable + [r.preactivations for r in records])
-        grads = [g if g is None or scale is None else tf.cast(g, self.loss_dtype) / scale for g in grads]
-        grads, preactivation_grads = grads[:len(trainable)], grads[len(trainable):]
-        if records:
-            sampled_grads = None
-            if sampled_labels:
-                sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
-                if scale is not None:
-                    sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
-            self._finish_records(records, preactivation_grads, tf.shape(outputs)[0], sampled_grads)
-        del tape
-        if optimizer is not None and not optimizer.built:
-            # A subclassed model is built by its first call (here): its optimizer only now sees the variables.
-            with tf.init_scope():  # inside the traced step: create and initialise the state eagerly
-                optimizer.build(trainable)
-        grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
-                 for g, v in zip(grads, trainable)]
-        step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
-                        temperature=self.temperature, dataset_size=float(self.dataset_size),
-                        curvature=tuple(records), noise=noise)
-        return grads, step, outputs, tf.math.is_finite(loss)
-
-    def train_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight)
-        optimizer = self._bayesian_optimizer
-        finite = finite_loss
-        for g in grads:
-            if g is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(g))
-        for r in step.curvature:
-            finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
-            if r.sampled_output_gradients is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
-        if optimizer is not None:
-            for name, value in optimizer.report(step).items():
-                self._method_trackers[name].update_state(value)
-        trainable = self.trainable_variables
-
-        def apply():
-            if optimizer is None:
-                self.optimizer.apply(grads, trainable)
-                return tf.constant(True)
-            return optimizer.apply(grads, trainable, step)
-
-        def skip():
-            if self._loss_scale is None:
-                self._skipped.assign_add(1)
-                return tf.constant(False)
-            # A finite loss with non-finite gradients is a float16 overflow of the scaled backward
-            # pass: halve the scale and retry on the next batch (not counted as a NaN step).
-            self._loss_scale.assign(tf.where(finite_loss, self._loss_scale / 2.0, self._loss_scale))
-            self._loss_scale_good_steps.assign(0)
-            self._skipped.assign_add(tf.where(finite_loss, 0, 1))
-            return tf.constant(False)
-
-        applied = tf.cond(finite, apply, skip)
-        if self._loss_scale is not None:
-            self._grow_loss_scale(applied)
-        return self._update_metrics(x, y, outputs, step.log_joint, sample_weight)
-
-    def _grow_loss_scale(self, applied):
-        """Double the float16 loss scale after 2000 consecutive finite steps (Keras' schedule)."""
-        good = tf.where(applied, self._loss_scale_good_steps + 1, 0)
-        grow = good >= 2000
-        self._loss_scale.assign(tf.where(grow, self._loss_scale * 2.0, self._loss_scale))
-        self._loss_scale_good_steps.assign(tf.where(grow, 0, good))
-
-    def _finish_records(self, records, preactivation_grads, batch, sampled_grads=None):
-        """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n).
-
-        loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
-        `sampled_grads` (true Fisher) are already per-example gradients of -log p(y~_bn | x_b, w_n).
-        """
-        dtype = self.loss_dtype
-        scale = float(self.dataset_size) / (tf.cast(batch, dtype) * self.temperature)
-        for i, (r, g) in enumerate(zip(records, preactivation_grads)):
-            if g is None:
-                raise ValueError(f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
-                                 "computed for it.")
-            # Curvature statistics in the variables' dtype (float16 sums of a a^T would overflow).
-            r.inputs = tf.cast(r.inputs, dtype)
-            r.extras = None if r.extras is None else {k: tf.cast(v, dtype) for k, v in r.extras.items()}
-            r.output_gradients = tf.cast(g, dtype) / scale
-            r.dataset_scale = scale
-            r.temperature = self.temperature
-            if sampled_grads is not None:
-                r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
-
-    def test_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        outputs = tf.cast(self(x, training=False), self.loss_dtype)
-        self._build_likelihood(outputs.shape)
-        log_joint = None
-        if self.dataset_size is not None:
-            log_joint, _ = self._log_joint(y, outputs, sample_weight)
-        return self._update_metrics(x, y, outputs, log_joint, sample_weight)
-
-    def _update_metrics(self, x, y, outputs, log_joint, sample_weight):
-        if log_joint is not None and self._loss_tracker is not None:
-            self._loss_tracker.update_state(-tf.reduce_mean(log_joint) / float(self.dataset_size))
-        self._nll_tracker.update_state(-self.likelihood.predictive_log_prob(y, outputs), sample_weight)
-        summary = self.likelihood.summary(outputs)
-        if isinstance(summary, dict):
-            summary = summary["mean"]
-        logs = self.compute_metrics(x, y, summary, sample_weight)
-        reported = self._reported_metrics()
-        for name in self._method_trackers:
-            if name not in reported:
-                logs.pop(name, None)
-        return logs
-
-    def _reported_metrics(self):
-        optimizer = self._bayesian_optimizer
-        return () if optimizer is None else optimizer.reported_metrics
-
-    @property
-    def metrics(self):
-        trackers = getattr(self, "_method_trackers", {})
-        return super().metrics + [self._nll_tracker] + [trackers[name] for name in self._reported_metrics()]
-
-    def predict_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        outputs = tf.cast(self(x, training=False), self.loss_dtype)
-        if self._raw_predict:
-            return outputs
-        self._build_likelihood(outputs.shape)
-        return self.likelihood.summary(outputs)
-
-    # -- posterior predictive ------------------------------------------------------------------
-    def predict_particles(self, x, batch_size=None, verbose=0, **kwargs):
-        """Per-particle outputs (batch, N, ...) as a numpy array."""
-        saved = self.predict_function
-        self.predict_function, self._raw_predict = self._particle_predict_function, True
-        try:
-            return self.predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        finally:
-            self._particle_predict_function = self.predict_function
-            self.predict_function, self._raw_predict = saved, False
-
-    def predictive(self, x, batch_size=None):
-        """The posterior predictive p(y | x, D) as a TFP distribution with batch shape (batch,)."""
-        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
-        self._build_likelihood(outputs.shape)
-        return self.likelihood.predictive(outputs)
-
-    def uncertainty(self, x, batch_size=None):
-        """Uncertainty decomposition per example (numpy arrays).
-
-        Classification: total_entropy = expected_entropy (aleatoric) + mutual_information (epistemic).
-        Regression: total_variance = aleatoric_variance + epistemic_variance.
-        """
-        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
-        self._build_likelihood(outputs.shape)
-        return {k: v.numpy() for k, v in self.likelihood.uncertainty(outputs).items()}
-
     def initialize_particles(self, center, noise_std=0.1, seed=None):
         """Place every particle at `center` plus N(0, noise_std^2) noise (e.g. around MAP weights).
 
@@ -476,25 +226,7 @@ class BayesianModel(keras.Model):
         deterministic network) or a list of arrays in layer order (kernel, bias per layer).
         Shared (deterministic) weights are set to the center exactly.
         """
-        arrays = center.get_weights() if hasattr(center, "get_weights") else list(center)
-        rng = np.random.default_rng(seed)
-        terms = [t for l in self.particle_layers for t in l.prior_terms]
-        if len(arrays) != len(terms):
-            raise ValueError(f"initialize_particles: expected {len(terms)} arrays (kernel/bias per layer), "
-                             f"got {len(arrays)}.")
-        for (variable, _, _), a in zip(terms, arrays):
-            a = np.asarray(a, dtype=np.float32)
-            if getattr(variable, "is_particle_variable", False):
-                if tuple(a.shape) != tuple(variable.shape[1:]):
-                    raise ValueError(f"initialize_particles: {variable.path} needs per-particle shape "
-                                     f"{tuple(variable.shape[1:])}, got {a.shape}.")
-                value = a[None] + noise_std * rng.standard_normal(tuple(variable.shape)).astype(np.float32)
-            else:
-                if tuple(a.shape) != tuple(variable.shape):
-                    raise ValueError(f"initialize_particles: {variable.path} needs shape {tuple(variable.shape)}, "
-                                     f"got {a.shape}.")
-                value = a
-            variable.assign(value)
+        initialize_particles(self.particle_layers, center, noise_std, seed)
 
     # -- serialisation -------------------------------------------------------------------------
     def get_config(self):
@@ -529,18 +261,6 @@ class BayesianModel(keras.Model):
         return cls(**config, **own)
 
 
-def _of_this_graph(tensor):
-    """Whether `tensor` belongs to the running computation (eager, or the current graph or one enclosing it)."""
-    if isinstance(tensor, keras.KerasTensor):
-        return False
-    if not tf.is_symbolic_tensor(tensor):
-        return tf.executing_eagerly()
-    graph = tf.compat.v1.get_default_graph()
-    while graph is not None:
-        if graph is tensor.graph:
-            return True
-        graph = getattr(graph, "outer_graph", None)
-    return False
 
 
 def _functional_arguments(args, kwargs):
