@@ -59,57 +59,18 @@ MatrixSVGD declares ("apply_mean", "solve_mean") in mode="average" (the per-part
 were ~80% of an inversion's cost on LeNet-5) and ("apply", "solve", "log_det") in mode="mixture".
 """
 
-import dataclasses
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.preconditioners.kfac_layer import KFACLayerState, KroneckerOperator, damped_inverses, not_declared
+
+__all__ = ["KFACPreconditioner", "KFACCurvature", "KroneckerOperator", "damped_inverses"]
 
 PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
 MEAN_OPERATORS = ("apply_mean", "solve_mean")
-
-
-@dataclasses.dataclass
-class KroneckerOperator:
-    """One Kronecker block's tensors for one step (read from the preconditioner's variables).
-
-    pieces: ((variable index, row start, row count), ...); columns: (c0, c1); p, q: the block's
-    matrix shape. a, g, a_inv, g_inv: (N, p, p) / (N, q, q) damped factors and inverses; log_det: (N,)
-    log det(A (x) G) = q log det A + p log det G; a_mean, ...: the same for Q_bar, (p, p) / (q, q).
-    The per-particle or the mean tensors are None when the preconditioner does not compute them (its
-    optimizer's `curvature_operators`).
-    """
-
-    pieces: tuple
-    columns: tuple
-    p: int
-    q: int
-    a: tf.Tensor
-    g: tf.Tensor
-    a_inv: tf.Tensor
-    g_inv: tf.Tensor
-    log_det: tf.Tensor
-    a_mean: tf.Tensor
-    g_mean: tf.Tensor
-    a_mean_inv: tf.Tensor
-    g_mean_inv: tf.Tensor
-
-    def pair(self, which):
-        left, right = {"apply": (self.a, self.g), "solve": (self.a_inv, self.g_inv),
-                       "apply_mean": (self.a_mean, self.g_mean),
-                       "solve_mean": (self.a_mean_inv, self.g_mean_inv)}[which]
-        if left is None:
-            raise ValueError(_not_declared(which))
-        return left, right
-
-
-def _not_declared(which):
-    return (f"This KFAC curvature does not hold what {which}() needs: its optimizer's curvature_operators did not "
-            f"declare {which!r}, so the preconditioner never computed it (see "
-            "bayes_keras.preconditioners.kfac: 'What is inverted').")
 
 
 class KFACCurvature(Curvature):
@@ -181,7 +142,7 @@ class KFACCurvature(Curvature):
                                  f"requested over {sorted(inside)} of them only.")
             for op in ops:
                 if op.log_det is None:
-                    raise ValueError(_not_declared("log_det"))
+                    raise ValueError(not_declared("log_det"))
                 total = op.log_det if total is None else total + op.log_det
         if total is None:
             return tf.zeros((self.num_particles,))
@@ -201,23 +162,6 @@ def _assemble(parts):
         cols = [t for _, t in sorted(by_row[r0], key=lambda ct: ct[0])]
         rows.append(cols[0] if len(cols) == 1 else tf.concat(cols, axis=-1))
     return rows[0] if len(rows) == 1 else tf.concat(rows, axis=-2)
-
-
-def _clean(path):
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in path)
-
-
-def _same_variables(a, b):
-    a, b = list(a), list(b)
-    return len(a) == len(b) and all(any(x is y for y in b) for x in a)
-
-
-def _identity_initializer(d):
-    def init(shape, dtype=None):
-        eye = np.eye(d, dtype=np.float32)
-        return tf.constant(np.broadcast_to(eye, shape).copy(), dtype=dtype or "float32")
-
-    return init
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -298,87 +242,31 @@ class KFACPreconditioner(Preconditioner):
     # -- build -----------------------------------------------------------------------------------
     def build(self, optimizer, view):
         """Create the running factors, damped factors and inverses (identity until the first inversion)
-        as optimizer variables. The structure comes from the layers' particle variables (names and
-        shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per layer by the optimizer's
-        ParticleView; the first step checks it against the captured layers."""
+        as optimizer variables, one `KFACLayerState` per layer. The structure comes from the layers'
+        particle variables (names and shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per
+        layer by the optimizer's ParticleView; the first step checks it against the captured layers."""
         super().build(optimizer, view)
         self._per_particle, self._mean = _needs(getattr(optimizer, "curvature_operators", None))
-        pvars, groups = view.variables, view.layer_groups
         if not view.has_layers:
             raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
                              "BayesianModel built from bayes_keras particle layers. The "
                              "functional door has no layers: use HessianPreconditioner there.")
-        n = self._shapes[0][0]
-        self._layer_indices, self._state = [], []
-        self._views = [None] * len(pvars)
-        for group in groups:  # one per layer (the interface's contract)
-            candidates = kfac_lib.candidate_specs([pvars[i] for i in group])  # raises for unsupported layers
-            spec = candidates[0]
-            index = {id(pvars[i]): i for i in group}
-            for v, matrix in spec.views:
-                i = index[id(v)]
-                if int(np.prod(matrix)) != self._shapes[i][1] or self._shapes[i][0] != n:
-                    raise ValueError(f"KFACPreconditioner: variable {v.path} is {matrix} per particle but the "
-                                     f"optimizer's particles have shape {self._shapes[i]}.")
+        self._layers = [KFACLayerState(optimizer, [view.variables[i] for i in group], group,
+                                       [view.priors[i] for i in group], self._shapes)
+                        for group in view.layer_groups]  # one group per layer (the interface's contract)
+        self._views = [None] * len(view.variables)
+        for layer in self._layers:
+            for i, matrix in layer.views.items():
                 self._views[i] = matrix
-            self._layer_indices.append([index[id(v)] for v, _ in spec.views])
-            self._state.append(self._make_state(optimizer, candidates, n, index))
-            self._state[-1]["priors"] = {id(pvars[i]): view.priors[i] for i in group}
         self._updates = optimizer.add_variable((), dtype="int64", name="kfac_updates")
         self._optimizer = optimizer  # its iterations drive the schedule
-        self._num_particles = n
+        self._num_particles = self._shapes[0][0]
         self._built = True
-
-    def _make_state(self, optimizer, candidates, n, index):
-        """Variables for the union of the candidates' factors and blocks (two candidates only for a GRU
-        without bias, whose reset_after the variables cannot tell)."""
-        base = _clean(candidates[0].variables[0].path.rsplit("/", 1)[0])
-        add = optimizer.add_variable
-        factors, blocks = {}, {}
-        for spec in candidates:
-            for name, d in spec.factor_dims.items():
-                if name not in factors:
-                    factors[name] = add((n, d, d), initializer="zeros", name=f"kfac_{base}_{name}")
-            for block in spec.blocks:
-                if block.role in blocks:
-                    continue
-                p, q = spec.block_shape(block)
-                tag = f"kfac_{base}_{block.role}"
-                # all of them, whatever is computed: the optimizer's variable layout (and so saved models) does
-                # not depend on the consumer; those not computed keep their initial values
-                blocks[block.role] = {
-                    "p": p, "q": q,
-                    "a": add((n, p, p), initializer=_identity_initializer(p), name=f"{tag}_a_damped"),
-                    "g": add((n, q, q), initializer=_identity_initializer(q), name=f"{tag}_g_damped"),
-                    "a_inv": add((n, p, p), initializer=_identity_initializer(p), name=f"{tag}_a_inverse"),
-                    "g_inv": add((n, q, q), initializer=_identity_initializer(q), name=f"{tag}_g_inverse"),
-                    "log_det": add((n,), initializer="zeros", name=f"{tag}_log_det"),
-                    "a_mean": add((p, p), initializer=_identity_initializer(p), name=f"{tag}_a_mean_damped"),
-                    "g_mean": add((q, q), initializer=_identity_initializer(q), name=f"{tag}_g_mean_damped"),
-                    "a_mean_inv": add((p, p), initializer=_identity_initializer(p), name=f"{tag}_a_mean_inverse"),
-                    "g_mean_inv": add((q, q), initializer=_identity_initializer(q), name=f"{tag}_g_mean_inverse"),
-                }
-        return {"candidates": candidates, "spec": candidates[0], "index": index, "factors": factors,
-                "blocks": blocks, "prior": {}}
-
-    @staticmethod
-    def _prior_precision(priors, block, q):
-        """Coordinate-weighted mean prior precision 1 / s^2 over a block's weights (0 without stddev);
-        `priors`: {id(variable): (prior, fan_in)} from the optimizer's ParticleView."""
-        total, count = 0.0, 0
-        for piece in block.pieces:
-            precision = 0.0
-            prior, fan_in = priors.get(id(piece.variable), (None, None))
-            if hasattr(prior, "stddev"):
-                precision = 1.0 / float(prior.stddev(fan_in)) ** 2
-            total += precision * piece.row_count * q
-            count += piece.row_count * q
-        return total / max(count, 1)
 
     def blocks(self, num_variables):
         if not self._built:
             return None
-        return [list(ix) for ix in self._layer_indices]
+        return [list(layer.order) for layer in self._layers]
 
     # -- step ------------------------------------------------------------------------------------
     def batch_factors(self, records):
@@ -389,46 +277,14 @@ class KFACPreconditioner(Preconditioner):
         return self._factors(self._layer_records(records))
 
     def _layer_records(self, records):
-        """The record of each layer group, in order (resolving structure and prior precisions)."""
+        """The record of each layer, in order (resolving structure and prior precisions)."""
         if not records:
             raise ValueError("KFACPreconditioner needs the layers' captured statistics: train through "
                              "BayesianModel.fit (the optimizer's curvature_request makes the model capture them).")
-        out = []
-        for state in self._state:
-            variables = state["candidates"][0].variables
-            found = [r for r in records if _same_variables(getattr(r.layer, "particle_variables", ()), variables)]
-            where = ", ".join(v.path for v in variables)
-            if not found:
-                raise ValueError(f"KFACPreconditioner: no curvature was captured for the layer of [{where}] in this "
-                                 "step (KFAC supports the particle layers " + ", ".join(kfac_lib.SUPPORTED_LAYERS) +
-                                 "; is the layer part of the model being trained?).")
-            if len(found) > 1:
-                raise ValueError(f"KFACPreconditioner: layer '{found[0].layer.name}' was called {len(found)} times in "
-                                 "one forward pass; KFAC supports layers applied once per step.")
-            layer = found[0].layer
-            actual = kfac_lib.kronecker_spec(layer)  # raises for unsupported layers
-            if not any(c.same_structure(actual) for c in state["candidates"]):
-                raise ValueError(f"KFACPreconditioner: layer '{layer.name}' ({actual.kind}) does not match the "
-                                 f"structure its variables [{where}] suggested at build time "
-                                 f"({state['candidates'][0].kind}).")
-            state["spec"] = actual
-            for block in actual.blocks:
-                state["prior"][block.role] = self._prior_precision(state["priors"], block,
-                                                                 actual.block_shape(block)[1])
-            out.append(found[0])
-        return out
+        return [layer.resolve(records) for layer in self._layers]
 
     def _factors(self, records):
-        out = []
-        for state, record in zip(self._state, records):
-            factors = kfac_lib.kfac_factors(record, self.fisher)
-            for name, d in state["spec"].factor_dims.items():
-                shape = tuple(factors[name].shape)
-                if shape != (self._num_particles, d, d):
-                    raise ValueError(f"KFACPreconditioner: factor {name} of layer '{record.layer.name}' has shape "
-                                     f"{shape}, expected {(self._num_particles, d, d)}.")
-            out.append(factors)
-        return out
+        return [layer.batch_factors(record, self.fisher) for layer, record in zip(self._layers, records)]
 
     @staticmethod
     def _temperature(records):
@@ -465,11 +321,8 @@ class KFACPreconditioner(Preconditioner):
         def accumulate():
             t = tf.cast(self._updates + 1, tf.float64)
             rho64 = tf.minimum(1.0 - 1.0 / t, self.ema_decay)
-            for state, factors in zip(self._state, batch):
-                for name in factors:
-                    variable = state["factors"][name]
-                    rho = tf.cast(rho64, variable.dtype)
-                    variable.assign(rho * variable.value + (1.0 - rho) * tf.cast(factors[name], variable.dtype))
+            for layer, factors in zip(self._layers, batch):
+                layer.accumulate(factors, rho64)
             self._updates.assign_add(1)
             return tf.constant(True)
 
@@ -487,43 +340,17 @@ class KFACPreconditioner(Preconditioner):
         """lambda of one block: damping + (its prior precision / temperature when include_prior)."""
         lam = self.damping
         if self.include_prior:
-            lam += self._state[layer_index]["prior"].get(role, 0.0) / float(temperature)
+            lam += self._layers[layer_index].prior.get(role, 0.0) / float(temperature)
         return lam
 
     def _invert(self, temperature):
-        for k, state in enumerate(self._state):
-            for block in state["spec"].blocks:
-                b = state["blocks"][block.role]
-                a = tf.cast(state["factors"][block.a].value, tf.float64)
-                g = tf.cast(state["factors"][block.g].value, tf.float64)
-                if block.columns is not None:
-                    c0, c1 = block.columns
-                    g = g[:, c0:c1, c0:c1]
-                lam = self.damping_for(k, block.role, temperature)
-                if self._per_particle:
-                    a_d, a_inv, a_logdet, g_d, g_inv, g_logdet = damped_inverses(a, g, lam, self.damping_split)
-                    _assign(b, a=a_d, g=g_d, a_inv=a_inv, g_inv=g_inv, log_det=b["q"] * a_logdet + b["p"] * g_logdet)
-                if self._mean:
-                    am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0),
-                                                                       lam, self.damping_split)
-                    _assign(b, a_mean=am_d, g_mean=gm_d, a_mean_inv=am_inv, g_mean_inv=gm_inv)
+        for k, layer in enumerate(self._layers):
+            layer.invert(lambda role, k=k: self.damping_for(k, role, temperature), self._per_particle, self._mean,
+                         self.damping_split)
 
     def curvature(self, finite=None):
         """The current `KFACCurvature` (the damped factors and inverses of the last inversion)."""
-        layers = []
-        for indices, state in zip(self._layer_indices, self._state):
-            spec, index = state["spec"], state["index"]
-            ops = []
-            for block in spec.blocks:
-                b = state["blocks"][block.role]
-                pieces = tuple((index[id(pc.variable)], pc.row_start, pc.row_count) for pc in block.pieces)
-                columns = block.columns or (0, spec.view(block.pieces[0].variable)[1])
-                values = {k: (b[k].value if self._per_particle else None)
-                          for k in ("a", "g", "a_inv", "g_inv", "log_det")}
-                values.update({k: (b[k].value if self._mean else None)
-                               for k in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv")})
-                ops.append(KroneckerOperator(pieces, columns, b["p"], b["q"], **values))
-            layers.append((indices, ops))
+        layers = [(layer.order, layer.operators(self._per_particle, self._mean)) for layer in self._layers]
         finite = tf.constant(True) if finite is None else finite
         return KFACCurvature(self._num_particles, [s[1] for s in self._shapes], self._views, layers, finite)
 
@@ -545,14 +372,14 @@ class KFACPreconditioner(Preconditioner):
     @property
     def factor_variables(self):
         """[{factor name: (N, d, d) running-average variable}] per layer group, in the optimizer's order."""
-        return [dict(state["factors"]) for state in self._state]
+        return [dict(layer.factors) for layer in self._layers]
 
     def block_variables(self, layer_index):
         """{block role: {"a", "g", "a_inv", "g_inv", "log_det", "a_mean", ...: variable}} of one layer group
         (all exist; those not computed, see `inverts_per_particle` / `inverts_mean`, keep their initial
         identity / zero values)."""
         return {role: {k: v for k, v in b.items() if k not in ("p", "q")}
-                for role, b in self._state[layer_index]["blocks"].items()}
+                for role, b in self._layers[layer_index].blocks.items()}
 
     def get_config(self):
         return {"damping": self.damping, "ema_decay": self.ema_decay, "inversion_period": self.inversion_period,
@@ -571,26 +398,3 @@ def _needs(operators):
         raise ValueError(f"curvature_operators must be a non-empty collection of {known} (or None: all); got "
                          f"{operators!r}.")
     return (any(o in PER_PARTICLE_OPERATORS for o in operators), any(o in MEAN_OPERATORS for o in operators))
-
-
-def _assign(block, **values):
-    for name, value in values.items():
-        block[name].assign(tf.cast(value, block[name].dtype))
-
-
-def damped_inverses(a, g, lam, split=True):
-    """Damped factors, their inverses and log-determinants (symmetrised, eigendecomposition).
-
-    Returns (A_d, A_d^-1, log det A_d, G_d, G_d^-1, log det G_d); A_d = A + c_A I, G_d = G + c_G I with
-    (c_A, c_G) from `bayes_keras.curvature.kfac.split_damping`. Eigenvalues are floored at c (exact for PSD A, G)."""
-    c_a, c_g = kfac_lib.split_damping(a, g, lam, split)
-    out = []
-    for m, c in ((a, c_a), (g, c_g)):
-        m = 0.5 * (m + tf.linalg.matrix_transpose(m))
-        eye = tf.eye(tf.shape(m)[-1], dtype=m.dtype)
-        m_d = m + c[..., None, None] * eye
-        vals, vecs = tf.linalg.eigh(m_d)
-        vals = tf.maximum(vals, c[..., None])
-        inv = tf.matmul(vecs / vals[..., None, :], vecs, transpose_b=True)
-        out += [m_d, inv, tf.reduce_sum(tf.math.log(vals), axis=-1)]
-    return tuple(out)
