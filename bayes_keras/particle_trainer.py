@@ -78,7 +78,7 @@ class ParticleTrainer:
         request = None if optimizer is None else optimizer.curvature_request
         wants_curvature = request is not None
         # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
-        sampled_labels = wants_curvature and capture.wants_sampled_labels(request)
+        sampled_labels = wants_curvature and request.samples_labels
         # Drawn before the forward pass, off its critical path (see GaussianVariationalOptimizer).
         noise = None if optimizer is None else optimizer.prepare_step()
         with tf.GradientTape(persistent=sampled_labels) as tape:
@@ -97,10 +97,8 @@ class ParticleTrainer:
             if self.losses:
                 loss += n * tf.add_n(self.losses)
             if sampled_labels and records:
-                from bayes_keras.curvature.kfac import sampled_negative_log_likelihood  # noqa: I001
-
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = sampled_negative_log_likelihood(self.likelihood, outputs, seed)  # (batch, N)
+                sampled_nll = self.likelihood.sampled_negative_log_likelihood(outputs, seed)  # (batch, N)
                 if sample_weight is not None:
                     sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
                 sampled_nll = tf.reduce_sum(sampled_nll)

@@ -12,7 +12,7 @@ from targets import paper_mgvbp
 class _Recording(bk.optimizers.IndependentParticles):
     """Asks for curvature and keeps, eagerly, the per-example squared gradients it is handed."""
 
-    curvature_request = "per_example_diagonal"
+    curvature_request = bk.curvature.CurvatureRequest("squared_gradients")
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         super().update_particles(grads, learning_rate, iteration, step, writes)
@@ -97,3 +97,28 @@ def test_curvature_follows_the_class_not_its_name():
     model.compile(optimizer=paper_mgvbp(1e-2, curvature="empirical_fisher"))
     history = model.fit(x, y, epochs=2, batch_size=16, verbose=0)
     assert np.isfinite(history.history["loss"]).all() and int(model.optimizer.skipped_updates.numpy()) == 0
+
+
+def test_a_layer_class_declares_its_curvature():
+    """Curvature support is what the class declares (`curvature_rules`): a Dense subclass that declares
+    none is refused by KFAC and by the squared-gradient path with the layer named, and a Conv1D (no
+    rules yet) is refused likewise; requests are validated."""
+
+    class NoCurvatureDense(bk.layers.Dense):
+        curvature_rules = None
+
+    inputs = keras.Input((4,))
+    h = bk.layers.Dense(5, activation="tanh", num_particles=3)(inputs)
+    model = bk.BayesianModel(inputs, NoCurvatureDense(2, name="plain_head")(h), likelihood="categorical")
+    x = np.zeros((8, 4), np.float32)
+    y = np.zeros((8,), np.int32)
+    model.compile(optimizer=bk.optimizers.MatrixSVGD())
+    with pytest.raises(ValueError, match="KFAC supports the particle layers.*'plain_head'"):
+        model.fit(x, y, epochs=1, verbose=0)
+    assert bk.curvature.layer_curvature(model.layers[1]) is bk.curvature.rules.DENSE
+    assert bk.curvature.layer_curvature(model.layers[2]) is None
+    assert bk.curvature.layer_curvature(bk.layers.Conv1D(2, 3)) is None
+    with pytest.raises(ValueError, match="statistics must be one of"):
+        bk.curvature.CurvatureRequest("kfac")
+    with pytest.raises(ValueError, match="labels must be one of"):
+        bk.curvature.CurvatureRequest("squared_gradients", "true")

@@ -30,7 +30,7 @@ class _Recorder(bk.optimizers.IndependentParticles):
 
     @property
     def curvature_request(self):
-        return "kfac_true_fisher" if self.fisher == "true" else "kfac_empirical_fisher"
+        return bk.curvature.CurvatureRequest("kronecker_factors", "sampled" if self.fisher == "true" else "observed")
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         records = step.curvature
@@ -615,9 +615,9 @@ def test_config_round_trip():
     assert bk.preconditioners.KFACPreconditioner.from_config(old).factor_period == 1
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(pre))
     assert isinstance(restored, bk.preconditioners.KFACPreconditioner)
-    assert restored.get_config() == pre.get_config() and restored.curvature_request == "kfac_true_fisher"
+    assert restored.get_config() == pre.get_config() and restored.curvature_request == bk.curvature.CurvatureRequest("kronecker_factors", "sampled")
     assert isinstance(bk.preconditioners.get("kfac"), bk.preconditioners.KFACPreconditioner)
-    assert bk.preconditioners.get("kfac").curvature_request == "kfac_empirical_fisher"
+    assert bk.preconditioners.get("kfac").curvature_request == bk.curvature.CurvatureRequest("kronecker_factors")
 
 
 def test_true_fisher_samples_labels_from_each_particle():

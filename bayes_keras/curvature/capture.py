@@ -33,7 +33,7 @@ class LayerRecord:
             quantity, tempered, is estimated by dataset_scale * (sum over the batch).
         sampled_output_gradients: like `output_gradients` but for labels sampled from the model's own
             predictive, y~_bn ~ p(y | x_b, w_n) (for the true Fisher); filled in only when the
-            optimizer's `curvature_request` asks for sampled labels (`wants_sampled_labels`).
+            optimizer's `curvature_request` asks for sampled labels (`CurvatureRequest.labels`).
         temperature: the model's posterior temperature (filled in with `dataset_scale`).
         extras: layer-specific tensors, laid out (batch, N, ...) like `preactivations` (recurrent
             layers: "recurrent_inputs" h_{t-1}, and for GRU "reset_gates" r_t or
@@ -73,10 +73,38 @@ def is_capturing():
     return getattr(_STATE, "records", None) is not None
 
 
-def wants_sampled_labels(request):
-    """Whether an optimizer's `curvature_request` asks for pre-activation gradients of labels sampled
-    from the model (the true Fisher): a request string containing "true_fisher"."""
-    return isinstance(request, str) and "true_fisher" in request
+@dataclasses.dataclass(frozen=True)
+class CurvatureRequest:
+    """What an optimizer asks BayesianModel to capture in the forward pass (its `curvature_request`).
+
+    Both kinds of statistics come from the same capture, every particle layer's inputs and the
+    per-example gradients at its pre-activations; `statistics` says which formulas the optimizer will
+    apply to them (the layers' `curvature_rules`).
+
+    Attributes:
+        statistics: "kronecker_factors" (KFAC's A and G) or "squared_gradients" (per-example squared
+            gradients: the empirical Fisher's diagonal).
+        labels: "observed" (the empirical Fisher, from the training labels) or "sampled" (the true
+            Fisher: labels drawn from the model's own predictive, one per example and particle, cost a
+            second backward pass to the pre-activations; `LayerRecord.sampled_output_gradients`).
+    """
+
+    statistics: str
+    labels: str = "observed"
+
+    def __post_init__(self):
+        if self.statistics not in STATISTICS:
+            raise ValueError(f"CurvatureRequest statistics must be one of {STATISTICS}; got {self.statistics!r}.")
+        if self.labels not in LABELS:
+            raise ValueError(f"CurvatureRequest labels must be one of {LABELS}; got {self.labels!r}.")
+
+    @property
+    def samples_labels(self):
+        return self.labels == "sampled"
+
+
+STATISTICS = ("kronecker_factors", "squared_gradients")
+LABELS = ("observed", "sampled")
 
 
 def record(layer, inputs, preactivations):

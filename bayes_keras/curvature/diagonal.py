@@ -11,7 +11,7 @@ unlike a Stein or Hessian estimate it is never negative.
 import tensorflow as tf
 
 from bayes_keras.curvature.kfac import conv_patches
-from bayes_keras.curvature.kinds import layer_kind
+from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
 def per_example_squared_gradients(record, labels="observed"):
@@ -30,24 +30,22 @@ def per_example_squared_gradients(record, labels="observed"):
     if labels not in ("observed", "sampled"):
         raise ValueError(f"labels must be 'observed' or 'sampled'; got {labels!r}.")
     layer = record.layer
-    kind = layer_kind(layer)
     grads = record.output_gradients if labels == "observed" else record.sampled_output_gradients
     if grads is None:
         raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
-    if kind == "Dense":
-        kernel, bias = _dense(layer, record.inputs, grads)
-    elif kind == "Conv2D":
-        kernel, bias = _conv2d(layer, record.inputs, grads)
-    else:
+    rules = layer_curvature(layer)
+    if rules is None or rules.squared_gradients is None:
         raise NotImplementedError(f"Per-example squared gradients are implemented for Dense and Conv2D "
-                                  f"particle layers; got {kind} ('{layer.name}').")
+                                  f"particle layers; got {layer_kind(layer)} ('{layer.name}').")
+    kernel, bias = rules.squared_gradients(layer, record.inputs, grads)
     out = [(layer.kernel, tf.reshape(kernel, layer.kernel.shape))]
     if layer.bias is not None:
         out.append((layer.bias, bias))
     return out
 
 
-def _dense(layer, x, e):
+def dense_squared_gradients(layer, x, e):
+    """(kernel, bias) squared-gradient sums of a Dense particle layer."""
     n, units = layer.kernel.shape[0], layer.units
     batch = tf.shape(e)[0]
     e = tf.reshape(e, (batch, n, -1, units))  # (B, N, L, out): L locations (1 for a plain Dense)
@@ -68,7 +66,8 @@ def _dense(layer, x, e):
     return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
 
 
-def _conv2d(layer, x, e):
+def conv2d_squared_gradients(layer, x, e):
+    """(kernel, bias) squared-gradient sums of a Conv2D particle layer (per-example sums over locations)."""
     f = layer.filters
     batch = tf.shape(e)[0]
     patches = conv_patches(layer, x)  # (B, N or 1, T, kh*kw*C), T = H' W' locations

@@ -25,7 +25,7 @@ Ba & Johnson 2018 for recurrent layers), per layer and per particle n (every fac
   (B = L = 1) A (x) G is exactly dataset_scale * g g^T.
 - Fisher: "empirical" uses the observed labels (record.output_gradients); "true" uses labels
   sampled from the model's own predictive, one per example and particle
-  (record.sampled_output_gradients, filled by BayesianModel when the request contains "true_fisher").
+  (record.sampled_output_gradients, filled by BayesianModel when the request samples labels).
 
 Kronecker blocks per layer type (factor names in brackets; `kronecker_spec`):
 - Dense, Conv2D: one block, rows [kernel; bias], [A] (x) [G].
@@ -46,7 +46,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from bayes_keras.curvature.kinds import layer_kind, likelihood_kind
+from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU")
 FISHER_TYPES = ("empirical", "true")
@@ -120,24 +120,38 @@ class LayerSpec:
 
 
 def kronecker_spec(layer):
-    """The `LayerSpec` of a built bayes_keras particle layer (Dense, Conv2D, SimpleRNN, LSTM, GRU).
+    """The `LayerSpec` of a built bayes_keras particle layer (Dense, Conv2D, SimpleRNN, LSTM, GRU, or a
+    layer whose class declares `curvature_rules` with a Kronecker spec).
 
     Raises:
         ValueError: for other layers, deterministic layers, and variables whose shapes do not match
             the layer's configuration.
     """
-    kind = layer_kind(layer)
-    name = getattr(layer, "name", repr(layer))
-    if kind not in SUPPORTED_LAYERS:
-        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer '{name}' is a "
-                         f"{kind}.")
+    rules = _kronecker_rules(layer)
     if getattr(layer, "deterministic", False):
-        raise ValueError(f"Layer '{name}' is deterministic (shared weights): it has no particle curvature.")
-    bias = getattr(layer, "bias", None)
-    if kind in ("Dense", "Conv2D"):
-        return _spec(kind, layer.kernel, bias, layer=layer)
+        raise ValueError(f"Layer '{layer.name}' is deterministic (shared weights): it has no particle curvature.")
+    return rules.kronecker_spec(layer)
+
+
+def _kronecker_rules(layer):
+    rules = layer_curvature(layer)
+    if rules is None or rules.kronecker_spec is None:
+        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
+                         f"'{getattr(layer, 'name', repr(layer))}' is a {layer_kind(layer)}.")
+    return rules
+
+
+def dense_spec(layer):
+    """Kronecker spec of a Dense or Conv2D particle layer: one block [kernel; bias]."""
+    return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer=layer)
+
+
+def recurrent_spec(layer):
+    """Kronecker spec of a SimpleRNN, LSTM or GRU particle layer: an input and a recurrent block."""
+    kind = layer_kind(layer)
     reset_after = bool(layer.reset_after) if kind == "GRU" else None
-    return _spec(kind, layer.kernel, bias, layer.recurrent_kernel, int(layer.units), reset_after, layer)
+    return _spec(kind, layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel, int(layer.units),
+                 reset_after, layer)
 
 
 def candidate_specs(variables):
@@ -245,38 +259,46 @@ def kfac_factors(record, fisher="empirical"):
     layer = record.layer
     if e is None:
         what = ("output_gradients" if fisher == "empirical" else
-                "sampled_output_gradients (the optimizer's curvature_request must contain 'true_fisher')")
+                "sampled_output_gradients (the optimizer's curvature_request must sample labels)")
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no {what}.")
     if record.dataset_scale is None:
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no dataset_scale.")
-    kind = layer_kind(layer)
-    if kind not in SUPPORTED_LAYERS:
-        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
-                         f"'{layer.name}' is a {kind}.")
-    n = int(layer.num_particles)
-    has_bias = getattr(layer, "bias", None) is not None
-    scale = tf.cast(record.dataset_scale, e.dtype)
-    batch = tf.shape(e)[0]
-    if kind == "Dense":
-        width = layer.units
-        in_dim = int(layer.kernel.shape[1])
-        a = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, in_dim))
-        e = tf.reshape(e, (batch, n, -1, width))
-        return {"A": _input_factor(a, has_bias, n), "G": _gradient_factor(e, scale)}
-    if kind == "Conv2D":
-        e = tf.reshape(e, (batch, n, -1, layer.filters))
-        return {"A": _input_factor(conv_patches(layer, record.inputs), has_bias, n), "G": _gradient_factor(e, scale)}
-    # recurrent
+    rules = _kronecker_rules(layer)
+    return rules.kronecker_factors(layer, record, e, tf.cast(record.dataset_scale, e.dtype))
+
+
+def dense_factors(layer, record, e, scale):
+    """{"A", "G"} of a Dense particle layer (L locations for inputs (batch, [N,] ..., in))."""
+    n, batch = int(layer.num_particles), tf.shape(e)[0]
+    in_dim = int(layer.kernel.shape[1])
+    a = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, in_dim))
+    e = tf.reshape(e, (batch, n, -1, layer.units))
+    return {"A": _input_factor(a, layer.bias is not None, n), "G": _gradient_factor(e, scale)}
+
+
+def conv2d_factors(layer, record, e, scale):
+    """{"A", "G"} of a Conv2D particle layer (the H'W' output positions are the locations)."""
+    n, batch = int(layer.num_particles), tf.shape(e)[0]
+    e = tf.reshape(e, (batch, n, -1, layer.filters))
+    return {"A": _input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
+            "G": _gradient_factor(e, scale)}
+
+
+def recurrent_factors(layer, record, e, scale):
+    """The input and recurrent factors of a SimpleRNN, LSTM or GRU particle layer (the T time steps are
+    the locations; see the module docstring for the GRU's blocks)."""
     extras = record.extras or {}
     if "recurrent_inputs" not in extras:
         raise ValueError(f"KFAC: the record of recurrent layer '{layer.name}' has no recurrent inputs (h_(t-1)).")
+    n, batch = int(layer.num_particles), tf.shape(e)[0]
+    has_bias = getattr(layer, "bias", None) is not None
     units, width = int(layer.units), int(layer.kernel.shape[2])
-    x = record.inputs
     features = int(layer.kernel.shape[1])
-    x = tf.reshape(x, (batch, 1 if layer.broadcasts else n, -1, features))
+    x = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, features))
     e = tf.reshape(e, (batch, n, -1, width))
     h_prev = tf.reshape(extras["recurrent_inputs"], (batch, n, -1, units))
     factors = {"A_in": _input_factor(x, has_bias, n), "G": _gradient_factor(e, scale)}
+    kind = layer_kind(layer)
     if kind == "GRU" and layer.reset_after:
         r = tf.reshape(extras["reset_gates"], (batch, n, -1, units))
         e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units:]], axis=-1)
@@ -379,37 +401,11 @@ def conv_patches(layer, x):
 
 # -- true Fisher ---------------------------------------------------------------------------------
 def sampled_negative_log_likelihood(likelihood, outputs, seed=None):
-    """-log p(y~_bn | x_b, w_n) (batch, N) for labels y~_bn drawn from each particle's own predictive
-    (held constant: gradients flow through the outputs only). Its gradient with respect to the
-    pre-activations gives the true-Fisher statistics. Supports the Categorical, Bernoulli and Normal
-    likelihoods of bayes_keras.likelihoods.
+    """-log p(y~_bn | x_b, w_n) (batch, N) for labels drawn from each particle's own predictive: the
+    likelihood's own `sampled_negative_log_likelihood` (bayes_keras.likelihoods.Likelihood)."""
+    from bayes_keras.likelihoods import Likelihood
 
-    `seed`: a (2,) int tensor keying stateless draws (BayesianModel passes (its label seed, the
-    optimizer's step), so a resumed run samples the labels an uninterrupted one would); None draws
-    from TensorFlow's global generator."""
-    kind = likelihood_kind(likelihood)
-    if kind == "Categorical":
-        logits = outputs
-        k = tf.shape(logits)[-1]
-        flat = tf.reshape(tf.stop_gradient(logits), (-1, k))
-        draw = (tf.random.categorical(flat, 1, dtype=tf.int32) if seed is None
-                else tf.random.stateless_categorical(flat, 1, seed, dtype=tf.int32))
-        # non-finite logits (a step the model's guard then skips) can draw index k: keep it in range
-        labels = tf.reshape(tf.minimum(draw, k - 1), tf.shape(logits)[:-1])
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    if kind == "Bernoulli":
-        logits = outputs[..., 0] if outputs.shape.rank == 3 else outputs
-        p = tf.sigmoid(tf.stop_gradient(logits))
-        u = (tf.random.uniform(tf.shape(p), dtype=p.dtype) if seed is None
-             else tf.random.stateless_uniform(tf.shape(p), seed, dtype=p.dtype))
-        labels = tf.cast(u < p, logits.dtype)
-        return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-    if kind == "Normal":
-        s = tf.stop_gradient(likelihood.noise_scale(outputs.dtype))
-        eps = (tf.random.normal(tf.shape(outputs), dtype=outputs.dtype) if seed is None
-               else tf.random.stateless_normal(tf.shape(outputs), seed, dtype=outputs.dtype))
-        y = tf.stop_gradient(outputs + s * eps)
-        z = (y - outputs) / s
-        return tf.reduce_sum(0.5 * tf.square(z) + tf.math.log(s) + 0.5 * np.log(2.0 * np.pi), axis=-1)
-    raise ValueError(f"The true Fisher samples labels from the likelihood; {kind} is not supported (Categorical, "
-                     "Bernoulli, Normal). Use fisher='empirical'.")
+    if not isinstance(likelihood, Likelihood):
+        raise ValueError(f"The true Fisher samples labels from a bayes_keras likelihood; {type(likelihood).__name__} "
+                         "is not supported. Use fisher='empirical'.")
+    return likelihood.sampled_negative_log_likelihood(outputs, seed)

@@ -1,24 +1,43 @@
-"""Which curvature formulas apply to a layer or a likelihood: decided by its class (subclasses included),
-not by its class name, so a user's `class MyDense(bayes_keras.layers.Dense)` gets Dense's curvature."""
+"""What a particle layer class declares about its curvature, and how the curvature code looks it up.
+
+A layer class declares its formulas as the class attribute `curvature_rules` (a `LayerCurvature`;
+bayes_keras.curvature.rules has those of the shipped layers). Subclasses inherit it, so a user's
+`class MyDense(bayes_keras.layers.Dense)` gets Dense's curvature, and a new layer type gets curvature
+by declaring its own rules, with no change to the curvature code. Likelihoods declare label sampling
+for the true Fisher as a method (`Likelihood.sampled_negative_log_likelihood`).
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCurvature:
+    """The curvature formulas of one particle layer type.
+
+    Attributes:
+        kind: the type's name in messages and in Kronecker specs ("Dense", "Conv2D", ...).
+        kronecker_spec: layer -> `bayes_keras.curvature.kfac.LayerSpec` (its Kronecker blocks), or None
+            when KFAC does not support the type.
+        kronecker_factors: (layer, record, output_gradients, dataset_scale) -> {factor name: (N, d, d)}.
+        squared_gradients: (layer, inputs, output_gradients) -> (kernel, bias) batch sums of squared
+            per-example gradients (the empirical Fisher's diagonal), or None when not supported.
+    """
+
+    kind: str
+    kronecker_spec: Optional[Callable] = None
+    kronecker_factors: Optional[Callable] = None
+    squared_gradients: Optional[Callable] = None
+
+
+def layer_curvature(layer):
+    """The `LayerCurvature` a layer's class declares (None: no curvature formulas)."""
+    rules = getattr(type(layer), "curvature_rules", None)
+    return rules if isinstance(rules, LayerCurvature) else None
 
 
 def layer_kind(layer):
-    """"Dense", "Conv2D", "SimpleRNN", "LSTM" or "GRU" for those particle layers and their subclasses;
-    otherwise the class name (which the callers report as unsupported)."""
-    from bayes_keras import layers  # noqa: I001 (the layers import bayes_keras.curvature)
-
-    for cls in (layers.Dense, layers.Conv2D, layers.SimpleRNN, layers.LSTM, layers.GRU):
-        if isinstance(layer, cls):
-            return cls.__name__
-    return type(layer).__name__
-
-
-def likelihood_kind(likelihood):
-    """"Categorical", "Bernoulli" or "Normal" for those likelihoods and their subclasses; otherwise the
-    class name."""
-    from bayes_keras import likelihoods
-
-    for cls in (likelihoods.Categorical, likelihoods.Bernoulli, likelihoods.Normal):
-        if isinstance(likelihood, cls):
-            return cls.__name__
-    return type(likelihood).__name__
+    """The declared kind ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU" for the shipped layers and their
+    subclasses); otherwise the class name (which the callers report as unsupported)."""
+    rules = layer_curvature(layer)
+    return rules.kind if rules is not None else type(layer).__name__

@@ -71,7 +71,12 @@ class ParticleLayer(keras.layers.Layer):
             on the weights), as in hybrid networks where only some layers are Bayesian.
         kernel_prior, bias_prior: `bayes_keras.priors.Prior` objects (or a float scale for a
             zero-mean Normal). Default: Normal(0, 1) for kernels and biases (see priors.Normal).
+
+    A subclass that curvature-based methods (KFAC, MGVBP's Fisher curvatures) should support declares
+    its formulas as the class attribute `curvature_rules` (a `bayes_keras.curvature.kinds.LayerCurvature`).
     """
+
+    curvature_rules = None  # no curvature formulas (bayes_keras.curvature.kinds)
 
     def __init__(self, num_particles=None, deterministic=False, kernel_prior=None, bias_prior=None, **kwargs):
         super().__init__(**kwargs)

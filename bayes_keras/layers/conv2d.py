@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 from bayes_keras.layers import grouped_convolution
@@ -39,6 +40,8 @@ class Conv2D(ParticleLayer):
         >>> inputs = keras.Input((8, 8, 1))
         >>> h = bayes_keras.layers.Conv2D(6, 5, padding="same", activation="relu", num_particles=10)(inputs)
     """
+
+    curvature_rules = rules.CONV2D  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     def __init__(
         self,

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 
@@ -27,6 +28,8 @@ class Dense(ParticleLayer):
         >>> h = bayes_keras.layers.Dense(50, activation="relu", num_particles=10)(inputs)
         >>> logits = bayes_keras.layers.Dense(2)(h)          # (batch, 10, 2)
     """
+
+    curvature_rules = rules.DENSE  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     def __init__(
         self,

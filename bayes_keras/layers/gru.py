@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import rules
 from bayes_keras.layers._recurrent import _ParticleRNN
 
 
@@ -35,6 +36,8 @@ class GRU(_ParticleRNN):
         >>> h = bayes_keras.layers.GRU(32, num_particles=10)(inputs)      # (batch, 10, 32)
         >>> logits = bayes_keras.layers.Dense(10)(h)
     """
+
+    curvature_rules = rules.GRU  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     _gates = 3
 

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import rules
 from bayes_keras.layers._recurrent import _ParticleRNN, _ShiftedInitializer
 
 
@@ -36,6 +37,8 @@ class LSTM(_ParticleRNN):
         >>> h = bayes_keras.layers.LSTM(32, return_sequences=True, num_particles=10)(inputs)
         >>> h = bayes_keras.layers.LSTM(32)(h)                 # (batch, 10, 32)
     """
+
+    curvature_rules = rules.LSTM  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     _gates = 4
 

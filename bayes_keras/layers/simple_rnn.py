@@ -2,6 +2,7 @@
 
 import keras
 
+from bayes_keras.curvature import rules
 from bayes_keras.layers._recurrent import _ParticleRNN
 
 
@@ -29,6 +30,8 @@ class SimpleRNN(_ParticleRNN):
         >>> inputs = keras.Input((8, 8))                       # (batch, time, features)
         >>> h = bayes_keras.layers.SimpleRNN(32, num_particles=10)(inputs)   # (batch, 10, 32)
     """
+
+    curvature_rules = rules.SIMPLE_RNN  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     _gates = 1
 

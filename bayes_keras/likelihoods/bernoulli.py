@@ -56,3 +56,11 @@ class Bernoulli(Likelihood):
     def uncertainty(self, outputs):
         p = tf.sigmoid(self._logits(outputs))[..., None]
         return entropy_decomposition(tf.concat([1.0 - p, p], axis=-1))
+
+    def sampled_negative_log_likelihood(self, outputs, seed=None):
+        logits = self._logits(outputs)
+        p = tf.sigmoid(tf.stop_gradient(logits))
+        u = (tf.random.uniform(tf.shape(p), dtype=p.dtype) if seed is None
+             else tf.random.stateless_uniform(tf.shape(p), seed, dtype=p.dtype))
+        labels = tf.cast(u < p, logits.dtype)
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)

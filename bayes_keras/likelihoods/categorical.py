@@ -69,3 +69,13 @@ class Categorical(Likelihood):
 
     def uncertainty(self, outputs):
         return entropy_decomposition(self.probs(outputs))
+
+    def sampled_negative_log_likelihood(self, outputs, seed=None):
+        logits = outputs
+        k = tf.shape(logits)[-1]
+        flat = tf.reshape(tf.stop_gradient(logits), (-1, k))
+        draw = (tf.random.categorical(flat, 1, dtype=tf.int32) if seed is None
+                else tf.random.stateless_categorical(flat, 1, seed, dtype=tf.int32))
+        # non-finite logits (a step the model's guard then skips) can draw index k: keep it in range
+        labels = tf.reshape(tf.minimum(draw, k - 1), tf.shape(logits)[:-1])
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)

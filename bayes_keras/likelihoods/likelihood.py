@@ -16,6 +16,8 @@ class Likelihood(Configurable):
       - `predictive(outputs)`: the posterior predictive as a TFP distribution, batch shape (batch,).
       - `summary(outputs)`: what `model.predict` returns.
       - `uncertainty(outputs)`: dict of (batch,) tensors (total = aleatoric + epistemic).
+    and, for the true Fisher (labels drawn from the model: KFAC(fisher="true"), MGVBP(curvature="fisher")):
+      - `sampled_negative_log_likelihood(outputs, seed)` -> (batch, N).
     """
 
     name = "likelihood"
@@ -48,6 +50,17 @@ class Likelihood(Configurable):
 
     def uncertainty(self, outputs):
         raise NotImplementedError
+
+    def sampled_negative_log_likelihood(self, outputs, seed=None):
+        """-log p(y~_bn | x_b, w_n), (batch, N), for labels y~_bn drawn from each particle's own predictive
+        and held constant (gradients flow through `outputs` only): its gradient with respect to the
+        pre-activations gives the true-Fisher statistics (Martens & Grosse 2015, Sec. 5).
+
+        `seed`: a (2,) int tensor keying stateless draws (BayesianModel passes (its label seed, the
+        optimizer's step), so a resumed run samples the labels an uninterrupted one would); None draws
+        from TensorFlow's global generator."""
+        raise ValueError(f"The true Fisher samples labels from the likelihood; {type(self).__name__} does not "
+                         "implement sampled_negative_log_likelihood. Use the empirical Fisher.")
 
 
 

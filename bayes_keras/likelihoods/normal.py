@@ -95,5 +95,13 @@ class Normal(Likelihood):
         u = self.uncertainty(outputs)
         return {"mean": tf.reduce_mean(outputs, axis=1), "std": tf.sqrt(u["total_variance"])}
 
+    def sampled_negative_log_likelihood(self, outputs, seed=None):
+        s = tf.stop_gradient(self.noise_scale(outputs.dtype))
+        eps = (tf.random.normal(tf.shape(outputs), dtype=outputs.dtype) if seed is None
+               else tf.random.stateless_normal(tf.shape(outputs), seed, dtype=outputs.dtype))
+        y = tf.stop_gradient(outputs + s * eps)
+        z = (y - outputs) / s
+        return tf.reduce_sum(0.5 * tf.square(z) + tf.math.log(s) + 0.5 * LOG_2PI, axis=-1)
+
     def get_config(self):
         return {"scale": self.scale, "initial_scale": self.initial_scale}

@@ -110,8 +110,9 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
       particle mean), `step` a `StepInfo` (None when a custom loop calls `apply(grads, variables)`
       without one; a method that needs it raises).
     - `check_num_particles(n)`: raise ValueError when the method cannot run with n particles.
-    - `curvature_request`: None, or what BayesianModel must capture in the forward pass ("kfac_...",
-      "per_example_diagonal", with "_true_fisher" for sampled labels: bayes_keras.curvature.capture).
+    - `curvature_request`: None, or a `bayes_keras.curvature.CurvatureRequest` (Kronecker factors or
+      squared gradients, observed or sampled labels): what BayesianModel must capture in the forward
+      pass; the step's `LayerRecord`s then arrive as `step.curvature`.
     - `prepare_step()`: tensors drawn before the forward pass (e.g. the normals of the next sample of
       q, so that they are drawn off the critical path), handed back as `step.noise`.
     - `report(step) -> dict`: metric values of the step before the update (e.g. "free_energy",

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras._config import check_number
+from bayes_keras.curvature.capture import CurvatureRequest
 from bayes_keras.inference import mgvbp as core
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.particle_view import ParticleView
@@ -196,8 +197,8 @@ class MGVBP(GaussianVariationalOptimizer):
         """What BayesianModel must capture for this optimizer (None: nothing)."""
         if self.curvature not in _FISHERS:
             return None
-        kind = "kfac" if self.structure == "kronecker" else "per_example_diagonal"
-        return f"{kind}_true_fisher" if self.curvature == "fisher" else kind
+        return CurvatureRequest("kronecker_factors" if self.structure == "kronecker" else "squared_gradients",
+                                "sampled" if self.curvature == "fisher" else "observed")
 
     # -- the update ----------------------------------------------------------------------------
     def _step_sizes(self, learning_rate, iteration):
@@ -228,7 +229,7 @@ class MGVBP(GaussianVariationalOptimizer):
             mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(n)
             block = self._blocks[0]
             nat_p = (_fisher_diagonal(self.view, block, self._records(step), self.curvature, self.posterior_dtype)
-                     + self._tempered_prior_precision(block, step) - prec)
+                     + _tempered_prior_precision(self.view, block, step, self.curvature, self.posterior_dtype) - prec)
         else:  # per-variable sums, then the moments once on the concatenated (D,) sums
             sums = [], [], []
             for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
@@ -243,7 +244,9 @@ class MGVBP(GaussianVariationalOptimizer):
     def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
         sizes = self._step_sizes(learning_rate, iteration)
         if self.structure == "kronecker":
-            for j, (grad, target) in enumerate(zip(grads, self._kronecker_targets(step))):
+            targets = _kronecker_targets(self.view, self._blocks, self._kron_index, self._records(step),
+                                         self.curvature, step.temperature, self.posterior_dtype)
+            for j, (grad, target) in enumerate(zip(grads, targets)):
                 self._families[j].step(self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes)
             return
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
@@ -281,34 +284,6 @@ class MGVBP(GaussianVariationalOptimizer):
             raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
                              "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
         return step.curvature
-
-    def _tempered_prior_precision(self, block, step):
-        """The Normal priors' precisions over a block's coordinates divided by the posterior temperature
-        (the part of the Fisher curvatures' target that the data does not give)."""
-        precision = _prior_vectors(self.view, block, self.posterior_dtype, f"curvature='{self.curvature}'")[1]
-        return precision / tf.cast(step.temperature, self.posterior_dtype)
-
-    def _kronecker_targets(self, step):
-        """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
-        (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
-        / T as factored damping (the kernel's prior; bias rows share it)."""
-        from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
-
-        fisher = "true" if self.curvature == "fisher" else "empirical"
-        targets = [None] * len(self._blocks)
-        for r in self._records(step):
-            j = self._kron_index.get(self.view.index(r.layer.kernel))
-            if j is None:
-                continue
-            factors = kfac_factors(r, fisher)
-            a = tf.reduce_mean(tf.cast(factors["A"], self.posterior_dtype), 0)
-            g = tf.reduce_mean(tf.cast(factors["G"], self.posterior_dtype), 0)
-            targets[j] = core.damped_kronecker_factors(a, g, self._tempered_prior_precision(self._blocks[j], step)[0])
-        for j, t in enumerate(targets):
-            if t is None:
-                raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
-                                 f"{self.view.variables[self._blocks[j][0]].path}.")
-        return targets
 
     def get_config(self):
         config = super().get_config()
@@ -421,6 +396,37 @@ def _fisher_diagonal(view, block, records, curvature, dtype):
                              "(supported: Dense and Conv2D particle layers).")
         pieces.append(fisher[i])
     return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
+
+
+def _tempered_prior_precision(view, block, step, curvature, dtype):
+    """The Normal priors' precisions over a block's coordinates divided by the posterior temperature
+    (the part of the Fisher curvatures' target that the data does not give)."""
+    precision = _prior_vectors(view, block, dtype, f"curvature='{curvature}'")[1]
+    return precision / tf.cast(step.temperature, dtype)
+
+
+def _kronecker_targets(view, blocks, kron_index, records, curvature, temperature, dtype):
+    """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
+    (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
+    / T as factored damping (the kernel's prior; bias rows share it)."""
+    from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
+
+    fisher = "true" if curvature == "fisher" else "empirical"
+    targets = [None] * len(blocks)
+    for r in records:
+        j = kron_index.get(view.index(r.layer.kernel))
+        if j is None:
+            continue
+        factors = kfac_factors(r, fisher)
+        a = tf.reduce_mean(tf.cast(factors["A"], dtype), 0)
+        g = tf.reduce_mean(tf.cast(factors["G"], dtype), 0)
+        prior = _prior_vectors(view, blocks[j], dtype, f"curvature='{curvature}'")[1] / tf.cast(temperature, dtype)
+        targets[j] = core.damped_kronecker_factors(a, g, prior[0])
+    for j, t in enumerate(targets):
+        if t is None:
+            raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
+                             f"{view.variables[blocks[j][0]].path}.")
+    return targets
 
 
 def _serialize_rate(rate):

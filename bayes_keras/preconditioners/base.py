@@ -23,8 +23,8 @@ result is None there) as long as each block is fully present or fully absent.
 Interface (what a KFAC preconditioner implements as well)::
 
     class Preconditioner(Configurable):
-        curvature_request = None   # not None (e.g. KFAC's request) makes BayesianModel capture layer
-                                   # inputs / pre-activation gradients (bayes_keras.curvature.capture)
+        curvature_request = None   # a bayes_keras.curvature.CurvatureRequest (e.g. KFAC's) makes BayesianModel
+                                   # capture layer inputs / pre-activation gradients (curvature.capture)
         def build(self, optimizer, view) -> None
             # once, from the optimizer's build. view: the optimizer's ParticleView (the flattened
             # particle variables' sizes, their layers and priors, view.layer_groups: index lists,

@@ -64,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras.curvature import kfac as kfac_lib
+from bayes_keras.curvature.capture import CurvatureRequest
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
 from bayes_keras.preconditioners.kfac_layer import KFACLayerState, KroneckerOperator, damped_inverses, not_declared
 
@@ -237,7 +238,7 @@ class KFACPreconditioner(Preconditioner):
 
     @property
     def curvature_request(self):
-        return "kfac_true_fisher" if self.fisher == "true" else "kfac_empirical_fisher"
+        return CurvatureRequest("kronecker_factors", "sampled" if self.fisher == "true" else "observed")
 
     # -- build -----------------------------------------------------------------------------------
     def build(self, optimizer, view):
