@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time as st  # noqa: E402  (sets TF env / logging, puts the repo on sys.path)
+import harness  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -84,7 +85,7 @@ def main():
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=st.ARCHS, default=list(st.ARCHS))
     parser.add_argument("--optimizers", nargs="+", choices=sorted(OPTIMIZERS), default=list(OPTIMIZERS))
-    parser.add_argument("--out", default=st.RESULTS_DIR)
+    parser.add_argument("--out", default=harness.RESULTS_DIR)
     args = parser.parse_args()
     random.seed(0)
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -113,7 +114,7 @@ def main():
                     start = time.perf_counter()
                     for _ in range(args.steps):
                         logs = step()
-                    st._sync(logs)
+                    harness.sync(logs)
                     times[key][version].append((time.perf_counter() - start) / args.steps)
     rows = []
     for (arch, name), t in times.items():
@@ -130,11 +131,7 @@ def main():
                      f"{r['after_over_before']:.3f} |")
     text = "\n".join(lines)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "compare_versions.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(args.out, "compare_versions.md"), "w") as f:
-        f.write(text + "\n")
+    harness.save_results("compare_versions", result, text, args.out)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time as st  # noqa: E402  (sets TF env / logging, puts the repo on sys.path)
+import harness  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
 import keras  # noqa: E402
@@ -69,7 +70,7 @@ def main():
     parser.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=OPTIMIZERS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--out", default=st.RESULTS_DIR)
+    parser.add_argument("--out", default=harness.RESULTS_DIR)
     parser.add_argument("--stem", default="defaults")
     args = parser.parse_args()
     rows = []
@@ -91,11 +92,7 @@ def main():
         lines.append(f"| {optimizer_name}() | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{args.stem}.json"), "w") as f:
-        json.dump({"epochs": args.epochs, "seeds": args.seeds, "rows": rows}, f, indent=2)
-    with open(os.path.join(args.out, f"{args.stem}.md"), "w") as f:
-        f.write(text + "\n")
+    harness.save_results(args.stem, {"epochs": args.epochs, "seeds": args.seeds, "rows": rows}, text, args.out)
 
 
 if __name__ == "__main__":

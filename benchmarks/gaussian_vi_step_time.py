@@ -40,6 +40,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time as st  # noqa: E402  (sets TF env / logging, puts the repo on sys.path)
+import harness  # noqa: E402
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -72,7 +73,7 @@ def build_groups(archs, ns, warmup):
                 model.optimizer.build(model.trainable_variables)
                 v = st.Variant(arch, key, n, [model], [st.make_stepper(model, x, y, "fit", iterator)])
                 for _ in range(warmup + 1):  # the first call traces
-                    st._sync(v.step())
+                    harness.sync(v.step())
                 variants.append(v)
                 members[key] = v
                 print(f"  built {v.name}", flush=True)
@@ -107,8 +108,8 @@ def method_note(args):
 
 def stem(args):
     suffix = "" if args.policy == "float32" else f"_{args.policy}"
-    if st.onednn_setting() != "default":
-        suffix += f"_onednn_{st.onednn_setting()}"
+    if harness.onednn_setting() != "default":
+        suffix += f"_onednn_{harness.onednn_setting()}"
     return STEM + suffix
 
 
@@ -135,7 +136,7 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", choices=st.ARCHS, default=list(st.ARCHS))
     parser.add_argument("--quick", action="store_true", help="smoke run (few rounds, short blocks)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=st.RESULTS_DIR, help="results directory")
+    parser.add_argument("--out", default=harness.RESULTS_DIR, help="results directory")
     parser.add_argument("--policy", default="float32", choices=["float32", "mixed_bfloat16", "mixed_float16", "float64"],
                         help="Keras dtype policy of every model")
     args = parser.parse_args(argv)
@@ -145,7 +146,7 @@ def main(argv=None):
     ns = args.particles or [5, 10, 20]
 
     keras.utils.set_random_seed(args.seed)
-    load_at_start = st._load_average()
+    load_at_start = harness.load_average()
     t_start = time.perf_counter()
     print("Building and warming up variants ...", flush=True)
     groups, variants = build_groups(args.models, ns, args.warmup)
@@ -178,7 +179,7 @@ def main(argv=None):
         "raw_seconds_per_step": {v.name: v.samples for v in variants},
         "raw_visits": [{"model": g.arch, "N": g.n, "visits": g.visits} for g in groups],
         "targets": checks,
-        "machine": st.machine_info(),
+        "machine": harness.machine_info(),
         "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
                    "total_s": time.perf_counter() - t_start},
     }

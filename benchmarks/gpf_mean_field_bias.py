@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_time as st  # noqa: E402  (sets TF env / logging, puts the repo on sys.path)
+import harness  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -54,11 +55,7 @@ def main():
     lines += [f"| {r['rho']} | {r['structure']} | {r['N']} | {r['worst_relative_variance_error']:.3f} |" for r in rows]
     text = "\n".join(lines)
     print(text)
-    os.makedirs(st.RESULTS_DIR, exist_ok=True)
-    with open(os.path.join(st.RESULTS_DIR, "gpf_mean_field_bias.json"), "w") as f:
-        json.dump(rows, f, indent=2)
-    with open(os.path.join(st.RESULTS_DIR, "gpf_mean_field_bias.md"), "w") as f:
-        f.write(text + "\n")
+    harness.save_results("gpf_mean_field_bias", rows, text)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import time
 
+import harness  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
 SHAPES = [  # name, batch, N, H, W, C, F, kernel, stride
     ("LeNet conv2 (digits), N=10", 64, 10, 4, 4, 6, 16, 5, 1),
     ("LeNet conv2 (digits), N=20", 64, 20, 4, 4, 6, 16, 5, 1),
@@ -52,9 +52,9 @@ def child(rounds):
         x, k = tf.random.normal((b, h, w, n * c)), tf.random.normal((ks, ks, c, n * f))
         xb, kb = tf.random.normal((b * n, h, w, c)), tf.random.normal((ks, ks, c, f))
         variants = {"floor": (lambda x, k: tf.nn.conv2d(x, k, s, "SAME"), xb, kb)}
-        if gc._native_gradient_runs():
+        if gc.native_gradient_runs():
             variants["native"] = (lambda x, k: tf.nn.conv2d(x, k, s, "SAME"), x, k)
-        variants["portable"] = (gc._portable_grouped_conv2d(lambda x, k: tf.nn.conv2d(x, k, s, "SAME"),
+        variants["portable"] = (gc.portable_grouped_conv2d(lambda x, k: tf.nn.conv2d(x, k, s, "SAME"),
                                                             n, (s, s), "SAME", (1, 1)), x, k)
         steps, times = {}, {v: [] for v in variants}
         for v, (conv, xi, ki) in variants.items():
@@ -99,11 +99,7 @@ def main():
             lines.append(f"| {r['shape']} | {'on' if onednn == '1' else 'off'} | {r['floor']:.2f} | {native} | "
                          f"{r['portable']:.2f} | {r['portable'] / r['floor']:.2f} |")
     lines += ["", "Command: `python benchmarks/grouped_conv.py`", ""]
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "grouped_conv.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(RESULTS, "grouped_conv.md"), "w") as f:
-        f.write("\n".join(lines))
+    harness.save_results("grouped_conv", result, lines)
     print("\n".join(lines))
 
 

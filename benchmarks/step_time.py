@@ -42,11 +42,8 @@ with TF_ENABLE_ONEDNN_OPTS set, the stem gains _onednn_on / _onednn_off.
 """
 
 import argparse
-import datetime
 import gc
-import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -69,8 +66,9 @@ tf.get_logger().setLevel("ERROR")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes_keras as bk  # noqa: E402
+import harness  # noqa: E402
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS_DIR = harness.RESULTS_DIR
 BATCH_SIZE = 64
 ARCHS = ("mlp", "lenet5")
 VARIANTS = {  # key -> (letter, description)
@@ -157,16 +155,6 @@ def make_stepper(model, x, y, driver, iterator):
     return lambda: train_function(iterator)
 
 
-def _sync(logs):
-    """Materialise one output so the step has certainly finished (CPU execution is synchronous anyway)."""
-    while isinstance(logs, (list, tuple)) and logs:
-        logs = logs[-1]
-    if isinstance(logs, dict) and logs:
-        logs = next(iter(logs.values()))
-    if hasattr(logs, "numpy"):
-        logs.numpy()
-
-
 class Variant:
     """One thing to time: a list of compiled steppers run one after another per step."""
 
@@ -190,7 +178,7 @@ class Variant:
         t0 = time.perf_counter()
         for _ in range(steps):
             logs = self.step()
-        _sync(logs)
+        harness.sync(logs)
         seconds = (time.perf_counter() - t0) / steps
         self.samples.append(seconds)
         return seconds
@@ -225,7 +213,7 @@ def build_groups(archs, ns, driver, warmup):
             xd, yd, it = (x, y, iterator) if data is None else data
             v = Variant(arch, key, n, models, [make_stepper(m, xd, yd, driver, it) for m in models])
             for _ in range(warmup + 1):  # the first call traces; a few more settle caches
-                _sync(v.step())
+                harness.sync(v.step())
             variants.append(v)
             print(f"  built {v.name}", flush=True)
             return v
@@ -309,40 +297,6 @@ def targets(rows):
     return out
 
 
-def _load_average():
-    """1, 5 and 15 minute load averages (the machine may be shared), or None where unavailable."""
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-def machine_info():
-    import tensorflow_probability as tfp
-    import tf_keras
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "tf_keras": tf_keras.__version__,
-        "tensorflow_probability": tfp.__version__,
-        "bayes_keras": bk.__version__,
-        "load_average_1_5_15min": _load_average(),
-        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "onednn": onednn_setting(),
-    }
-
-
-def onednn_setting():
-    """TF_ENABLE_ONEDNN_OPTS as this process saw it ("default" when unset: on for AVX-512-class x86)."""
-    return {"0": "off", "1": "on"}.get(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), "default")
-
-
 def method_note(args):
     if args.driver == "fit":
         driver = ("`model.train_function(iterator)` on a persistent tf.data iterator repeating one fixed batch, i.e. "
@@ -384,7 +338,7 @@ def main(argv=None):
     ns = args.particles or [5, 10, 20]
 
     keras.utils.set_random_seed(args.seed)
-    load_at_start = _load_average()
+    load_at_start = harness.load_average()
     t_start = time.perf_counter()
     print(f"Building and warming up variants (driver={args.driver}) ...", flush=True)
     groups, variants = build_groups(args.models, ns, args.driver, args.warmup)
@@ -414,7 +368,7 @@ def main(argv=None):
         "raw_seconds_per_step": {v.name: v.samples for v in variants},
         "raw_visits": [{"model": g.arch, "N": g.n, "visits": g.visits} for g in groups],
         "targets": checks,
-        "machine": machine_info(),
+        "machine": harness.machine_info(),
         "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
                    "total_s": time.perf_counter() - t_start},
     }
@@ -429,9 +383,6 @@ _LIBRARY_NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_
 def write_report(out, stem, result, title, variants_line, table, note,
                  libraries=("tensorflow", "keras", "tensorflow_probability"), machine_extra=""):
     """Write `result` as out/stem.json and a markdown report out/stem.md (shared by the step-time benchmarks)."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, stem + ".json"), "w") as f:
-        json.dump(result, f, indent=2)
     m = result["machine"]
     device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
     libs = ", ".join(f"{_LIBRARY_NAMES[k]} {m[k]}" for k in libraries)
@@ -452,16 +403,14 @@ def write_report(out, stem, result, title, variants_line, table, note,
                                                for name, c in result["targets"].items()) + ".",
         "",
         f"Command: `{result['settings']['command']}`",
-        "",
     ]
-    with open(os.path.join(out, stem + ".md"), "w") as f:
-        f.write("\n".join(lines))
+    harness.save_results(stem, result, lines, out)
 
 
 def write_results(args, result, table):
     stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
-    if onednn_setting() != "default":
-        stem += f"_onednn_{onednn_setting()}"
+    if harness.onednn_setting() != "default":
+        stem += f"_onednn_{harness.onednn_setting()}"
     write_report(args.out, stem, result, "Seconds per training step: particles vs. separate models vs. Flipout VI",
                  "Milliseconds per step (median). Variants: "
                  + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",

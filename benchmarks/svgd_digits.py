@@ -80,8 +80,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import bayes_keras as bk  # noqa: E402
+import harness  # noqa: E402
 import step_time  # noqa: E402  (the paired, interleaved timing harness)
-from bayes_keras.curvature import capture as capture_lib  # noqa: E402
 from bayes_keras.curvature import kfac as kfac_lib  # noqa: E402
 from bayes_keras.inference.svgd import matrix_svgd_average_direction, svgd_direction  # noqa: E402
 from bayes_keras.preconditioners.kfac import damped_inverses  # noqa: E402
@@ -90,7 +90,7 @@ tf.get_logger().setLevel("ERROR")
 # a diverging grid point warns once per skipped step; the counts are recorded instead
 warnings.filterwarnings("ignore", message=".*training step\\(s\\) skipped.*", category=RuntimeWarning)
 
-RESULTS_DIR = os.path.join(HERE, "results")
+RESULTS_DIR = harness.RESULTS_DIR
 PARTICLES, BATCH, UNITS = 10, 64, 32
 EPOCHS, LENET_EPOCHS = 20, 10
 SEEDS = (0, 1, 2)
@@ -218,8 +218,8 @@ class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: the model captures KFAC statistics (inputs, pre-activation gradients) but the step
     is vanilla SVGD with plain SGD (no factors, no inverses, no Q-metric kernel)."""
 
-    def _direction_and_status(self, particles, grads, groups, records):
-        d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
+    def preconditioned_direction(self, particles, grads, groups, records):
+        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
         return d, tf.constant(True), tf.constant(float("nan"))
 
 
@@ -227,9 +227,9 @@ class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: capture + this batch's KFAC factors + their EMA (and the preconditioner's inversion
     schedule), but the step is vanilla SVGD with plain SGD."""
 
-    def _direction_and_status(self, particles, grads, groups, records):
+    def preconditioned_direction(self, particles, grads, groups, records):
         curvature = self.preconditioner.update(particles, grads, records)
-        d = svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
+        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
         return d, curvature.is_finite(), tf.constant(float("nan"))
 
 
@@ -244,7 +244,7 @@ class FullInversionMatrixSVGD(bk.optimizers.MatrixSVGD):
 class NoInversionKFAC(bk.preconditioners.KFACPreconditioner):
     """Profile variant: KFAC statistics on the library's schedule, but never inverted (Q_bar stays I)."""
 
-    def _invert(self, temperature):
+    def invert(self, temperature):
         pass
 
 
@@ -309,7 +309,7 @@ def run_lenet_timing(args, log):
         v = step_time.Variant("lenet5", key, PARTICLES, [model],
                               [step_time.make_stepper(model, x, y, "fit", iterator)])
         for _ in range(args.warmup + KFAC_WARMUP + 1):  # past KFAC's warm-up: the steady state is timed
-            step_time._sync(v.step())
+            harness.sync(v.step())
         members[key], models[key] = v, model
         log(f"  built {key}")
     group = step_time.Group("lenet5", PARTICLES, members)
@@ -394,13 +394,13 @@ def run_microbenchmarks(args, log):
     opt = FullInversionMatrixSVGD(TIMING_LR, pre)  # the per-particle state is computed too, to time both
     model.compile(optimizer=opt, dataset_size=dataset_size)
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # builds the optimizer and the KFAC state
-    with capture_lib.capturing() as records:
-        with tf.GradientTape() as tape:
-            outputs = model(x, training=True)
-            log_joint, _ = model._log_joint(y, outputs, None)
-            loss = -tf.reduce_sum(log_joint)
-    pre_grads = tape.gradient(loss, [r.preactivations for r in records])
-    model._finish_records(records, pre_grads, tf.shape(outputs)[0])
+    # The mean-only inversion of the average mode, on a preconditioner of its own.
+    mean_model = lenet()
+    pre_mean = kfac(**FAST)
+    mean_model.compile(optimizer=bk.optimizers.MatrixSVGD(TIMING_LR, pre_mean), dataset_size=dataset_size)
+    mean_model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    _, step = model.bayesian_gradients(x, y)  # the step's captured curvature records, as fit hands them over
+    records = list(step.curvature)
 
     def closure(f, *a):
         return tf.function(lambda: f(*a))
@@ -418,38 +418,34 @@ def run_microbenchmarks(args, log):
             previous = _previous_patches(r.layer, r.inputs)
             shapes[name]["patches"] = tuple(int(d) for d in patches.shape)
             fns[f"patches/{name}"] = closure(kfac_lib.conv_patches, r.layer, r.inputs)
-            fns[f"matmul_A/{name}"] = closure(lambda p: kfac_lib._input_factor(p, False, PARTICLES), patches)
+            fns[f"matmul_A/{name}"] = closure(lambda p: kfac_lib.input_factor(p, False, PARTICLES), patches)
             fns[f"old_patches/{name}"] = closure(_previous_patches, r.layer, r.inputs)
             fns[f"old_einsum_A/{name}"] = closure(einsum_a, previous)
             old = tf.broadcast_to(einsum_a(previous), (PARTICLES,) + tuple(einsum_a(previous).shape[1:]))
-            new = kfac_lib._input_factor(patches, False, PARTICLES) * tf.cast(
+            new = kfac_lib.input_factor(patches, False, PARTICLES) * tf.cast(
                 tf.shape(patches)[0] * tf.shape(patches)[2], tf.float32)
             differences[name] = float(tf.reduce_max(tf.abs(new - old)) / tf.reduce_max(tf.abs(old)))
     fns["factors/all layers"] = tf.function(lambda: [t for r in records for t in kfac_lib.kfac_factors(r).values()])
 
     inversion_names = []
-    for k, state in enumerate(pre._state):
-        for block in state["spec"].blocks:
-            a = tf.cast(state["factors"][block.a].value, tf.float64)
-            g = tf.cast(state["factors"][block.g].value, tf.float64)
-            name = f"{state['spec'].layer.name}/{block.role} A{tuple(a.shape)} G{tuple(g.shape)}"
+    for layer, factors in zip(model.particle_layers, pre.factor_variables):
+        for block in kfac_lib.kronecker_spec(layer).blocks:
+            a = tf.cast(factors[block.a].value, tf.float64)
+            g = tf.cast(factors[block.g].value, tf.float64)
+            name = f"{layer.name}/{block.role} A{tuple(a.shape)} G{tuple(g.shape)}"
             inversion_names.append(name)
             fns[f"inv_pp/{name}"] = closure(lambda a, g: damped_inverses(a, g, 1.0), a, g)
             fns[f"inv_mean/{name}"] = closure(
                 lambda a, g: damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0), 1.0), a, g)
 
-    def whole_inversion(per_particle):  # the library's _invert as built for the average mode / in full
+    def whole_inversion(preconditioner):  # the library's invert: mean only (average mode) / in full
         def run():
-            saved, pre._per_particle = pre._per_particle, per_particle
-            try:
-                pre._invert(1.0)
-            finally:
-                pre._per_particle = saved
+            preconditioner.invert(1.0)
             return tf.constant(0.0)
         return tf.function(run)
 
-    fns["inv_all_mean"] = whole_inversion(False)
-    fns["inv_all_full"] = whole_inversion(True)
+    fns["inv_all_mean"] = whole_inversion(pre_mean)
+    fns["inv_all_full"] = whole_inversion(pre)
 
     n = PARTICLES
     xs = [tf.reshape(v.value, (n, -1)) for v in model.particle_variables]
@@ -483,8 +479,8 @@ def run_microbenchmarks(args, log):
     for name in inversion_names:
         out["inversion_ms"][name] = {"per-particle eigh (float64)": t[f"inv_pp/{name}"],
                                      "mean only eigh (float64)": t[f"inv_mean/{name}"]}
-    out["inversion_ms"]["whole _invert, mean only (average mode), all layers, with assigns"] = t["inv_all_mean"]
-    out["inversion_ms"]["whole _invert, per-particle + mean, all layers, with assigns"] = t["inv_all_full"]
+    out["inversion_ms"]["whole invert, mean only (average mode), all layers, with assigns"] = t["inv_all_mean"]
+    out["inversion_ms"]["whole invert, per-particle + mean, all layers, with assigns"] = t["inv_all_full"]
     out["direction_ms"] = {k: t[f"dir/{k}"] for k in directions}
     log("  microbenchmarks done")
     return out
@@ -612,13 +608,11 @@ def write_results(args, result):
                                         "load_average_at_start":
                                             previous.get("timing", {}).get("load_average_at_start"),
                                         "seconds": result[other].get("seconds", float("nan"))}
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    render_markdown(result, os.path.join(args.out, stem + ".md"))
+    harness.save_results(stem, result, render_markdown(result), args.out, indent=1, default=str)
     return stem
 
 
-def render_markdown(result, path):
+def render_markdown(result):
     m = result["machine"]
     device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
     lines = ["# Matrix-valued-kernel SVGD (KFAC) vs vanilla SVGD on digits: GRU error, LeNet-5 step time", "",
@@ -638,8 +632,7 @@ def render_markdown(result, path):
         lines += ["## 2. LeNet-5 with MatrixSVGD(average, KFAC(inversion_period=20, factor_period=20))", "",
                   *_md_run(lenet.get("run")),
                   lenet_markdown(lenet["training"], lenet["timing"], lenet["microbenchmarks"]), "", LENET_NOTE, ""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -662,7 +655,9 @@ def main(argv=None):
     if args.render:
         stem = "svgd_digits_quick" if args.quick else "svgd_digits"
         with open(os.path.join(args.out, stem + ".json")) as f:
-            render_markdown(json.load(f), os.path.join(args.out, stem + ".md"))
+            text = render_markdown(json.load(f))
+        with open(os.path.join(args.out, stem + ".md"), "w") as f:
+            f.write(text)
         return
     args.seeds = args.seeds or ([0] if args.quick else list(SEEDS))
     args.epochs = args.epochs or (3 if args.quick else EPOCHS)
@@ -670,7 +665,7 @@ def main(argv=None):
     args.rounds = args.rounds or (4 if args.quick else 15)
 
     t_start = time.perf_counter()
-    load_at_start = step_time._load_average()
+    load_at_start = harness.load_average()
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.0f} s] {msg}", flush=True)
@@ -683,12 +678,12 @@ def main(argv=None):
     command = result["settings"]["command"]
 
     def provenance(t0):
-        return {"command": command, "date": step_time.machine_info()["date"], "load_average_at_start":
-                step_time._load_average(), "seconds": time.perf_counter() - t0}
+        return {"command": command, "date": harness.machine_info()["date"], "load_average_at_start":
+                harness.load_average(), "seconds": time.perf_counter() - t0}
 
     if args.part in ("all", "gru"):
         log("Part 1: GRU on digit rows")
-        t0, load = time.perf_counter(), step_time._load_average()
+        t0, load = time.perf_counter(), harness.load_average()
         result["gru"] = run_gru(args, log)
         result["gru"]["seconds"] = time.perf_counter() - t0
         result["gru"]["tune_seed"] = args.tune_seed
@@ -696,7 +691,7 @@ def main(argv=None):
         print("\n" + gru_tables(result["gru"])[0] + "\n", flush=True)
     if args.part in ("all", "lenet"):
         log("Part 2: LeNet-5")
-        t0, load = time.perf_counter(), step_time._load_average()
+        t0, load = time.perf_counter(), harness.load_average()
         training = run_lenet_training(args, log)
         timing = run_lenet_timing(args, log)
         micro = None if args.no_micro else run_microbenchmarks(args, log)
@@ -708,7 +703,7 @@ def main(argv=None):
                                              "SVGD step time <= 1.5 (LeNet-5, N=10, batch 64)",
                                      "ratio": ratio, "pass": bool(ratio <= 1.5)}
         print("\n" + lenet_markdown(training, timing, micro) + "\n", flush=True)
-    result["machine"] = step_time.machine_info()
+    result["machine"] = harness.machine_info()
     result["timing"] = {"load_average_at_start": load_at_start, "total_s": time.perf_counter() - t_start}
     stem = write_results(args, result)
     log(f"Wrote {args.out}/{stem}.json and {stem}.md")

@@ -27,8 +27,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+import harness  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = harness.RESULTS_DIR
 N_PARTICLES, STEPS, SEEDS = 20, 300, (0, 1, 2, 3, 4)
 GRIDS = {
     "vanilla SVGD (dim-wise RMSProp)": (lambda lr: bk.optimizers.SVGD(lr), (0.01, 0.03, 0.1, 0.3)),
@@ -64,9 +65,9 @@ def test_ll(trajectory, xt, yt):
     return np.mean(np.logaddexp.reduce(log_lik, axis=1) - np.log(n), axis=1)  # log mean_n p(y | w_n)
 
 
-def first_reach(curve, level):
-    hit = np.nonzero(curve >= level)[0]
-    return int(hit[0]) + 1 if len(hit) else None
+def first_iteration(curve, level):
+    """The first iteration (1, 2, ...) at which a test-LL curve reaches `level`."""
+    return harness.first_reach(curve, level, iterations=np.arange(1, len(curve) + 1))
 
 
 def main():
@@ -93,12 +94,12 @@ def main():
 
     vanilla = max((k for k in curves if k[0].startswith("vanilla SVGD (dim")), key=lambda k: final(curves[k]))
     level = final(curves[vanilla])
-    vanilla_iters = first_reach(curves[vanilla], level)
+    vanilla_iters = first_iteration(curves[vanilla], level)
     delta = 2e-3  # the stationary test LLs of the methods differ by ~1e-3: also report reaching level - delta
-    vanilla_iters_d = first_reach(curves[vanilla], level - delta)
+    vanilla_iters_d = first_iteration(curves[vanilla], level - delta)
     rows = []
     for (name, lr), c in curves.items():
-        it, it_d = first_reach(c, level), first_reach(c, level - delta)
+        it, it_d = first_iteration(c, level), first_iteration(c, level - delta)
         rows.append({"method": name, "lr": lr, "final_test_ll": final(c), "iters_to_vanilla_final": it,
                      "ratio": None if it is None else it / vanilla_iters,
                      "iters_to_vanilla_final_minus_delta": it_d,
@@ -123,16 +124,14 @@ def main():
             "negative log posterior (bk.preconditioners.HessianPreconditioner, default damping), Q-metric RBF kernel, "
             "SGD; vanilla: RBF with the median rule.")
     print("\n" + table + "\n\n" + note)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "svgd_logreg_hessian.json"), "w") as f:
-        json.dump({"rows": rows, "reference": {"method": vanilla[0], "lr": vanilla[1], "final": level,
-                                               "iterations": vanilla_iters},
-                   "curves": {f"{k[0]} | lr {k[1]:g}": v.tolist() for k, v in curves.items()},
-                   "machine": platform.platform(), "seconds": time.time() - t0}, f, indent=1)
-    with open(os.path.join(args.out, "svgd_logreg_hessian.md"), "w") as f:
-        f.write("# breast_cancer logistic regression, full batch: vanilla SVGD vs MatrixSVGD with the exact "
-                f"Hessian\n\n{table}\n\n{note}\n\nCommand: `python benchmarks/svgd_logreg_hessian.py` "
-                f"({time.time() - t0:.0f} s on {os.cpu_count()} cores).\n")
+    harness.save_results(
+        "svgd_logreg_hessian",
+        {"rows": rows, "reference": {"method": vanilla[0], "lr": vanilla[1], "final": level, "iterations": vanilla_iters},
+         "curves": {f"{k[0]} | lr {k[1]:g}": v.tolist() for k, v in curves.items()},
+         "machine": platform.platform(), "seconds": time.time() - t0},
+        "# breast_cancer logistic regression, full batch: vanilla SVGD vs MatrixSVGD with the exact "
+        f"Hessian\n\n{table}\n\n{note}\n\nCommand: `python benchmarks/svgd_logreg_hessian.py` "
+        f"({time.time() - t0:.0f} s on {os.cpu_count()} cores).", args.out, indent=1)
 
 
 if __name__ == "__main__":

@@ -63,9 +63,10 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes_keras as bk  # noqa: E402
+import harness  # noqa: E402
 from bayes_keras.inference.step_rules import StepRule  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = harness.RESULTS_DIR
 # (name, mode, curvature source); "hessian": exact Hessian of -log p, eigenvalue-clipped;
 # "surrogate": the authors' PSD curvature (Gauss-Newton / responsibility-weighted precisions).
 METHODS = (("vanilla", None, None), ("average", "average", "hessian"), ("mixture", "mixture", "hessian"),
@@ -204,11 +205,6 @@ def tail_score(curve, k=20):
     return float(np.mean(c)) if np.all(np.isfinite(c)) else float("inf")
 
 
-def first_reach(curve, level):
-    hits = np.nonzero(curve <= level)[0]
-    return int(hits[0]) if len(hits) else None
-
-
 def grid_for(method, quick):
     """(step rule, learning rate, shrinkage) candidates of a method."""
     _, mode, _ = method
@@ -273,8 +269,8 @@ def main():
         target = toy_report["best"]["vanilla"]["final_mmd2"]
         for name in NAMES:
             best = toy_report["best"][name]
-            best["iterations_to_vanilla_final"] = first_reach(np.array(best["mmd2_mean_curve"]), target)
-            best["iterations_to_vanilla_final_per_seed"] = [first_reach(r["mmd2"], target) for r in best_runs[name]]
+            best["iterations_to_vanilla_final"] = harness.first_reach(best["mmd2_mean_curve"], target, higher_is_better=False)
+            best["iterations_to_vanilla_final_per_seed"] = [harness.first_reach(r["mmd2"], target, higher_is_better=False) for r in best_runs[name]]
         toy_report["final_particles_seed0"] = {m: best_runs[m][0]["particles"].tolist() for m in NAMES}
         report["toys"][toy] = toy_report
         plots[toy] = log_prob
@@ -284,11 +280,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_seconds": round(time.time() - started, 1),
         "command": "python benchmarks/svgd_toys.py" + (" --quick" if args.quick else "")}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "svgd_toys.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(RESULTS, "svgd_toys.md"), "w") as f:
-        f.write(markdown(report))
+    harness.save_results("svgd_toys", report, markdown(report), RESULTS, indent=1)
     plot(report, plots, os.path.join(RESULTS, "svgd_toys.png"))
     print(markdown(report))
 

@@ -101,8 +101,9 @@ warnings.filterwarnings("ignore", message=".*`shuffle=True` was passed.*")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes_keras as bk  # noqa: E402
+import harness  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = harness.RESULTS_DIR
 TAIL = 0.25  # fraction of the curve averaged for "final"
 
 # Default grids: method -> {step rule: learning rates}. Matrix SVGD's SGD step is Q^-1 times the kernel-
@@ -298,12 +299,6 @@ def tail_mean(curve, its):
     return float(np.mean(c)) if np.all(np.isfinite(c)) else float("-inf")
 
 
-def first_reach(curve, level, its):
-    c = np.asarray(curve, dtype=np.float64)
-    hits = np.nonzero(np.isfinite(c) & (c >= level))[0]
-    return int(its[hits[0]]) if len(hits) else None
-
-
 def grid_configs(experiment, quick, methods):
     grids = (QUICK_GRIDS if quick else GRIDS)[experiment]
     return {m: [(rule, lr) for rule, lrs in grids[m].items() for lr in lrs] for m in methods}
@@ -337,8 +332,8 @@ def add_reach(summary, runs, targets, its):
 
     targets: name -> (curve key, level)."""
     for name, (key, level) in targets.items():
-        summary["reach_" + name] = first_reach(summary[key + "_mean_curve"], level, its)
-        summary["reach_" + name + "_per_run"] = [first_reach(r[key], level, its) for r in runs]
+        summary["reach_" + name] = harness.first_reach(summary[key + "_mean_curve"], level, iterations=its)
+        summary["reach_" + name + "_per_run"] = [harness.first_reach(r[key], level, iterations=its) for r in runs]
 
 
 def _ratio(a, b):
@@ -614,11 +609,8 @@ def main():
         ns.iters = (ns.iters // ns.eval_every) * ns.eval_every
         report = run_experiment(experiment, ns)
         name = f"svgd_uci_{experiment}" + ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "")
-        with open(os.path.join(RESULTS, name + ".json"), "w") as f:
-            json.dump(report, f, indent=1)
         text = markdown(report)
-        with open(os.path.join(RESULTS, name + ".md"), "w") as f:
-            f.write(text)
+        harness.save_results(name, report, text, RESULTS, indent=1)
         plot(report, os.path.join(RESULTS, name + ".png"))
         print(text, flush=True)
 

@@ -7,8 +7,7 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.callbacks import LowerBoundStopping
-from targets import paper_mgvbp
-from test_model import _class_data, _linear_data, _linear_model, _tiny_classifier
+from targets import class_data, keras_round_trip, linear_data, linear_model, paper_mgvbp, tiny_classifier
 
 NOISE = 0.5
 
@@ -43,8 +42,8 @@ def _reference_rule(lower_bounds, window, patience):
 
 
 def _fit_linear(steps, callbacks, optimizer=None, particles=4):
-    x, y = _linear_data(noise=NOISE)
-    model = _linear_model(3, particles, bk.likelihoods.Normal(scale=NOISE))
+    x, y = linear_data(noise=NOISE)
+    model = linear_model(3, particles, bk.likelihoods.Normal(scale=NOISE))
     model.compile(optimizer=optimizer or paper_mgvbp(0.1, structure="diagonal", seed=0))
     ds = tf.data.Dataset.from_tensors((x, y)).repeat(steps)  # full batch, constant learning rate
     model.fit(ds, epochs=1, dataset_size=len(x), shuffle=False, verbose=0, callbacks=callbacks)
@@ -133,8 +132,8 @@ def test_rule_on_scripted_lower_bounds():
 
 
 def test_steps_are_counted_across_epochs():
-    x, y = _linear_data(noise=NOISE)
-    model = _linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
+    x, y = linear_data(noise=NOISE)
+    model = linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
     model.compile(optimizer=paper_mgvbp(0.1, structure="diagonal", seed=0))
     recorder, stopper = _Recorder(), LowerBoundStopping(window=10, patience=5)
     history = model.fit(x, y, batch_size=20, epochs=300, shuffle=False, verbose=0, callbacks=[recorder, stopper])
@@ -178,8 +177,8 @@ def test_restore_best_false_keeps_the_last_state():
 
 
 def test_mean_field_vi_and_short_runs():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.MeanFieldVI(1e-2, seed=0))
     recorder, stopper = _Recorder(), LowerBoundStopping(window=5, patience=1000)
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[recorder, stopper])  # 8 steps
@@ -195,8 +194,8 @@ def test_mean_field_vi_and_short_runs():
 
 
 def test_optimizer_without_lower_bound_raises():
-    x, y = _linear_data(noise=NOISE)
-    model = _linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
+    x, y = linear_data(noise=NOISE)
+    model = linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     with pytest.raises(ValueError, match="GaussianParticleFlow has no `lower_bound`, `posterior_variables`"):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[LowerBoundStopping()])
@@ -214,5 +213,5 @@ def test_config_round_trip():
     assert config == {"window": 7, "patience": 3, "restore_best": False, "verbose": 1}
     assert LowerBoundStopping.from_config(config).get_config() == config
     assert keras.saving.get_registered_name(LowerBoundStopping) == "bayes_keras>LowerBoundStopping"
-    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(stopper))
+    restored = keras_round_trip(stopper, None)
     assert isinstance(restored, LowerBoundStopping) and restored.get_config() == config

@@ -45,45 +45,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-import bayes_keras as bk  # noqa: E402
+from targets import NUTS_MEAN_TOL, NUTS_SD_TOL, breast_cancer_nuts, run_gpf_breast_cancer  # noqa: E402
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "breast_cancer_nuts.npz")
-
-NUM_PARTICLES = 256
+# The run: full GPF, 256 particles, SGD at 1.5e-2 from N(0, 0.1^2) (targets.run_gpf_breast_cancer).
 NUM_STEPS = 8000
-LEARNING_RATE = 1.5e-2
-STEP_RULE = "sgd"
-INIT_SPREAD = 0.1
-SEED = 0
-
-MEAN_TOL = 0.1  # in NUTS posterior standard deviations
-SD_TOL = 0.15  # relative error of the marginal standard deviation
-
-
-def _reference():
-    ref = np.load(FIXTURE)
-    return {k: ref[k] for k in ref.files}
-
-
-def _log_prob_fn():
-    (x, y), _ = bk.datasets.load_breast_cancer(add_bias=True)
-    x = tf.constant(x)
-    y = tf.constant(y.astype(np.float32))
-
-    def log_prob(w):  # (N, 31) -> (N,): Bernoulli log likelihood + N(0, I) log prior (up to a constant)
-        logits = tf.matmul(w, x, transpose_b=True)  # (N, 569)
-        return tf.reduce_sum(y * logits - tf.math.softplus(logits), axis=1) - 0.5 * tf.reduce_sum(w * w, axis=1)
-
-    return log_prob
-
-
-def _run_gpf(num_steps, num_particles=NUM_PARTICLES, seed=SEED):
-    init = INIT_SPREAD * np.random.default_rng(seed).standard_normal((num_particles, 31)).astype(np.float32)
-    opt = bk.optimizers.GaussianParticleFlow(LEARNING_RATE, structure="full", step_rule=STEP_RULE,
-                                             mean_preconditioning=False)
-    return bk.inference.run_particles(_log_prob_fn(), init, opt, num_steps)
 
 
 def _errors(run, ref):
@@ -95,12 +61,12 @@ def _errors(run, ref):
 
 @pytest.fixture(scope="module")
 def reference():
-    return _reference()
+    return breast_cancer_nuts()
 
 
 @pytest.fixture(scope="module")
 def gpf_run():
-    return _run_gpf(NUM_STEPS)
+    return run_gpf_breast_cancer(NUM_STEPS)
 
 
 def test_reference_is_converged(reference):
@@ -115,10 +81,10 @@ def test_gpf_matches_nuts_posterior(gpf_run, reference):
     assert np.all(np.isfinite(gpf_run.particles))
     mean_err, sd_ratio = _errors(gpf_run, reference)
     worst_mean, worst_sd = int(np.argmax(mean_err)), int(np.argmax(np.abs(sd_ratio - 1.0)))
-    assert np.all(mean_err < MEAN_TOL), (
-        f"GPF mean off by {mean_err[worst_mean]:.3f} NUTS sd at coordinate {worst_mean} (tolerance {MEAN_TOL})")
-    assert np.all(np.abs(sd_ratio - 1.0) < SD_TOL), (
-        f"GPF sd / NUTS sd = {sd_ratio[worst_sd]:.3f} at coordinate {worst_sd} (tolerance {SD_TOL})")
+    assert np.all(mean_err < NUTS_MEAN_TOL), (
+        f"GPF mean off by {mean_err[worst_mean]:.3f} NUTS sd at coordinate {worst_mean} (tolerance {NUTS_MEAN_TOL})")
+    assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL), (
+        f"GPF sd / NUTS sd = {sd_ratio[worst_sd]:.3f} at coordinate {worst_sd} (tolerance {NUTS_SD_TOL})")
 
 
 def test_gpf_free_energy_decreases(gpf_run):
@@ -132,10 +98,10 @@ def test_gpf_free_energy_decreases(gpf_run):
 def test_gpf_more_steps_same_answer(gpf_run, reference):
     """Twice the steps: still within tolerance and the same answer (measured: no mean moves by more
     than 0.004 sd, no sd by more than 0.9 %; the free energy keeps creeping down, 25.99 -> 25.90)."""
-    longer = _run_gpf(2 * NUM_STEPS)
+    longer = run_gpf_breast_cancer(2 * NUM_STEPS)
     mean_err, sd_ratio = _errors(longer, reference)
-    assert np.all(mean_err < MEAN_TOL)
-    assert np.all(np.abs(sd_ratio - 1.0) < SD_TOL)
+    assert np.all(mean_err < NUTS_MEAN_TOL)
+    assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL)
     assert np.max(np.abs(longer.mean - gpf_run.mean) / reference["sd"]) < 0.02
     sd_short, sd_long = np.sqrt(np.diag(gpf_run.covariance)), np.sqrt(np.diag(longer.covariance))
     assert np.max(np.abs(sd_long / sd_short - 1.0)) < 0.025

@@ -13,10 +13,10 @@ import tensorflow as tf
 from scipy.stats import multivariate_normal
 
 import bayes_keras as bk
+from targets import correlated_gaussian_2d, keras_round_trip
 from bayes_keras.inference.svgd import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
                                         mixture_log_weights, svgd_direction)
 from bayes_keras.preconditioners import DenseCurvature, IdentityPreconditioner
-from test_svgd import _correlated_gaussian_2d
 
 N, D = 5, 3
 
@@ -211,7 +211,7 @@ def test_functional_door_modes_fit_a_correlated_gaussian():
     """2-D Gaussian, exact Hessian, 50 particles: both modes reach the mean and (as vanilla SVGD with
     the median bandwidth: measured 0.85-0.9 of the truth) a slightly under-dispersed covariance in the
     right orientation. The mixture's weight entropy is reported and equals the directly computed one."""
-    mu, sigma, log_p = _correlated_gaussian_2d()
+    mu, sigma, log_p = correlated_gaussian_2d()
     x0 = np.random.default_rng(7).standard_normal((50, 2)) * 1.5
     for mode in ["average", "mixture"]:
         opt = bk.optimizers.MatrixSVGD(0.3, "hessian", mode=mode)
@@ -324,9 +324,7 @@ def test_matrix_svgd_through_fit_and_saving(tmp_path):
     model.fit(x, y, batch_size=32, epochs=20, verbose=0)
     assert model.evaluate(x, y, verbose=0, return_dict=True)["nll"] < before - 1.0
     assert 0.0 < float(opt.mixture_weight_entropy) <= np.log(4) + 1e-6
-    path = str(tmp_path / "matrix_svgd.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "matrix_svgd")
     assert isinstance(loaded.optimizer, bk.optimizers.MatrixSVGD)
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
     assert isinstance(loaded.optimizer.preconditioner, IdentityPreconditioner)

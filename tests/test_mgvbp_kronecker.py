@@ -110,7 +110,7 @@ def test_kronecker_conv_net_trains_and_keeps_factors_positive_definite():
     model.fit(x[keep], y[keep], epochs=8, batch_size=64, verbose=0)
     probs = model.predict(xt[keep_t], verbose=0)
     assert np.mean(np.argmax(probs, 1) == yt[keep_t]) > 0.9
-    for state in optimizer._state:
+    for state in optimizer.posterior_blocks:
         for name in ("factor_a", "factor_g"):
             assert np.min(np.linalg.eigvalsh(state[name].numpy())) > 0
 

@@ -26,8 +26,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
-from targets import paper_mgvbp  # noqa: E402
-from test_gpf_nuts import MEAN_TOL, SD_TOL, _log_prob_fn, _reference, _run_gpf  # noqa: E402
+from targets import NUTS_MEAN_TOL, NUTS_SD_TOL, breast_cancer_log_prob, breast_cancer_nuts, paper_mgvbp, run_gpf_breast_cancer  # noqa: E402
 
 
 def _run_mgvbp(estimator="gradient", samples=100, lr=0.1, tau=300, steps=4000):
@@ -48,13 +47,13 @@ def _check_against_nuts(mean, cov, ref):
     sd = np.sqrt(np.diag(cov))
     mean_err = np.abs(mean - ref["mean"]) / ref["sd"]
     sd_ratio = sd / ref["sd"]
-    assert np.all(mean_err < MEAN_TOL), f"worst mean error {mean_err.max():.3f} NUTS sd"
-    assert np.all(np.abs(sd_ratio - 1.0) < SD_TOL), f"sd ratios {sd_ratio.min():.3f}..{sd_ratio.max():.3f}"
+    assert np.all(mean_err < NUTS_MEAN_TOL), f"worst mean error {mean_err.max():.3f} NUTS sd"
+    assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL), f"sd ratios {sd_ratio.min():.3f}..{sd_ratio.max():.3f}"
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return _reference()
+    return breast_cancer_nuts()
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +67,12 @@ def test_mgvbp_full_matches_nuts_posterior(mgvbp_gaussian, reference):
 
 def test_mgvbp_and_gpf_reach_the_same_gaussian_optimum(mgvbp_gaussian, reference):
     mean, cov = mgvbp_gaussian
-    gpf = _run_gpf(8000)
+    gpf = run_gpf_breast_cancer(8000)
     sd, sd_gpf = np.sqrt(np.diag(cov)), np.sqrt(np.diag(gpf.covariance))
     assert np.max(np.abs(mean - gpf.mean) / reference["sd"]) < 0.1
     assert np.all(np.abs(sd / sd_gpf - 1.0) < 0.12)  # GPF's N = 256 sds run up to 7 % wide
     # The shared objective, with common random numbers: ELBO(q) = E_q[log p(y, w)] + H(q).
-    log_prob = _log_prob_fn()
+    log_prob = breast_cancer_log_prob()
     eps = np.random.default_rng(0).standard_normal((40_000, 31))
 
     def elbo(m, c):

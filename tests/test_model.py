@@ -9,28 +9,23 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import bayes_keras as bk
-from targets import exact_linear_posterior, linear_data, linear_model, linear_particles
+from targets import class_data, exact_linear_posterior, linear_data, linear_model, linear_particles, tiny_classifier
 
 tfd = tfp.distributions
-
-
-# The conjugate target lives in tests/targets.py; these names are kept for the modules importing them.
-_linear_data, _linear_model = linear_data, linear_model
-_exact_posterior, _particles = exact_linear_posterior, linear_particles
 
 
 def test_gpf_through_fit_recovers_conjugate_posterior():
     """Gaussian posterior + D + 1 particles: GPF's fixed point is the exact posterior (Theorem 1),
     so this checks the whole Keras path (likelihood scaling, prior, gradient hand-off)."""
     noise = 0.5
-    x, y = _linear_data(noise=noise)
-    mean, cov = _exact_posterior(x, y, noise)
-    model = _linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
+    x, y = linear_data(noise=noise)
+    mean, cov = exact_linear_posterior(x, y, noise)
+    model = linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
     # eta * lambda_max(posterior precision ~ 240) ~ 0.5 < 2: stable; 4000 steps -> t = 8.
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(2e-3, step_rule="sgd"))
     ds = tf.data.Dataset.from_tensors((x, y)).repeat(4000)  # full batch, 4000 steps
     model.fit(ds, epochs=1, dataset_size=len(x), verbose=0)
-    p = _particles(model)
+    p = linear_particles(model)
     z = p - p.mean(0)
     sd = np.sqrt(np.diag(cov))
     assert np.all(np.abs(p.mean(0) - mean) < 1e-3 * sd)
@@ -41,8 +36,8 @@ def test_gpf_through_fit_recovers_conjugate_posterior():
 def test_minibatch_gradient_is_scaled_log_joint():
     """grad of the per-particle log joint = (n / B) X^T (y - X w) / s^2 - w (prior N(0, 1))."""
     noise = 0.7
-    x, y = _linear_data(n=40, noise=noise)
-    model = _linear_model(3, 4, bk.likelihoods.Normal(scale=noise))
+    x, y = linear_data(n=40, noise=noise)
+    model = linear_model(3, 4, bk.likelihoods.Normal(scale=noise))
     model.compile(optimizer=bk.optimizers.IndependentParticles(), dataset_size=400)
     xb, yb = x[:10], y[:10]
     with tf.GradientTape() as tape:
@@ -55,23 +50,9 @@ def test_minibatch_gradient_is_scaled_log_joint():
         np.testing.assert_allclose(gb.numpy()[n, 0], 400 / 10 * resid.sum() / noise**2 - b[n, 0], rtol=1e-4)
 
 
-def _tiny_classifier(n_particles=4, classes=3, d=5):
-    inputs = keras.Input((d,))
-    h = bk.layers.Dense(8, activation="tanh", num_particles=n_particles)(inputs)
-    out = bk.layers.Dense(classes)(h)
-    return bk.BayesianModel(inputs, out, likelihood="categorical")
-
-
-def _class_data(n=64, classes=3, d=5, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d)).astype(np.float32)
-    y = (np.argmax(x[:, :classes], 1)).astype(np.int32)
-    return x, y
-
-
 def test_predictive_and_uncertainty_decomposition():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=["accuracy"])
     hist = model.fit(x, y, epochs=3, batch_size=16, verbose=0)
     assert {"loss", "nll", "accuracy", "free_energy"} <= set(hist.history)
@@ -91,8 +72,8 @@ def test_predictive_and_uncertainty_decomposition():
 
 
 def test_regression_predictive_variance_decomposition():
-    x, y = _linear_data()
-    model = _linear_model(3, 6, bk.likelihoods.Normal(scale=0.5))
+    x, y = linear_data()
+    model = linear_model(3, 6, bk.likelihoods.Normal(scale=0.5))
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=2, batch_size=20, verbose=0)
     out = model.predict_particles(x)[..., 0]
@@ -105,8 +86,8 @@ def test_regression_predictive_variance_decomposition():
 
 
 def test_learned_noise_scale_approaches_truth():
-    x, y = _linear_data(n=400, noise=0.3, seed=3)
-    model = _linear_model(3, 4, bk.likelihoods.Normal(scale="learned"))
+    x, y = linear_data(n=400, noise=0.3, seed=3)
+    model = linear_model(3, 4, bk.likelihoods.Normal(scale="learned"))
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2, shared_learning_rate=3e-2))
     model.fit(x, y, epochs=60, batch_size=100, verbose=0)
     sigma = float(model.likelihood.noise_scale().numpy()[0])
@@ -128,7 +109,7 @@ def test_bernoulli_likelihood_trains():
 
 
 def test_deterministic_layers_are_shared_and_trained():
-    x, y = _class_data()
+    x, y = class_data()
     inputs = keras.Input((5,))
     h = bk.layers.Dense(8, activation="tanh", num_particles=3, deterministic=True)(inputs)
     out = bk.layers.Dense(3)(h)
@@ -142,8 +123,8 @@ def test_deterministic_layers_are_shared_and_trained():
 
 
 def test_nonfinite_gradient_never_reaches_particles():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
     before = [v.numpy().copy() for v in model.trainable_variables]
@@ -166,26 +147,26 @@ def test_num_particles_must_be_positive():
     with pytest.raises(ValueError, match="num_particles"):
         bk.layers.Dense(3, num_particles=0)
     with pytest.raises(ValueError, match="num_particles"):
-        _tiny_classifier(n_particles=-1)
+        tiny_classifier(n_particles=-1)
 
 
 def test_gpf_rejects_one_particle_at_compile():
-    model = _tiny_classifier(n_particles=1)
+    model = tiny_classifier(n_particles=1)
     with pytest.raises(ValueError, match="at least 2 particles"):
         model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
 
 
 def test_labels_out_of_range_are_reported():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
         model.fit(x, y + 3, epochs=1, verbose=0)
 
 
 def test_labels_of_wrong_shape_are_reported():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     with pytest.raises(ValueError, match=r"labels of shape \(batch,\) or \(batch, 1\)"):
         model.fit(x, np.eye(3)[y].astype(np.float32)[:, :, None], epochs=1, verbose=0)
@@ -205,8 +186,8 @@ def test_likelihood_must_fit_output_shape():
 
 
 def test_unknown_dataset_size_is_reported():
-    x, y = _class_data()
-    model = _tiny_classifier()
+    x, y = class_data()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
     with pytest.raises(ValueError, match="dataset_size"):
@@ -217,7 +198,7 @@ def test_unknown_dataset_size_is_reported():
 
 
 def test_loss_instead_of_likelihood():
-    model = _tiny_classifier()
+    model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.IndependentParticles(), loss="sparse_categorical_crossentropy")
     assert isinstance(model.likelihood, bk.likelihoods.Categorical)
     with pytest.raises(ValueError, match="likelihood, not a loss"):
@@ -245,8 +226,8 @@ def test_initialize_particles_around_map_weights():
 
 
 def test_dataset_size_from_validation_split_is_the_rows_keras_trains_on():
-    x, y = _linear_data(n=10)
-    model = _linear_model(3, 2, bk.likelihoods.Normal(scale=0.5))
+    x, y = linear_data(n=10)
+    model = linear_model(3, 2, bk.likelihoods.Normal(scale=0.5))
     model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
     model.fit(x, y, validation_split=0.25, epochs=1, batch_size=10, verbose=0)
     assert model.dataset_size == 7  # Keras trains on floor(10 * 0.75) rows

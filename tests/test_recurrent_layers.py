@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
+from targets import keras_round_trip
 
 N, B, T, F = 3, 4, 5, 3
 
@@ -201,9 +202,9 @@ def test_configs_round_trip():
     for layer in layers:
         clone = layer.__class__.from_config(layer.get_config())
         assert clone.get_config() == layer.get_config()
-    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layers[1]))
+    clone = keras_round_trip(layers[1], None)
     assert clone.recurrent_prior.scale == "he" and clone.recurrent_prior.loc == 0.1 and clone.unit_forget_bias is False
-    bi = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layers[3]))
+    bi = keras_round_trip(layers[3], None)
     assert bi.merge_mode == "ave" and bi.forward_layer.name == "forward_enc" and bi.backward_layer.go_backwards
     assert bi.backward_layer.name == "backward_enc" and bi.forward_layer.num_particles == 2
 
@@ -216,9 +217,7 @@ def test_gru_classifier_fits_digits_and_survives_saving(tmp_path):
     model.compile(optimizer=bk.optimizers.IndependentParticles(1e-2), metrics=["accuracy"])
     hist = model.fit(xtr, ytr, batch_size=64, epochs=2, verbose=0)
     assert hist.history["loss"][1] < hist.history["loss"][0] and hist.history["nll"][1] < hist.history["nll"][0]
-    path = str(tmp_path / "gru.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "gru")
     assert isinstance(loaded.get_layer("gru"), bk.layers.GRU) and loaded.num_particles == 3
     assert all(getattr(v, "is_particle_variable", False) for v in loaded.get_layer("gru").weights)
     np.testing.assert_array_equal(loaded.predict(xte[:64], verbose=0), model.predict(xte[:64], verbose=0))
@@ -237,9 +236,7 @@ def test_bidirectional_model_trains_with_gpf_and_survives_saving(tmp_path):
     hist = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
     assert np.all(np.isfinite(hist.history["loss"]))
     assert all(not np.allclose(b, v.numpy()) for b, v in zip(before, model.trainable_variables))
-    path = str(tmp_path / "bi.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "bi")
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
 
 

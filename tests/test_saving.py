@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
-from targets import paper_mgvbp
+from targets import keras_round_trip, paper_mgvbp
 
 
 @pytest.fixture
@@ -33,9 +33,7 @@ def test_roundtrip_and_exact_resume(tmp_path, digits, optimizer):
     model = bk.zoo.lenet5(num_particles=3)
     model.compile(optimizer=optimizer(), metrics=["accuracy"])
     model.fit(xtr, ytr, batch_size=64, epochs=1, verbose=0, shuffle=False)
-    path = str(tmp_path / "m.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "m")
     assert isinstance(loaded, bk.BayesianModel)
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
     assert loaded.dataset_size == model.dataset_size and loaded.num_particles == 3
@@ -57,9 +55,7 @@ def test_learned_noise_and_temperature_survive_saving(tmp_path):
                        temperature=0.5)
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=2, verbose=0)
-    path = str(tmp_path / "r.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "r")
     assert loaded.temperature == 0.5
     np.testing.assert_array_equal(loaded.likelihood.noise_scale().numpy(), model.likelihood.noise_scale().numpy())
     np.testing.assert_allclose(loaded.predict(x, verbose=0)["std"], model.predict(x, verbose=0)["std"])

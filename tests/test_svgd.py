@@ -12,9 +12,9 @@ import tensorflow as tf
 from scipy.spatial.distance import pdist
 
 import bayes_keras as bk
+from targets import correlated_gaussian_2d, keras_round_trip, linear_data, linear_model
 from bayes_keras.inference.gpf import gpf_direction
 from bayes_keras.inference.svgd import svgd_direction
-from test_model import _linear_data, _linear_model
 
 
 def _autodiff_repulsion(kernel_fn, x):
@@ -120,25 +120,12 @@ def test_centred_linear_svgd_follows_gpf_trajectory_and_recovers_gaussian():
     np.testing.assert_allclose(svgd.covariance, sigma, atol=1e-3 * np.abs(sigma).max())
 
 
-def _correlated_gaussian_2d():
-    """(mu, sigma, log_prob) of the correlated 2-D Gaussian target (correlation 1.2 / sqrt(3))."""
-    sigma = np.array([[2.0, 1.2], [1.2, 1.5]])
-    mu = np.array([1.0, -2.0])
-    prec = tf.constant(np.linalg.inv(sigma), tf.float32)
-
-    def log_prob(x):
-        z = x - mu.astype(np.float32)
-        return -0.5 * tf.reduce_sum(tf.matmul(z, prec) * z, axis=1)
-
-    return mu, sigma, log_prob
-
-
 def test_rbf_svgd_converges_on_a_2d_gaussian():
     """50 particles, correlated 2-D Gaussian. SVGD's fixed point is not exact for finite N, and the
     constant-step RMSProp keeps a jitter of the order of the step: measured over three seeds, mean
     error 0.015 sd, variances 0.88 of the truth (median bandwidth: slightly under-dispersed),
     correlation within 0.004. The test allows 0.05 sd, 25% and 0.05."""
-    mu, sigma, log_prob = _correlated_gaussian_2d()
+    mu, sigma, log_prob = correlated_gaussian_2d()
     x0 = np.random.default_rng(4).standard_normal((50, 2)) * 1.5
     run = bk.inference.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05), 2000)
     sd = np.sqrt(np.diag(sigma))
@@ -153,11 +140,11 @@ def test_centred_linear_svgd_through_fit_recovers_conjugate_posterior():
     """The whole Keras path (gradient hand-off, per-layer groups, scaling): with the centred linear
     kernel and D + 1 = 5 particles SVGD is GPF, whose fixed point is the exact posterior."""
     noise = 0.5
-    x, y = _linear_data(noise=noise)
+    x, y = linear_data(noise=noise)
     xb = np.concatenate([x, np.ones((len(x), 1))], 1).astype(np.float64)
     cov = np.linalg.inv(xb.T @ xb / noise**2 + np.eye(4))
     mean = cov @ xb.T @ y / noise**2
-    model = _linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
+    model = linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
     model.compile(optimizer=bk.optimizers.SVGD(2e-3, kernel="centred_linear", step_rule="sgd"))
     model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(4000), epochs=1, dataset_size=len(x), verbose=0,
               shuffle=False)
@@ -182,9 +169,7 @@ def test_svgd_fit_save_load_roundtrip(tmp_path):
     assert np.isfinite(after) and after < before - 1.0, (before, after)
     assert model.optimizer.get_config()["kernel"]["config"] == {"bandwidth": "median", "divide_by_log_n": False,
                                                                 "beta": -0.5}
-    path = str(tmp_path / "svgd.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
+    loaded = keras_round_trip(model, tmp_path, "svgd")
     assert isinstance(loaded.optimizer, bk.optimizers.SVGD)
     assert isinstance(loaded.optimizer.kernel, bk.kernels.IMQ) and loaded.optimizer.scope == "layer"
     assert loaded.optimizer.get_config() == model.optimizer.get_config()

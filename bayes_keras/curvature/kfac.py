@@ -273,15 +273,15 @@ def dense_factors(layer, record, e, scale):
     in_dim = int(layer.kernel.shape[1])
     a = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, in_dim))
     e = tf.reshape(e, (batch, n, -1, layer.units))
-    return {"A": _input_factor(a, layer.bias is not None, n), "G": _gradient_factor(e, scale)}
+    return {"A": input_factor(a, layer.bias is not None, n), "G": gradient_factor(e, scale)}
 
 
 def conv2d_factors(layer, record, e, scale):
     """{"A", "G"} of a Conv2D particle layer (the H'W' output positions are the locations)."""
     n, batch = int(layer.num_particles), tf.shape(e)[0]
     e = tf.reshape(e, (batch, n, -1, layer.filters))
-    return {"A": _input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
-            "G": _gradient_factor(e, scale)}
+    return {"A": input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
+            "G": gradient_factor(e, scale)}
 
 
 def recurrent_factors(layer, record, e, scale):
@@ -297,19 +297,19 @@ def recurrent_factors(layer, record, e, scale):
     x = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, features))
     e = tf.reshape(e, (batch, n, -1, width))
     h_prev = tf.reshape(extras["recurrent_inputs"], (batch, n, -1, units))
-    factors = {"A_in": _input_factor(x, has_bias, n), "G": _gradient_factor(e, scale)}
+    factors = {"A_in": input_factor(x, has_bias, n), "G": gradient_factor(e, scale)}
     kind = layer_kind(layer)
     if kind == "GRU" and layer.reset_after:
         r = tf.reshape(extras["reset_gates"], (batch, n, -1, units))
         e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units:]], axis=-1)
-        factors["A_rec"] = _input_factor(h_prev, has_bias, n)
-        factors["G_rec"] = _gradient_factor(e_rec, scale)
+        factors["A_rec"] = input_factor(h_prev, has_bias, n)
+        factors["G_rec"] = gradient_factor(e_rec, scale)
     elif kind == "GRU":
-        factors["A_rec"] = _input_factor(h_prev, False, n)
-        factors["A_reset"] = _input_factor(tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)),
+        factors["A_rec"] = input_factor(h_prev, False, n)
+        factors["A_reset"] = input_factor(tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)),
                                            False, n)
     else:
-        factors["A_rec"] = _input_factor(h_prev, False, n)
+        factors["A_rec"] = input_factor(h_prev, False, n)
     return factors
 
 
@@ -322,7 +322,7 @@ def _particle_major(t):
     return tf.reshape(tf.transpose(t, (1, 0, 2, 3)), [m, -1, d])
 
 
-def _input_factor(a, homogeneous, n):
+def input_factor(a, homogeneous, n):
     """a (B, N or 1, L, p) -> (N, p[+1], p[+1]): mean over the B*L rows of a~ a~^T, a~ = [a; 1]."""
     rows = tf.cast(tf.shape(a)[0] * tf.shape(a)[2], a.dtype)
     flat = _particle_major(a)  # (N|1, B*L, p)
@@ -337,7 +337,7 @@ def _input_factor(a, homogeneous, n):
     return second
 
 
-def _gradient_factor(e, scale):
+def gradient_factor(e, scale):
     """e (B, N, L, q) -> (N, q, q): dataset_scale * sum over the B*L rows of e e^T."""
     flat = _particle_major(e)
     return scale * tf.matmul(flat, flat, transpose_a=True)
@@ -365,7 +365,8 @@ def conv_patches(layer, x):
 
     The same values as tf.image.extract_patches (with the layer's strides, dilation and padding; 'same'
     pads as TF does, the odd pixel at the bottom / right), built from kh*kw static strided slices of the
-    padded images concatenated along the channels (about 2.5x faster than extract_patches on CPU). Falls
+    padded images concatenated along the channels (faster than extract_patches on CPU:
+    benchmarks/results/svgd_digits.md, microbenchmarks). Falls
     back to extract_patches when the spatial size is not static."""
     kh, kw = layer.kernel_size
     batch = tf.shape(x)[0]

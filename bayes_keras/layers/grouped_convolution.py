@@ -54,11 +54,11 @@ def gradient_implementation(dtype="float32", grouped=True, dilated=False):
         return _choice["requested"]
     key = (tf.as_dtype(dtype), bool(grouped), bool(dilated))
     if key not in _choice["resolved"]:
-        _choice["resolved"][key] = "native" if _native_gradient_runs(*key) else "portable"
+        _choice["resolved"][key] = "native" if native_gradient_runs(*key) else "portable"
     return _choice["resolved"][key]
 
 
-def _native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
+def native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
     """True when the native convolution gradient ops run on the default device for this case."""
     if tf.config.list_logical_devices("GPU"):
         return True  # cuDNN has grouped and dilated convolution gradients
@@ -82,9 +82,9 @@ def _native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
 
 def supports_jit(groups):
     """Whether a convolution with `groups` should be compiled by XLA here: XLA's CPU grouped
-    convolution was 44x slower than TensorFlow's kernel (121 vs 2.8 ms on LeNet's conv2), and the XLA
-    alternatives (a per-particle loop 9.6 ms, im2col 3.8 ms) still slower; ungrouped ones and GPUs
-    are fine. Particle conv layers report it as Keras' `supports_jit`."""
+    convolution is far slower than TensorFlow's kernel, and so are the XLA alternatives (a
+    per-particle loop, im2col; measured in docs/architecture.md, "XLA"); ungrouped ones and GPUs are
+    fine. Particle conv layers report it as Keras' `supports_jit`."""
     return groups == 1 or bool(tf.config.list_logical_devices("GPU"))
 
 
@@ -127,10 +127,10 @@ def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
     grouped, dilated = groups > 1, max(dilations) > 1
     if not (grouped or dilated) or gradient_implementation(x.dtype, grouped, dilated) == "native":
         return forward(x, kernel)
-    return _portable_grouped_conv2d(forward, groups, strides, padding, dilations)(x, kernel)
+    return portable_grouped_conv2d(forward, groups, strides, padding, dilations)(x, kernel)
 
 
-def _portable_grouped_conv2d(forward, groups, strides, padding, dilations):
+def portable_grouped_conv2d(forward, groups, strides, padding, dilations):
     @tf.custom_gradient
     def conv(x, kernel):
         def grad(dy):

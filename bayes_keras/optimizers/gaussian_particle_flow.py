@@ -15,7 +15,9 @@ _STRUCTURES = ("full", "layer", "mean_field")
 class GaussianParticleFlow(ParticleOptimizer):
     """Gaussian particle flow: N particles follow the linear flow that minimises the free energy
     of the Gaussian N(mean, covariance) they define ("Flexible and Efficient Inference with
-    Particles for the Variational Gaussian Approximation", Entropy 2021, Eq. 13).
+    Particles for the Variational Gaussian Approximation", Entropy 23(8), 990, 2021,
+    https://doi.org/10.3390/e23080990: the particle flow is Eq. 13, the structured mean-field variants
+    Sec. 3.5, the dimension-wise optimizers App. H).
 
     Each step every particle moves along
     Delta_i = mean_j g_j + (1/N) sum_j (z_j . z_i) g_j - z_i  (g = grad of the negative log joint,

@@ -85,9 +85,9 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     def _normal(self, rows, widths):
         """Standard normals (float32), a list of (rows, w) tensors for `widths`, from a stateless
         generator keyed by (seed, draw counter): a resumed run draws exactly what an uninterrupted one
-        would. Box-Muller on stateless uniforms, written out: 1.6x cheaper than
-        tf.random.stateless_normal on CPU (profiled: drawing the normals was the largest single cost
-        of a Gaussian-VI step). The sum(widths) columns are the cosines, then the sines, split into
+        would. Box-Muller on stateless uniforms, written out: cheaper than tf.random.stateless_normal
+        on CPU, where drawing the normals was the largest single cost of a Gaussian-VI step
+        (docs/architecture.md). The sum(widths) columns are the cosines, then the sines, split into
         the pieces. u1 is at least 2^-24, so |z| <= 5.8 (a tail of 8e-9 is cut)."""
         seed = 0 if self.seed is None else int(self.seed)
         key = tf.stack([tf.constant(seed, tf.int64), self._sample_counter.value])
@@ -239,6 +239,13 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
     def posterior_variables(self):
         """The optimizer variables that define q (to snapshot / restore, e.g. by LowerBoundStopping)."""
         return [v for block in self._state for v in block.values()]
+
+    @property
+    def posterior_blocks(self):
+        """q's state per block, [{name: variable}], in block order: the family's variables ("mean",
+        "precision" or "log_std", Kronecker factors, ...) and the method's own (momentum, control
+        variates); see the posterior family (bayes_keras.posteriors) for their meaning."""
+        return [dict(block) for block in self._state]
 
     def get_config(self):
         config = super().get_config()

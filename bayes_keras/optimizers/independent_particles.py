@@ -9,7 +9,9 @@ from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 class IndependentParticles(ParticleOptimizer):
     """Each particle follows its own gradient of -log p(w_n | D) (MAP per member) with element-wise Adam.
 
-    This is a deep ensemble (Lakshminarayanan et al. 2017) with the prior as weight decay, run as
+    This is a deep ensemble ("Simple and Scalable Predictive Uncertainty Estimation using Deep
+    Ensembles", Lakshminarayanan et al., NeurIPS 2017, https://arxiv.org/abs/1612.01474) with the prior
+    as weight decay (MAP instead of the paper's proper scoring rule and adversarial training), run as
     one vectorised model instead of N separate ones. The particles do not interact.
 
     Args:

@@ -110,9 +110,11 @@ class MatrixSVGD(PreconditionedOptimizer):
         self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
 
     def _check_preconditioner(self, blocks, layer_groups):
-        self._check_blocks(blocks, self._kernel_groups(layer_groups))
+        self._check_blocks(blocks, self.kernel_groups(layer_groups))
 
-    def _kernel_groups(self, groups):
+    def kernel_groups(self, groups):
+        """The index groups (over the particle variables) the kernel is computed on: all variables in one
+        group for scope="joint", the per-layer `groups` for scope="layer"."""
         if self.scope == "joint":
             return [sorted(i for g in groups for i in g)]
         return groups
@@ -128,8 +130,8 @@ class MatrixSVGD(PreconditionedOptimizer):
                                  "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
                                  "over layers.")
 
-    def _direction_and_status(self, particles, grads, groups, records):
-        groups = self._kernel_groups(groups)
+    def preconditioned_direction(self, particles, grads, groups, records):
+        groups = self.kernel_groups(groups)
         curvature = self.preconditioner.update(particles, grads, records)
         if self.mode == "average":
             directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,

@@ -16,7 +16,8 @@ _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class MeanFieldVI(GaussianVariationalOptimizer):
     """q = prod_i N(mu_i, sigma_i^2), sigma = softplus(rho), fitted by Adam on the reparameterised
-    negative ELBO ("Bayes by Backprop", Blundell et al. 2015) with the model's N particles as the
+    negative ELBO ("Weight Uncertainty in Neural Networks", Blundell et al., ICML 2015,
+    https://arxiv.org/abs/1505.05424: the Gaussian posterior of its Sec. 3.2) with the model's N particles as the
     N Monte Carlo samples of each step:
 
         d(-ELBO)/d mu    = mean_n g_n

@@ -45,8 +45,10 @@ _FISHERS = ("empirical_fisher", "fisher")
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class MGVBP(GaussianVariationalOptimizer):
-    """Manifold Gaussian Variational Bayes on the Precision matrix: q = N(mu, P^-1) moved by natural
-    gradients, P retracted on the positive-definite manifold, momentum carried by vector transport.
+    """Manifold Gaussian Variational Bayes on the Precision matrix (Magris, Shabani & Iosifidis,
+    https://arxiv.org/abs/2210.14598): q = N(mu, P^-1) moved by natural gradients (the paper's Eq. 1 with
+    the Fisher of q), P retracted on the positive-definite manifold, momentum carried by vector transport
+    (its Sec. 3; the update below follows the authors' MATLAB code, mmagris/MGVBP).
 
     Each step: the model's N particles are samples from q; from their gradients (or log likelihoods)
     the natural gradients of the lower bound are estimated, then
@@ -66,8 +68,7 @@ class MGVBP(GaussianVariationalOptimizer):
         mean_learning_rate: step size of mu (float or schedule), default 0.3; None uses `learning_rate`
             for both, as the paper does. An extension for networks, after VOGN's separate mean and
             precision rates: a precision that moves slower than the mean keeps the noise of q small
-            while the network is still untrained (on LeNet-5, equal rates let the variance grow
-            before the mean had learned anything, and one seed of three ended as a dead network).
+            while the network is still untrained (docs/architecture.md, "Defaults").
         structure: "full" (one D x D precision), "layer" (one full block per layer), "kronecker" (per
             Dense / Conv2D layer P = A (x) G over its [kernel; bias] matrix, KFAC's factors from
             bayes_keras.curvature: the mean steps by P^-1 E[g] through the factors, each factor is

@@ -4,8 +4,9 @@ Any optimizer whose direction uses a `bayes_keras.preconditioners.Preconditioner
 it forwards the preconditioner's curvature request and the step's captured curvature (StepInfo.curvature),
 builds the preconditioner with the optimizer's ParticleView, binds a log density for the functional door,
 and skips a step whose curvature or direction is not finite (particles and step-rule state untouched,
-counted in `skipped_curvature_steps` as well as `skipped_updates`). Subclasses implement `_direction_and_status` and declare the
-`Curvature` methods they call in `curvature_operators` (KFAC computes only those).
+counted in `skipped_curvature_steps` as well as `skipped_updates`). Subclasses implement
+`preconditioned_direction` and declare the `Curvature` methods they call in `curvature_operators` (KFAC
+computes only those).
 """
 
 import keras
@@ -61,7 +62,7 @@ class PreconditionedOptimizer(ParticleOptimizer):
         """Raise if the preconditioner's blocks (index lists, or None: diagonal) do not fit this optimizer's
         structure (default: anything fits)."""
 
-    def _direction_and_status(self, particles, grads, groups, records):
+    def preconditioned_direction(self, particles, grads, groups, records):
         """(directions, finite, extra) for the flattened particles and gradients of the NEGATIVE log joint
         and the step's curvature records; `extra` is handed to `_after_step` with the step's writes."""
         raise NotImplementedError
@@ -73,7 +74,7 @@ class PreconditionedOptimizer(ParticleOptimizer):
         particles = self.view.flatten([v.value for v in self.view.variables])
         flat_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
         records = () if step is None else step.curvature
-        directions, finite, extra = self._direction_and_status(particles, flat_grads, self.view.layer_groups, records)
+        directions, finite, extra = self.preconditioned_direction(particles, flat_grads, self.view.layer_groups, records)
         # A non-finite curvature skips the whole update (the guard in BayesianOptimizer.apply), counted here too.
         self.skipped_curvature_steps.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
         writes.require(finite)

@@ -9,7 +9,9 @@ from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimi
 class PreconditionedParticles(PreconditionedOptimizer):
     """Each particle steps along Q_l^{-1} grad log p(w_l | D), with Q_l its own curvature from a
     `bayes_keras.preconditioners` object: with `KFACPreconditioner` an ensemble of K-FAC
-    natural-gradient MAP fits (Martens & Grosse 2015) run as one vectorised model, with
+    natural-gradient MAP fits ("Optimizing Neural Networks with Kronecker-factored Approximate
+    Curvature", Martens & Grosse, ICML 2015, https://arxiv.org/abs/1503.05671: the update of its Sec. 6
+    without the rescaling and momentum of Sec. 7) run as one vectorised model, with
     `HessianPreconditioner` (functional door) damped Newton per particle. The particles do not
     interact: MatrixSVGD without the kernel. The preconditioner objects are the ones MatrixSVGD uses
     (same interface, same saved state); this optimizer asks only for per-particle solves, so KFAC
@@ -32,6 +34,6 @@ class PreconditionedParticles(PreconditionedOptimizer):
     def __init__(self, learning_rate=0.03, preconditioner=None, step_rule="sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
 
-    def _direction_and_status(self, particles, grads, groups, records):
+    def preconditioned_direction(self, particles, grads, groups, records):
         curvature = self.preconditioner.update(particles, grads, records)
         return curvature.solve(grads), curvature.is_finite(), None

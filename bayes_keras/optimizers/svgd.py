@@ -12,7 +12,8 @@ _SCOPES = ("joint", "layer")
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class SVGD(ParticleOptimizer):
     """Stein variational gradient descent ("Stein Variational Gradient Descent: A General Purpose
-    Bayesian Inference Algorithm", NeurIPS 2016, https://arxiv.org/abs/1608.04471).
+    Bayesian Inference Algorithm", NeurIPS 2016, https://arxiv.org/abs/1608.04471; the update below is
+    its Algorithm 1).
 
     The particles move along the direction in the kernel's RKHS that decreases KL(q || p) fastest:
         phi(x_i) = (1/N) sum_j [ k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i) ],
@@ -48,13 +49,15 @@ class SVGD(ParticleOptimizer):
         self.kernel = kernels_lib.get(kernel)
         self.scope = scope
 
-    def _kernel_groups(self, groups):
+    def kernel_groups(self, groups):
+        """The index groups (over the particle variables) the kernel is computed on: all variables in one
+        group for scope="joint", the per-layer `groups` for scope="layer"."""
         if self.scope == "joint":
             return [sorted(i for g in groups for i in g)]
         return groups
 
     def direction(self, particles, grads, groups):
-        return svgd_direction(particles, grads, self.kernel, self._kernel_groups(groups))
+        return svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
 
     def check_num_particles(self, num_particles):
         if num_particles < 1:

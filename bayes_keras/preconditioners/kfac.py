@@ -41,12 +41,12 @@ Schedule, inside the compiled step (tf.cond), with t = optimizer.iterations + 1 
 A batch whose factors are not finite leaves every state untouched (the statistics counter too) and the
 returned curvature reports is_finite() False, so the optimizer skips the step.
 Cost: factor_period=1 (default) computes the factors every step, which dominates the step time of
-small networks (LeNet-5 on digits, N = 10: +10 ms on an 11 ms SVGD step); factor_period =
+small networks (measured in benchmarks/results/svgd_digits.md); factor_period =
 inversion_period (e.g. KFACPreconditioner(inversion_period=20, factor_period=20)) computes them once per
 period, right before the inversion, and is the recommended setting when step time matters
 (benchmarks/results/svgd_digits.md). With the default ema_decay=0.95 the running average then spans
-about 20 statistics updates (~400 steps); on LeNet-5 and the GRU of that benchmark this trained as well
-as factor_period=1.
+about 20 statistics updates (~400 steps); that benchmark compares it with factor_period=1 on LeNet-5
+and a GRU.
 
 What is inverted: a consumer may declare the `Curvature` methods it calls as the attribute
 `curvature_operators` of the optimizer that builds the preconditioner (a tuple of "apply", "solve",
@@ -56,7 +56,8 @@ and log-determinants (N eigendecompositions per factor) are computed only when "
 way (the optimizer's variables, hence saved models, do not depend on the consumer; those not computed
 keep their initial identity / zero values) and calling an operator that was not declared raises.
 MatrixSVGD declares ("apply_mean", "solve_mean") in mode="average" (the per-particle eigendecompositions
-were ~80% of an inversion's cost on LeNet-5) and ("apply", "solve", "log_det") in mode="mixture".
+are most of an inversion's cost: benchmarks/results/svgd_digits.md) and ("apply", "solve", "log_det") in
+mode="mixture".
 """
 
 import keras
@@ -167,7 +168,10 @@ def _assemble(parts):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class KFACPreconditioner(Preconditioner):
-    """Kronecker-factored Fisher curvature per particle and layer (KFAC; Martens & Grosse 2015), for
+    """Kronecker-factored Fisher curvature per particle and layer (KFAC: Martens & Grosse 2015,
+    https://arxiv.org/abs/1503.05671, factors Sec. 3, factored Tikhonov damping Sec. 6.3; convolutions:
+    Grosse & Martens 2016, https://arxiv.org/abs/1602.01407; recurrent layers: Martens, Ba & Johnson 2018,
+    https://openreview.net/forum?id=HyMTkQZAb), for
     networks of bayes_keras Dense, Conv2D, SimpleRNN, LSTM and GRU particle layers (Bidirectional:
     each direction is its own layer) trained through BayesianModel.fit.
 
@@ -181,10 +185,8 @@ class KFACPreconditioner(Preconditioner):
     is inverted (MatrixSVGD(mode="average"): the mean curvature only).
 
     Speed: the default factor_period=1 computes the factors every step; for speed use
-    factor_period = inversion_period, e.g. KFACPreconditioner(inversion_period=20, factor_period=20):
-    on LeNet-5 / digits (N = 10) MatrixSVGD(mode="average") then takes 1.35x vanilla SVGD's step
-    time (2.1x with factor_period=1) and trains as well (test accuracy 0.984 vs 0.982 after 10
-    epochs at lr 0.01; benchmarks/results/svgd_digits.md).
+    factor_period = inversion_period, e.g. KFACPreconditioner(inversion_period=20, factor_period=20)
+    (step times and accuracies of both settings: benchmarks/results/svgd_digits.md).
 
     Args:
         damping: Tikhonov damping lambda > 0 added (pi-split) to every Kronecker block, in the units of
@@ -330,11 +332,11 @@ class KFACPreconditioner(Preconditioner):
         tf.cond(finite, accumulate, lambda: tf.constant(False))
         due = finite & self._due(self.inversion_period)
 
-        def invert():
-            self._invert(temperature)
+        def run_inversion():
+            self.invert(temperature)
             return tf.constant(True)
 
-        tf.cond(due, invert, lambda: tf.constant(False))
+        tf.cond(due, run_inversion, lambda: tf.constant(False))
         return finite
 
     def damping_for(self, layer_index, role, temperature=1.0):
@@ -344,7 +346,9 @@ class KFACPreconditioner(Preconditioner):
             lam += self._layers[layer_index].prior.get(role, 0.0) / float(temperature)
         return lam
 
-    def _invert(self, temperature):
+    def invert(self, temperature=1.0):
+        """Recompute the damped factors, inverses and log-determinants from the running factors now (the
+        schedule calls it inside the step; public for profiling and for subclasses)."""
         for k, layer in enumerate(self._layers):
             layer.invert(lambda role, k=k: self.damping_for(k, role, temperature), self._per_particle, self._mean,
                          self.damping_split)

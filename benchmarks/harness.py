@@ -1,0 +1,94 @@
+"""What every benchmark script shares: where results go, how they are written, the machine they ran on,
+and the small measurements (first_reach) the reports are made of.
+
+Each script writes results/<stem>.json (everything measured, with the command and the machine) and
+results/<stem>.md (the table a reader looks at), through `save_results`.
+"""
+
+import datetime
+import json
+import os
+import platform
+
+import numpy as np
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def save_results(stem, result, markdown, out=RESULTS_DIR, **json_options):
+    """Write `result` to out/stem.json and `markdown` (a string, or a list of lines) to out/stem.md;
+    returns the two paths."""
+    os.makedirs(out, exist_ok=True)
+    json_path, md_path = os.path.join(out, stem + ".json"), os.path.join(out, stem + ".md")
+    options = {"indent": 2, **json_options}
+    with open(json_path, "w") as f:
+        json.dump(result, f, **options)
+    if not isinstance(markdown, str):
+        markdown = "\n".join(markdown)
+    with open(md_path, "w") as f:
+        f.write(markdown if markdown.endswith("\n") else markdown + "\n")
+    return json_path, md_path
+
+
+def first_reach(curve, level, higher_is_better=True, iterations=None):
+    """The first point where `curve` reaches `level` (>= it when higher is better, <= otherwise; NaNs never
+    reach): its index, or `iterations[index]` when given; None when it never does."""
+    c = np.asarray(curve, dtype=np.float64)
+    reached = np.isfinite(c) & ((c >= level) if higher_is_better else (c <= level))
+    hits = np.nonzero(reached)[0]
+    if not len(hits):
+        return None
+    return int(hits[0]) if iterations is None else int(np.asarray(iterations)[hits[0]])
+
+
+def sync(logs):
+    """Materialise one output so that a step has certainly finished (CPU execution is synchronous anyway)."""
+    while isinstance(logs, (list, tuple)) and logs:
+        logs = logs[-1]
+    if isinstance(logs, dict) and logs:
+        logs = next(iter(logs.values()))
+    if hasattr(logs, "numpy"):
+        logs.numpy()
+
+
+def load_average():
+    """1, 5 and 15 minute load averages (the machine may be shared), or None where unavailable."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def onednn_setting():
+    """TF_ENABLE_ONEDNN_OPTS as this process saw it ("default" when unset: on for AVX-512-class x86)."""
+    return {"0": "off", "1": "on"}.get(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), "default")
+
+
+def machine_info():
+    """The machine and library versions a result was measured with."""
+    import keras
+    import tensorflow as tf
+    import tensorflow_probability as tfp
+
+    import bayes_keras as bk
+
+    try:
+        import tf_keras
+        tf_keras_version = tf_keras.__version__
+    except ImportError:
+        tf_keras_version = None
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "tf_keras": tf_keras_version,
+        "tensorflow_probability": tfp.__version__,
+        "bayes_keras": bk.__version__,
+        "load_average_1_5_15min": load_average(),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "onednn": onednn_setting(),
+    }
