@@ -136,9 +136,13 @@ class ParticleTrainer:
         grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight)
         optimizer = self._bayesian_optimizer
         finite = finite_loss
-        for g in grads:
-            if g is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(g))
+        # A BayesianOptimizer's guard refuses the non-finite new values that non-finite gradients give, so
+        # the gradients are checked here only where no guard follows (a plain Keras optimizer) or where a
+        # finite loss with non-finite gradients must be told apart (float16 loss scaling, below).
+        if optimizer is None or self._loss_scale is not None:
+            for g in grads:
+                if g is not None:
+                    finite = finite & tf.reduce_all(tf.math.is_finite(g))
         for r in step.curvature:
             finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
             if r.sampled_output_gradients is not None:
