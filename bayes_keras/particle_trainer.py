@@ -51,7 +51,7 @@ class ParticleTrainer:
             return log_joint, shared_prior / self.temperature, scaled_loglik, particle_prior
         return log_joint, shared_prior / self.temperature
 
-    def bayesian_gradients(self, x, y, sample_weight=None):
+    def bayesian_gradients(self, x, y, sample_weight=None, optimizer="compiled"):
         """One forward and backward pass: (grads, step) for `optimizer.apply(grads,
         model.trainable_variables, step)`, the pieces of train_step for custom training loops.
 
@@ -59,6 +59,9 @@ class ParticleTrainer:
         the particle mean for shared ones), aligned with `model.trainable_variables` (None where a
         variable does not reach the loss); step is the `bayes_keras.optimizers.StepInfo` the optimizer
         needs (log likelihood and prior per particle, curvature records it asked for, its noise).
+        `optimizer`: whose curvature request and noise the pass serves: "compiled" (default), another
+        BayesianOptimizer, or None (neither: plain gradients and log likelihoods, as an outer
+        procedure such as bayes_keras.refinement needs).
 
         Example (equals fit, step for step):
             >>> @tf.function
@@ -66,13 +69,17 @@ class ParticleTrainer:
             ...     grads, step = model.bayesian_gradients(x, y)
             ...     model.optimizer.apply(grads, model.trainable_variables, step)
         """
-        return self._gradients(x, y, sample_weight)[:2]
+        if optimizer == "compiled":
+            optimizer = self._bayesian_optimizer
+        elif optimizer is not None and not isinstance(optimizer, BayesianOptimizer):
+            raise ValueError(f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
+                             f"{optimizer!r}.")
+        return self._gradients(x, y, sample_weight, optimizer)[:2]
 
-    def _gradients(self, x, y, sample_weight):
+    def _gradients(self, x, y, sample_weight, optimizer):
         """(grads, step, outputs, finite_loss): see bayesian_gradients."""
         if self.dataset_size is None:
             raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
-        optimizer = self._bayesian_optimizer
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
         request = None if optimizer is None else optimizer.curvature_request
@@ -133,7 +140,7 @@ class ParticleTrainer:
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight)
+        grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight, self._bayesian_optimizer)
         optimizer = self._bayesian_optimizer
         finite = finite_loss
         # A BayesianOptimizer's guard refuses the non-finite new values that non-finite gradients give, so
