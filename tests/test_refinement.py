@@ -177,7 +177,7 @@ def test_an_interrupted_refinement_leaves_the_model_as_it_was():
     ({"variance_ratio": 0.0}, r"ratio must be in \(0, 1\)"),
     ({"num_samples": 4}, "must equal the model's 6 particles"),
     ({"num_samples": 0}, "num_samples must be a positive integer"),
-    ({"variances": [0.6, 0.5]}, "summing to less than 1"),
+    ({"variances": [0.6, 0.5]}, "summing to at most 1"),
     ({"steps_per_stage": -1}, "steps_per_stage must be a non-negative integer"),
     ({"learning_rate": float("nan")}, "learning_rate must be a positive number"),
 ])

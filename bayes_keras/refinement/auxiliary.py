@@ -18,16 +18,19 @@ def variance_schedule(num_stages, ratio=0.7, variances=None):
 
     ratio: each a_k takes `ratio` of the variance still left, sigma_k^2 = ratio (1 - ratio)^(k-1) s_0^2,
         leaving (1 - ratio)^K s_0^2 to the last conditional posterior (the paper: 0.7).
-    variances: an explicit schedule instead, K fractions in (0, 1) summing to less than 1 (e.g. the toy's
-        (0.8, 0.2) ... must leave some variance: a sum of 1 would leave a point mass).
+    variances: an explicit schedule instead, K fractions in (0, 1] summing to at most 1. A sum of 1 is the
+        paper's exact split w = a_1 + ... + a_K (e.g. its toy's (0.8, 0.2)): the last conditional
+        posterior is then the point b_K, and the sample is w = b_K.
     """
     if isinstance(num_stages, bool) or int(num_stages) != num_stages or num_stages < 1:
         raise ValueError(f"num_stages must be a positive integer; got {num_stages!r}.")
     if variances is not None:
         fractions = np.asarray(variances, dtype=np.float64)
-        if fractions.shape != (int(num_stages),) or np.any(fractions <= 0) or not fractions.sum() < 1.0:
+        if fractions.shape != (int(num_stages),) or np.any(fractions <= 0) or not fractions.sum() <= 1.0 + 1e-12:
             raise ValueError(f"variances must be {int(num_stages)} positive fractions of the prior variance summing "
-                             f"to less than 1; got {variances!r}.")
+                             f"to at most 1; got {variances!r}.")
+        if abs(fractions.sum() - 1.0) <= 1e-12:
+            fractions[-1] = 1.0 - fractions[:-1].sum()  # exactly nothing left
         return fractions
     if isinstance(ratio, bool) or not 0.0 < float(ratio) < 1.0:
         raise ValueError(f"The variance ratio must be in (0, 1); got {ratio!r}.")
@@ -62,5 +65,10 @@ def normal_log_prob(x, mean, var):
 
 
 def normal_kl(mean_q, var_q, mean_p, var_p):
-    """Elementwise KL(N(mean_q, var_q) || N(mean_p, var_p))."""
-    return 0.5 * (np.log(var_p / var_q) + (var_q + (mean_q - mean_p) ** 2) / var_p - 1.0)
+    """Elementwise KL(N(mean_q, var_q) || N(mean_p, var_p)); 0 where both are the same point (var_p = 0 after
+    an exact split: q is then the point mass at mean_p too)."""
+    var_q, var_p = np.asarray(var_q, np.float64), np.asarray(var_p, np.float64)
+    point = var_p == 0
+    safe_q, safe_p = np.where(point, 1.0, var_q), np.where(point, 1.0, var_p)
+    kl = 0.5 * (np.log(safe_p / safe_q) + (safe_q + (mean_q - mean_p) ** 2) / safe_p - 1.0)
+    return np.where(point, 0.0, kl)

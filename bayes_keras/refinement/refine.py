@@ -147,6 +147,44 @@ def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0
     return target.last_samples, history
 
 
+def fit_mean_field(log_likelihood, dim, prior_loc=0.0, prior_scale=1.0, steps=2000, learning_rate=1e-2,
+                   initial_mean=None, initial_std=0.1, num_restarts=1, seed=None, dtype="float64", eval_samples=256):
+    """The base of `refine_log_prob`: a diagonal Gaussian fitted by Adam to the ELBO of
+    log N(w; prior_loc, prior_scale^2) + log_likelihood(w) (ADVI with the KL to the Gaussian prior in closed
+    form), from `num_restarts` starts side by side; the best by its ELBO is returned.
+
+    Args:
+        log_likelihood: (R, D) -> (R,) tensor function.
+        dim: D.
+        initial_mean: (D,) start, or None: N(prior_loc, prior_scale^2) draws, one per restart.
+        initial_std: the starting standard deviation.
+
+    Returns:
+        (mean (D,), stddev (D,), elbo) as numpy arrays and a float.
+    """
+    from bayes_keras.refinement.density_target import DensityTarget  # noqa: I001
+
+    _check_positive_int(num_restarts, "num_restarts")
+    _check_positive_int(dim, "dim")
+    rng = np.random.default_rng(seed)
+    loc = np.broadcast_to(np.asarray(prior_loc, np.float64), (dim,))
+    scale = np.broadcast_to(np.asarray(prior_scale, np.float64), (dim,))
+    target = DensityTarget(log_likelihood, loc, np.ones(dim), loc, scale, dtype, eval_samples)
+    if initial_mean is None:
+        start = loc + scale * rng.standard_normal((num_restarts, dim))
+    else:
+        start = np.broadcast_to(np.asarray(initial_mean, np.float64), (num_restarts, dim))
+    stages = ConditionalGaussians(num_restarts, dim, dtype, 0 if seed is None else int(seed))
+    stages.start(start, np.full((num_restarts, dim), float(initial_std) ** 2), loc, scale ** 2, learning_rate)
+    step = tf.function(lambda: stages.step(lambda w: target.value_and_gradient(w, ())))
+    for _ in range(int(steps)):
+        step()
+    mean, var = stages.moments()
+    elbo = target.expected_log_likelihood(stages) - auxiliary.normal_kl(mean, var, loc, scale ** 2).sum(1)
+    best = int(np.argmax(elbo))
+    return mean[best], np.sqrt(var[best]), float(elbo[best])
+
+
 def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per_stage, learning_rate, seed,
             verbose, units):
     """The stages (Algorithm 1, all M samples at once); `units` divides the reported bounds."""
