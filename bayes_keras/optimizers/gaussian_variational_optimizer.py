@@ -131,8 +131,8 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
         """The normals of this step's resample, drawn before the forward pass (BayesianModel hands them
         back as `step.noise`). They depend only on the draw counter, not on the step's gradients, so the
         executor can generate them on an idle core while the forward and backward passes run; drawn
-        inside the update they sat on the critical path after the finiteness check (measured: 0.17 of
-        an MLP step with 20 particles on 2 CPU cores). Same key, same numbers: the stream is unchanged."""
+        inside the update they sat on the critical path after the finiteness check (docs/architecture.md).
+        Same key, same numbers: the stream is unchanged."""
         return self._draw(self.view.num_particles) if self.built else None
 
     def sample(self, num_samples, eps=None):

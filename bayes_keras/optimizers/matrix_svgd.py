@@ -45,8 +45,8 @@ class MatrixSVGD(PreconditionedOptimizer):
     Learning-rate scales differ by mode: with the median bandwidth the average mode's drift is about
     2 / N of a Newton step Q^-1 grad log p (the kernel sums to ~2 over the particles, divided by N),
     while the mixture mode, as its weights collapse to one-hot, approaches a full per-particle Newton
-    step; expect usable mixture learning rates ~N / 2 times smaller (measured on breast_cancer with
-    N = 20: average 1-3, mixture 0.1-0.3). With uniform weights and equal Q the two coincide (tested).
+    step; expect usable mixture learning rates ~N / 2 times smaller (the breast_cancer grids of
+    benchmarks/results/svgd_uci_logreg.md). With uniform weights and equal Q the two coincide (tested).
 
     Non-finite curvature skips the whole update (particles and step-rule state untouched; counted in
     `skipped_curvature_steps`). The preconditioner is told which curvature operators the mode calls

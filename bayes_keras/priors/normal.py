@@ -15,8 +15,8 @@ class Normal(Prior):
 
     The default is the standard Normal N(0, 1) on every weight and bias (the prior of the GPF and
     SVGD papers' BNNs). `scale="he"` gives sqrt(2 / fan_in), the He initialisation scale, a much
-    tighter prior: measured on LeNet-5 / digits (1,347 training images, 10 particles, 30 epochs) it
-    dominated the likelihood and GPF collapsed to chance accuracy (0.10), while N(0, 1) gave 0.98.
+    tighter prior that can dominate the likelihood of a small data set (on LeNet-5 / digits GPF then fell to
+    chance accuracy: docs/architecture.md, "Priors").
 
     Args:
         loc: prior mean (float), default 0.
