@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "inference",
            "schedules", "curvature"]
 
-from bayes_keras import kernels, preconditioners, refinement  # noqa: E402
+from bayes_keras import export, kernels, plots, preconditioners, refinement  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
 
-__all__ += ["kernels", "preconditioners", "refinement", "refine"]
+__all__ += ["export", "kernels", "plots", "preconditioners", "refinement", "refine"]

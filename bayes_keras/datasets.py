@@ -50,6 +50,20 @@ def load_breast_cancer(test_fraction=0.0, seed=0, add_bias=False):
     return (x_tr.astype(np.float32), y_tr), (x_te.astype(np.float32), y_te)
 
 
+def load_diabetes(test_fraction=0.2, seed=0):
+    """scikit-learn's diabetes regression data (442 x 10; target: disease progression after one year,
+    25-346, sd 77), inputs standardised with training statistics, targets left in their own units (a
+    Normal likelihood standardises them itself).
+    """
+    from sklearn.datasets import load_diabetes as _load
+
+    d = _load()
+    (x_tr, y_tr), (x_te, y_te) = _split(d.data.astype(np.float64), d.target.astype(np.float32), test_fraction,
+                                        seed, stratify=False)
+    mu, sd = x_tr.mean(0), x_tr.std(0)
+    return (((x_tr - mu) / sd).astype(np.float32), y_tr), (((x_te - mu) / sd).astype(np.float32), y_te)
+
+
 def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None):
     """Load a tensorflow-datasets image classification set (mnist, fashion_mnist, cifar10, ...).
 

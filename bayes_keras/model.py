@@ -13,12 +13,14 @@ from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
+from bayes_keras.model_metrics import ModelMetrics, split_metrics
+from bayes_keras.model_serialization import ModelSerialization
 from bayes_keras.particle_initialization import initialize_particles
 from bayes_keras.particle_trainer import ParticleTrainer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class BayesianModel(ParticleTrainer, keras.Model):
+class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
     """A Keras model over N weight sets (particles), trained by a Bayesian optimizer.
 
     Outputs are (batch, N, ...). `fit` maximises, for every particle n, the tempered log joint
@@ -29,17 +31,20 @@ class BayesianModel(ParticleTrainer, keras.Model):
     for all particle variables at once. Shared (deterministic) weights get the particle average of
     those gradients (plus their own prior once): they are MAP point estimates.
 
-    Reported metrics: "loss" = -mean_n(log_joint_n) / dataset_size; "nll" = negative log
-    likelihood of the POSTERIOR PREDICTIVE (particle-averaged density) per example; compiled
-    metrics see the predictive summary (e.g. averaged class probabilities); "free_energy" when the
-    optimizer defines a Gaussian (GPF).
+    Reported metrics (docs/architecture.md, "Metrics"): "loss" = -mean_n(log_joint_n) / dataset_size, the
+    training objective per example (in evaluate, on the evaluated data with the training set's size); "nll"
+    = negative log likelihood of the POSTERIOR PREDICTIVE (particle-averaged density) per example;
+    compiled Keras metrics see the predictive summary (what `predict` returns: class probabilities, or
+    the predictive mean for a Normal likelihood; "accuracy" is resolved by the likelihood);
+    `bayes_keras.metrics.ParticleMetric`s (e.g. IntervalCoverage) see the per-particle outputs; in training
+    only, "free_energy" (GPF) or "elbo" (Gaussian VI) from the optimizer.
 
     Args:
         likelihood: a `bayes_keras.likelihoods.Likelihood` or its name ("categorical",
             "bernoulli", "normal"); may also be given to compile().
         num_particles: optional check: the number of particles the layers were built with.
         dataset_size: number of training examples (scales the minibatch likelihood); if None it
-            is taken from compile()/fit() or inferred from the training data.
+            is taken from compile()/fit() or inferred from the training data on every fit.
         temperature: posterior temperature (1 = Bayes posterior; < 1 "cold").
 
     Example:
@@ -70,15 +75,14 @@ class BayesianModel(ParticleTrainer, keras.Model):
         self._expected_num_particles = num_particles
         self.likelihood = None if likelihood is None else likelihoods_lib.get(likelihood)
         self.dataset_size = None
+        self._dataset_size_given = dataset_size is not None  # else re-inferred from each fit's data
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
         self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
         self._raw_predict = False
         self._particle_predict_function = None
-        self._nll_tracker = keras.metrics.Mean(name="nll")
-        # The metrics a BayesianOptimizer may report (its `reported_metrics`), per training example.
-        self._method_trackers = {name: keras.metrics.Mean(name=name) for name in ("free_energy", "elbo")}
+        self._bayesian_metrics = ModelMetrics()  # nll, ParticleMetrics, the optimizer's reported metrics
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the
         # model, so a resumed run draws what an uninterrupted one would (seeded by keras' set_random_seed).
@@ -156,7 +160,7 @@ class BayesianModel(ParticleTrainer, keras.Model):
             raise ValueError(f"dataset_size must be a positive integer (number of training examples); got {dataset_size!r}.")
         if self.dataset_size != int(dataset_size):
             self.dataset_size = int(dataset_size)
-            self.train_function = None  # the size is a constant of the traced step
+            self.train_function = self.test_function = None  # the size is a constant of the traced steps
 
     # -- compile / fit -------------------------------------------------------------------------
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, likelihood=None, dataset_size=None,
@@ -178,6 +182,7 @@ class BayesianModel(ParticleTrainer, keras.Model):
             self._check_structure()
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
+            self._dataset_size_given = True
         if temperature is not None:
             self.temperature = check_number(temperature, "temperature")
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
@@ -189,35 +194,45 @@ class BayesianModel(ParticleTrainer, keras.Model):
                           "XLA compiles 40x slower than TensorFlow's own kernels on CPU; training without XLA "
                           "(on a GPU, XLA is used).", UserWarning, stacklevel=2)
             kwargs["jit_compile"] = False
+        metrics, particle_metrics = split_metrics(metrics, self.likelihood)
+        if "weighted_metrics" in kwargs:
+            kwargs["weighted_metrics"], weighted_particle_metrics = split_metrics(kwargs["weighted_metrics"],
+                                                                                  self.likelihood)
+            particle_metrics += weighted_particle_metrics  # ParticleMetrics always weigh by sample_weight
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
-        if self._bayesian_optimizer is not None:
-            n = self.num_particles
-            if n is not None:
-                self.optimizer.check_num_particles(n)
-            unknown = set(self._bayesian_optimizer.reported_metrics) - set(self._method_trackers)
-            if unknown:
-                raise ValueError(f"{type(self.optimizer).__name__} reports metrics {sorted(unknown)}; BayesianModel "
-                                 f"tracks {sorted(self._method_trackers)}.")
-
-    def compile_from_config(self, config):
-        config = keras.saving.deserialize_keras_object(config)
-        self.compile(**config)
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
+        optimizer = self._bayesian_optimizer
+        self._bayesian_metrics.configure(particle_metrics, () if optimizer is None else optimizer.reported_metrics)
+        if optimizer is not None and self.num_particles is not None:
+            optimizer.check_num_particles(self.num_particles)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None, **kwargs):
         """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from
         compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset."""
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
-        elif self.dataset_size is None:
+            self._dataset_size_given = True
+        elif not self._dataset_size_given:  # this fit's data, not an earlier fit's
             self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0)))
+        if self.likelihood is not None and self.likelihood.adapt_pending:
+            self.likelihood.adapt(_training_targets(x, y, kwargs.get("validation_split", 0.0)))
         if self.optimizer is not None and not self.optimizer.built and self.built and self.trainable_variables:
             # Build before tracing, so optimizers that initialise from the weights see their values
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
             self.optimizer.build(self.trainable_variables)
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """As keras.Model.evaluate. Before the training-set size is known (no fit, no dataset_size=), "loss"
+        takes the evaluated data as the training set (its size scales the prior term) for this call."""
+        if self.dataset_size is not None:
+            return super().evaluate(x, y, *args, **kwargs)
+        self.set_dataset_size(_infer_dataset_size(x))
+        try:
+            return super().evaluate(x, y, *args, **kwargs)
+        finally:
+            self.dataset_size = None
+            self.train_function = self.test_function = None
 
     def initialize_particles(self, center, noise_std=0.1, seed=None):
         """Place every particle at `center` plus N(0, noise_std^2) noise (e.g. around MAP weights).
@@ -227,41 +242,6 @@ class BayesianModel(ParticleTrainer, keras.Model):
         Shared (deterministic) weights are set to the center exactly.
         """
         initialize_particles(self.particle_layers, center, noise_std, seed)
-
-    # -- serialisation -------------------------------------------------------------------------
-    def get_config(self):
-        config = super().get_config()
-        config.update({
-            "likelihood": None if self.likelihood is None else likelihoods_lib.serialize(self.likelihood),
-            "num_particles": self._expected_num_particles,
-            "dataset_size": self.dataset_size,
-            "temperature": self.temperature,
-        })
-        return config
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        own = {k: config.pop(k, None) for k in ("likelihood", "num_particles", "dataset_size", "temperature")}
-        if own["temperature"] is None:
-            own["temperature"] = 1.0
-        if own["likelihood"] is not None:
-            own["likelihood"] = likelihoods_lib.get(own["likelihood"])
-        if "layers" in config and "input_layers" in config:
-            from keras.src.models.functional import functional_from_config
-
-            model = functional_from_config(cls, config, custom_objects=custom_objects)
-            model.likelihood = own["likelihood"]
-            model._expected_num_particles = own["num_particles"]
-            model._check_structure()
-            model.temperature = check_number(own["temperature"], "temperature")
-            if own["dataset_size"] is not None:
-                model.set_dataset_size(own["dataset_size"])
-            return model
-        return cls(**config, **own)
-
-
-
 
 def _functional_arguments(args, kwargs):
     """Whether a Model is constructed the functional way (keras' own test of its arguments)."""
@@ -330,11 +310,32 @@ def _infer_dataset_size(x, validation_split=0.0):
             first = tf.nest.flatten(batch)[0]
             return acc + tf.cast(tf.shape(first)[0], tf.int64)
 
-        return int(x.reduce(tf.constant(0, tf.int64), count))
+        return _nonempty(int(x.reduce(tf.constant(0, tf.int64), count)))
     leaves = tf.nest.flatten(x)
     if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
         n = int(leaves[0].shape[0])
         # Keras trains on the first floor(n (1 - validation_split)) rows (array_slicing.train_validation_split)
-        return max(1, int(math.floor(n * (1.0 - float(validation_split or 0.0)))))
+        return _nonempty(int(math.floor(n * (1.0 - float(validation_split or 0.0)))))
     raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
                      "or compile().")
+
+
+def _nonempty(size):
+    if size < 1:
+        raise ValueError("The data has no examples (after validation_split): BayesianModel needs at least one "
+                         "training example to scale its likelihood.")
+    return size
+
+
+def _training_targets(x, y, validation_split=0.0):
+    """The targets fit trains on, for a likelihood's `adapt`: y's first rows (as Keras splits off
+    validation_split), or the targets of a tf.data.Dataset of (x, y[, sample_weight]) batches."""
+    if isinstance(x, tf.data.Dataset):
+        return x.map(lambda *element: element[1] if len(element) > 1 else element[0][1])
+    if y is not None:
+        y = np.asarray(y)
+        return y[:int(math.floor(len(y) * (1.0 - float(validation_split or 0.0))))]
+    raise ValueError(f"The likelihood fits constants to the training targets before the first step (e.g. "
+                     f"Normal's standardisation), which fit cannot read from {type(x).__name__}: pass arrays or a "
+                     "tf.data.Dataset, or call model.likelihood.adapt(y_train) before fit (or use "
+                     "Normal(standardize=False)).")

@@ -76,10 +76,22 @@ class ParticleTrainer:
                              f"{optimizer!r}.")
         return self._gradients(x, y, sample_weight, optimizer)[:2]
 
-    def _gradients(self, x, y, sample_weight, optimizer):
-        """(grads, step, outputs, finite_loss): see bayesian_gradients."""
+    def _objective(self, y, outputs, sample_weight):
+        """(loss, scaled log likelihood (N,), tempered particle log prior (N,)) with loss = -sum_n log_joint_n
+        - N log p(shared weights) / T + N sum(model.losses): its gradient gives each particle slice
+        -grad log_joint_n and shared weights N times the particle mean (rescaled in _gradients)."""
         if self.dataset_size is None:
             raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
+        log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(y, outputs, sample_weight,
+                                                                                     parts=True)
+        n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
+        loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
+        if self.losses:
+            loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses])
+        return loss, scaled_loglik, particle_prior
+
+    def _gradients(self, x, y, sample_weight, optimizer):
+        """(grads, step, outputs, loss): see bayesian_gradients and _objective."""
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
         request = None if optimizer is None else optimizer.curvature_request
@@ -96,13 +108,8 @@ class ParticleTrainer:
             # A subclassed model's first call also builds it through a symbolic call, whose records are
             # not part of this step.
             records = [r for r in records if _of_this_graph(r.preactivations)]
-            log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
-                y, outputs, sample_weight, parts=True)
-            n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
-            # Particle slices get -grad log_joint_n; shared weights the particle mean (rescaled below).
-            loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
-            if self.losses:
-                loss += n * tf.add_n(self.losses)
+            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight)
+            n = tf.cast(tf.shape(scaled_loglik)[0], loss.dtype)
             if sampled_labels and records:
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
                 sampled_nll = self.likelihood.sampled_negative_log_likelihood(outputs, seed)  # (batch, N)
@@ -136,12 +143,13 @@ class ParticleTrainer:
         step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
                         temperature=self.temperature, dataset_size=float(self.dataset_size),
                         curvature=tuple(records), noise=noise)
-        return grads, step, outputs, tf.math.is_finite(loss)
+        return grads, step, outputs, loss
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        grads, step, outputs, finite_loss = self._gradients(x, y, sample_weight, self._bayesian_optimizer)
+        grads, step, outputs, loss = self._gradients(x, y, sample_weight, self._bayesian_optimizer)
         optimizer = self._bayesian_optimizer
+        finite_loss = tf.math.is_finite(loss)
         finite = finite_loss
         # A BayesianOptimizer's guard refuses the non-finite new values that non-finite gradients give, so
         # the gradients are checked here only where no guard follows (a plain Keras optimizer) or where a
@@ -155,8 +163,7 @@ class ParticleTrainer:
             if r.sampled_output_gradients is not None:
                 finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
         if optimizer is not None:
-            for name, value in optimizer.report(step).items():
-                self._method_trackers[name].update_state(value)
+            self._bayesian_metrics.update_method(optimizer.report(step), tf.shape(outputs)[0])
         trainable = self.trainable_variables
 
         def apply():
@@ -179,7 +186,7 @@ class ParticleTrainer:
         applied = tf.cond(finite, apply, skip)
         if self._loss_scale is not None:
             self._grow_loss_scale(applied)
-        return self._update_metrics(x, y, outputs, step.log_joint, sample_weight)
+        return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
 
     def _grow_loss_scale(self, applied):
         """Double the float16 loss scale after 2000 consecutive finite steps (Keras' schedule)."""
@@ -192,33 +199,36 @@ class ParticleTrainer:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         outputs = tf.cast(self(x, training=False), self.loss_dtype)
         self._build_likelihood(outputs.shape)
-        log_joint = None
-        if self.dataset_size is not None:
-            log_joint, _ = self._log_joint(y, outputs, sample_weight)
-        return self._update_metrics(x, y, outputs, log_joint, sample_weight)
+        loss, _, _ = self._objective(y, outputs, sample_weight)
+        return self._update_metrics(x, y, outputs, loss, sample_weight, training=False)
 
-    def _update_metrics(self, x, y, outputs, log_joint, sample_weight):
-        if log_joint is not None and self._loss_tracker is not None:
-            self._loss_tracker.update_state(-tf.reduce_mean(log_joint) / float(self.dataset_size))
-        self._nll_tracker.update_state(-self.likelihood.predictive_log_prob(y, outputs), sample_weight)
+    def _update_metrics(self, x, y, outputs, loss, sample_weight, training):
+        """Keras' "loss" (per example: loss / (N dataset_size), weighted by the batch size as Keras weights
+        its loss, so the epoch value does not depend on the batch size), "nll" and the ParticleMetrics from
+        the per-particle outputs, the compiled metrics from the predictive summary (model.predict's)."""
+        batch = tf.shape(outputs)[0]
+        if self._loss_tracker is not None:
+            n = tf.cast(tf.shape(outputs)[1], loss.dtype)
+            self._loss_tracker.update_state(loss / (n * float(self.dataset_size)), sample_weight=batch)
+        self._bayesian_metrics.update_predictive(y, outputs, self.likelihood, sample_weight)
         summary = self.likelihood.summary(outputs)
         if isinstance(summary, dict):
             summary = summary["mean"]
         logs = self.compute_metrics(x, y, summary, sample_weight)
-        reported = self._reported_metrics()
-        for name in self._method_trackers:
-            if name not in reported:
+        if not training:  # the optimizer's bound is a training objective: not reported on held-out data
+            for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
         return logs
 
-    def _reported_metrics(self):
-        optimizer = self._bayesian_optimizer
-        return () if optimizer is None else optimizer.reported_metrics
-
     @property
-    def metrics(self):
-        trackers = getattr(self, "_method_trackers", {})
-        return super().metrics + [self._nll_tracker] + [trackers[name] for name in self._reported_metrics()]
+    def metrics_names(self):
+        """The names of evaluate()'s values, in its order: "loss", the compiled metrics (once built by a
+        first fit / evaluate), then this model's ("nll" and ParticleMetrics, sorted as Keras orders them)."""
+        names = ["loss"] if self._loss_tracker is not None else []
+        compiled = self._compile_metrics
+        if compiled is not None and compiled.built:
+            names += [m.name for m in compiled.metrics]
+        return names + self._bayesian_metrics.evaluation_names()
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)

@@ -572,7 +572,7 @@ def test_unsupported_layers_and_mismatches_are_reported():
     def model_with(layer):
         inputs = keras.Input((3,))
         h = bk.layers.Dense(3, num_particles=2)(inputs)
-        return bk.BayesianModel(inputs, layer(h), likelihood=bk.likelihoods.Normal())
+        return bk.BayesianModel(inputs, layer(h), likelihood=bk.likelihoods.Normal(scale=1.0))
 
     model = model_with(_Scaled())
     model.compile(optimizer=bk.optimizers.MatrixSVGD(0.1, "kfac"))

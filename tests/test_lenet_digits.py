@@ -34,7 +34,7 @@ def test_gpf_beats_deterministic_lenet_over_three_seeds():
     """Acceptance: mean over 3 seeds, GPF's held-out NLL below the deterministic LeNet's and its
     accuracy at least as high (the README table comes from the same code)."""
     example = _load_example()
-    results = example.run(seeds=(0, 1, 2), verbose=False)
+    results, _, _ = example.run(seeds=(0, 1, 2), verbose=False)
     det = results["deterministic LeNet (Keras, Adam)"]
     gpf = next(v for k, v in results.items() if k.startswith("GPF"))
     mean = lambda runs, k: float(np.mean([r[k] for r in runs]))  # noqa: E731

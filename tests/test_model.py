@@ -87,11 +87,28 @@ def test_regression_predictive_variance_decomposition():
 
 def test_learned_noise_scale_approaches_truth():
     x, y = linear_data(n=400, noise=0.3, seed=3)
-    model = linear_model(3, 4, bk.likelihoods.Normal(scale="learned"))
+    model = linear_model(3, 4, bk.likelihoods.Normal(scale="learned", standardize=False))
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2, shared_learning_rate=3e-2))
     model.fit(x, y, epochs=60, batch_size=100, verbose=0)
     sigma = float(model.likelihood.noise_scale().numpy()[0])
     assert abs(sigma - 0.3) < 0.05, sigma
+
+
+def test_standardised_targets_learned_noise_in_target_units():
+    """The default Normal standardises the targets (here shifted by 500 and scaled by 40): the noise it
+    learns, and its predictive, come back in the targets' units."""
+    x, y = linear_data(n=400, noise=0.3, seed=3)
+    model = linear_model(3, 4, "normal")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2, shared_learning_rate=3e-2))
+    model.fit(x, 500.0 + 40.0 * y, epochs=120, batch_size=100, verbose=0)
+    sigma = float(model.likelihood.noise_scale().numpy()[0])
+    assert abs(sigma - 40.0 * 0.3) < 40.0 * 0.05, sigma
+    mean = model.predict(x, verbose=0)["mean"][:, 0]
+    assert np.sqrt(np.mean((mean - (500.0 + 40.0 * y)) ** 2)) < 40.0 * 0.35  # residual ~ the noise
+    # adapted once, from the training targets: a second fit keeps the standardisation
+    model.fit(x[:50], y[:50], epochs=1, verbose=0)
+    assert model.likelihood.loc_scale(np.zeros((1, 4, 1), np.float32))[0].numpy().mean() == pytest.approx(
+        np.mean(500.0 + 40.0 * y), rel=1e-5)
 
 
 def test_bernoulli_likelihood_trains():

@@ -5,8 +5,10 @@ import keras
 from bayes_keras._config import resolve
 from bayes_keras.likelihoods.bernoulli import Bernoulli
 from bayes_keras.likelihoods.categorical import Categorical
+from bayes_keras.likelihoods.heteroscedastic_normal import HeteroscedasticNormal
 from bayes_keras.likelihoods.likelihood import Likelihood
 from bayes_keras.likelihoods.normal import Normal
+from bayes_keras.likelihoods.particle_mixture import ParticleMixture
 
 _ALIASES = {
     "categorical": Categorical,
@@ -17,6 +19,7 @@ _ALIASES = {
     "gaussian": Normal,
     "mse": Normal,
     "mean_squared_error": Normal,
+    "heteroscedastic_normal": HeteroscedasticNormal,
 }
 
 
@@ -30,4 +33,4 @@ def serialize(likelihood):
     return keras.saving.serialize_keras_object(likelihood)
 
 
-__all__ = ["Likelihood", "Categorical", "Bernoulli", "Normal", "get", "serialize"]
+__all__ = ["Likelihood", "Categorical", "Bernoulli", "Normal", "HeteroscedasticNormal", "ParticleMixture", "get", "serialize"]

@@ -57,6 +57,9 @@ class Bernoulli(Likelihood):
         p = tf.sigmoid(self._logits(outputs))[..., None]
         return entropy_decomposition(tf.concat([1.0 - p, p], axis=-1))
 
+    def accuracy_metric(self, name):
+        return keras.metrics.BinaryAccuracy(name=name)  # on the predictive probability, threshold 0.5
+
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         logits = self._logits(outputs)
         p = tf.sigmoid(tf.stop_gradient(logits))

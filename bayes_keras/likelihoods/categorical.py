@@ -70,6 +70,9 @@ class Categorical(Likelihood):
     def uncertainty(self, outputs):
         return entropy_decomposition(self.probs(outputs))
 
+    def accuracy_metric(self, name):
+        return keras.metrics.SparseCategoricalAccuracy(name=name)  # integer labels, as log_prob takes them
+
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         logits = outputs
         k = tf.shape(logits)[-1]

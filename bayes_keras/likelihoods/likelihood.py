@@ -16,11 +16,17 @@ class Likelihood(Configurable):
       - `predictive(outputs)`: the posterior predictive as a TFP distribution, batch shape (batch,).
       - `summary(outputs)`: what `model.predict` returns.
       - `uncertainty(outputs)`: dict of (batch,) tensors (total = aleatoric + epistemic).
+    and may implement:
+      - `adapt(targets)` with `adapt_pending`: constants fitted to the training targets (Normal's
+        standardisation), which BayesianModel.fit sets before its first step.
+      - `accuracy_metric(name)`: the Keras metric that "accuracy" in `compile(metrics=[...])` means.
+      - `predictive_interval(outputs, level)`: central predictive intervals (regression).
     and, for the true Fisher (labels drawn from the model: KFAC(fisher="true"), MGVBP(curvature="fisher")):
       - `sampled_negative_log_likelihood(outputs, seed)` -> (batch, N).
     """
 
     name = "likelihood"
+    continuous = False  # True: the predictive is a ParticleMixture with quantiles (regression)
 
     def build(self, model, output_shape):
         """Create any variables (e.g. a learned noise scale) on `model`. Called once."""
@@ -29,6 +35,15 @@ class Likelihood(Configurable):
     @property
     def variables(self):
         return []
+
+    @property
+    def adapt_pending(self):
+        """Whether `adapt` still needs the training targets (BayesianModel.fit then calls it)."""
+        return False
+
+    def adapt(self, targets):
+        """Fit data-dependent constants from the training targets: an array, or a tf.data.Dataset of
+        target batches. Nothing to fit by default."""
 
     def check_output_shape(self, shape):
         raise NotImplementedError
@@ -50,6 +65,17 @@ class Likelihood(Configurable):
 
     def uncertainty(self, outputs):
         raise NotImplementedError
+
+    def accuracy_metric(self, name):
+        """The metric "accuracy" / "acc" in compile(metrics=[...]) stands for (named `name`)."""
+        raise ValueError(f"metrics=['{name}'] is not defined for the {type(self).__name__} likelihood; use a "
+                         "regression metric (e.g. keras.metrics.RootMeanSquaredError(), "
+                         "bayes_keras.metrics.IntervalCoverage()).")
+
+    def predictive_interval(self, outputs, level):
+        """(lower, upper), each (batch, d): the central `level` interval of the posterior predictive."""
+        raise ValueError(f"Predictive intervals need a continuous likelihood (bayes_keras.likelihoods.Normal); "
+                         f"the model's likelihood is {type(self).__name__}.")
 
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         """-log p(y~_bn | x_b, w_n), (batch, N), for labels y~_bn drawn from each particle's own predictive

@@ -1,0 +1,73 @@
+"""The saving half of BayesianModel: configuration, the .keras format, and export of the predictive.
+
+`ModelSerialization` is a mixin of `BayesianModel` only (as ParticleTrainer is its training half): it
+reads the model's likelihood, particle count, dataset size and temperature, which BayesianModel
+(bayes_keras/model.py) owns and documents.
+"""
+
+import keras
+
+from bayes_keras import likelihoods as likelihoods_lib
+from bayes_keras._config import check_number
+
+
+class ModelSerialization:
+    """get_config / from_config / save / export / compile_from_config of a BayesianModel."""
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "likelihood": None if self.likelihood is None else likelihoods_lib.serialize(self.likelihood),
+            "num_particles": self._expected_num_particles,
+            "dataset_size": self.dataset_size,
+            "temperature": self.temperature,
+        })
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        own = {k: config.pop(k, None) for k in ("likelihood", "num_particles", "dataset_size", "temperature")}
+        if own["temperature"] is None:
+            own["temperature"] = 1.0
+        if own["likelihood"] is not None:
+            own["likelihood"] = likelihoods_lib.get(own["likelihood"])
+        if "layers" in config and "input_layers" in config:
+            from keras.src.models.functional import functional_from_config
+
+            model = functional_from_config(cls, config, custom_objects=custom_objects)
+            model.likelihood = own["likelihood"]
+            model._expected_num_particles = own["num_particles"]
+            model._check_structure()
+            model.temperature = check_number(own["temperature"], "temperature")
+            if own["dataset_size"] is not None:
+                model.set_dataset_size(own["dataset_size"])
+            return model
+        return cls(**config, **own)
+
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def save(self, filepath, *args, **kwargs):
+        """As keras.Model.save, in the .keras format (particles, likelihood, optimizer state); the legacy
+        HDF5 format cannot hold a BayesianModel's configuration and is refused."""
+        if str(filepath).lower().endswith((".h5", ".hdf5")):
+            raise ValueError(f"BayesianModel saves in the Keras format: use a path ending in '.keras' (got "
+                             f"{str(filepath)!r}; the legacy HDF5 format cannot restore a BayesianModel). For "
+                             "serving, model.export(path) writes a SavedModel of the predictive.")
+        return super().save(filepath, *args, **kwargs)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """As keras.Model.export, but a "tf_saved_model" serves the posterior predictive (class
+        probabilities or predictive mean / sd, uncertainty, quantiles, per-particle outputs) without
+        bayes_keras: see `bayes_keras.export.export_predictive`. Other formats export the per-particle
+        outputs (Keras' own export)."""
+        if format == "tf_saved_model":
+            from bayes_keras.export import export_predictive
+
+            return export_predictive(self, filepath, input_signature=input_signature,
+                                     verbose=True if verbose is None else verbose)
+        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
