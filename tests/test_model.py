@@ -248,3 +248,42 @@ def test_dataset_size_from_validation_split_is_the_rows_keras_trains_on():
     model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
     model.fit(x, y, validation_split=0.25, epochs=1, batch_size=10, verbose=0)
     assert model.dataset_size == 7  # Keras trains on floor(10 * 0.75) rows
+
+
+def test_heteroscedastic_normal_learns_where_the_noise_is():
+    """Noise sd 0.1 + 0.6 |x|: the scale head's aleatoric sd at |x| = 1.5 is several times that at x = 0,
+    and the log density is the per-particle Gaussian's (scipy) in the targets' units."""
+    import scipy.stats
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (600, 1)).astype(np.float32)
+    y = (100.0 + 20.0 * (x[:, 0] + (0.1 + 0.6 * np.abs(x[:, 0])) * rng.standard_normal(600))).astype(np.float32)
+    keras.utils.set_random_seed(0)
+    model = bk.zoo.mlp(1, 2, (32,), num_particles=4, likelihood=bk.likelihoods.HeteroscedasticNormal())
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=60, batch_size=64, verbose=0)
+    grid = np.array([[-1.5], [0.0], [1.5]], np.float32)
+    aleatoric = np.sqrt(model.uncertainty(grid)["aleatoric_variance"][:, 0])
+    assert aleatoric[0] > 3 * aleatoric[1] and aleatoric[2] > 3 * aleatoric[1], aleatoric
+    assert aleatoric[2] == pytest.approx(20.0 * (0.1 + 0.6 * 1.5), rel=0.3)
+    outputs = model.predict_particles(grid)
+    loc, scale = [t.numpy() for t in model.likelihood.loc_scale(tf.constant(outputs))]
+    y_grid = np.array([80.0, 100.0, 130.0], np.float32)
+    expected = scipy.stats.norm.logpdf(y_grid[:, None], loc[..., 0], scale[..., 0])
+    np.testing.assert_allclose(model.likelihood.log_prob(y_grid, tf.constant(outputs)).numpy(), expected, rtol=1e-4)
+
+
+def test_standardisation_is_saved_with_the_model(tmp_path):
+    x, y = linear_data(n=80)
+    model = linear_model(3, 3, "normal")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, 1000.0 + 50.0 * y, epochs=2, verbose=0)
+    path = tmp_path / "standardised.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"], rtol=1e-6)
+    assert not loaded.likelihood.adapt_pending
+    with pytest.raises(ValueError, match="standardize must be None, True or False"):
+        bk.likelihoods.Normal(standardize="yes")
+    with pytest.raises(ValueError, match="scale"):
+        bk.likelihoods.Normal(scale=float("nan"))
