@@ -22,8 +22,9 @@ def _figure(**kwargs):
 
 def reliability_diagram(probs, labels, num_bins=15, title=None):
     """Top-label reliability diagram (Guo et al. 2017, Fig. 1): per equal-width confidence bin, the
-    accuracy (bars) against the diagonal of perfect calibration, and below, how many examples fall in
-    each bin. The legend gives the ECE of the same bins. `probs` (n, K) or binary (n,)."""
+    accuracy (bars) and the mean confidence (red marks) against the diagonal of perfect calibration, and
+    below, the fraction of examples in each bin. The legend gives the ECE of the same bins. `probs`
+    (n, K) or binary (n,)."""
     probs, labels = class_probabilities(probs, labels)
     conf, acc, count = calibration_curve(probs, labels, num_bins)
     from matplotlib.figure import Figure
@@ -35,8 +36,8 @@ def reliability_diagram(probs, labels, num_bins=15, title=None):
     filled = count > 0
     top.bar(centres[filled], acc[filled], width=width, edgecolor="black", color="tab:blue", alpha=0.8,
             label=f"accuracy (ECE {ece(probs, labels, num_bins):.4f})")
-    top.bar(centres[filled], (conf - acc)[filled], bottom=acc[filled], width=width, color="tab:red", alpha=0.3,
-            label="gap to confidence")
+    top.errorbar(centres[filled], conf[filled], xerr=0.5 * width, fmt="none", ecolor="tab:red", elinewidth=2,
+                 label="mean confidence in the bin")
     top.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
     top.set_ylabel("accuracy")
     top.set_ylim(0, 1)
