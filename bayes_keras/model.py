@@ -13,6 +13,7 @@ from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
+from bayes_keras.likelihoods.likelihood import check_output_activation
 from bayes_keras.model_metrics import ModelMetrics, split_metrics
 from bayes_keras.model_serialization import ModelSerialization
 from bayes_keras.particle_initialization import initialize_particles
@@ -144,6 +145,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if len(shape) < 2 or shape[1] != n:
             raise ValueError(f"BayesianModel outputs must be (batch, particles={n}, ...); got {shape}.")
         if self.likelihood is not None:
+            check_output_activation(self.layers[-1], self.likelihood)
             self._likelihood_built = False
             self._build_likelihood(shape)  # its variables must exist before the optimizer is built
 
@@ -173,6 +175,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             try:
                 likelihood = likelihoods_lib.get(loss)
             except ValueError:
+                if isinstance(loss, keras.losses.Loss):
+                    raise  # from_keras_loss says what to change
                 raise ValueError(
                     f"BayesianModel trains on a likelihood, not a loss; got loss={loss!r}. Use likelihood="
                     "'categorical' | 'bernoulli' | 'normal' or a bayes_keras.likelihoods object.") from None
@@ -200,6 +204,12 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                                                                                   self.likelihood)
             particle_metrics += weighted_particle_metrics  # ParticleMetrics always weigh by sample_weight
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
+        if self._bayesian_optimizer is None:
+            warnings.warn(
+                f"BayesianModel compiled with the Keras optimizer {type(self.optimizer).__name__}: every particle then "
+                "follows its own gradient of its log joint, i.e. an ensemble of independent MAP fits, not a posterior "
+                "approximation. Use a bayes_keras.optimizers method (e.g. GaussianParticleFlow(), SVGD(), MGVBP()), "
+                "or IndependentParticles() to ask for the ensemble explicitly.", UserWarning, stacklevel=2)
         optimizer = self._bayesian_optimizer
         self._bayesian_metrics.configure(particle_metrics, () if optimizer is None else optimizer.reported_metrics)
         if optimizer is not None and self.num_particles is not None:

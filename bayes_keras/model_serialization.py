@@ -45,8 +45,20 @@ class ModelSerialization:
             return model
         return cls(**config, **own)
 
+    def get_compile_config(self):
+        """Keras' compile config plus the likelihood and temperature, so keras.models.clone_model of a
+        compiled model (which builds the clone from inputs and outputs alone, then compiles it from this
+        config) keeps them."""
+        config = super().get_compile_config()
+        if config is not None and self.likelihood is not None:
+            config = {**config, "likelihood": likelihoods_lib.serialize(self.likelihood),
+                      "temperature": self.temperature}
+        return config
+
     def compile_from_config(self, config):
         config = keras.saving.deserialize_keras_object(config)
+        if self.likelihood is not None:  # a loaded model has its own (with its variables): keep it
+            config.pop("likelihood", None)
         self.compile(**config)
         if self.built:
             self.optimizer.build(self.trainable_variables)

@@ -21,6 +21,7 @@ class Bernoulli(Likelihood):
     """
 
     name = "bernoulli"
+    outputs_are_logits = True
 
     def check_output_shape(self, shape):
         if not (len(shape) == 2 or (len(shape) == 3 and shape[-1] == 1)):

@@ -22,6 +22,7 @@ class Categorical(Likelihood):
     """
 
     name = "categorical"
+    outputs_are_logits = True
 
     def check_output_shape(self, shape):
         if len(shape) != 3 or (shape[-1] is not None and shape[-1] < 2):

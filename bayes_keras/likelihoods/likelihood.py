@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import tensorflow as tf
 
 from bayes_keras._config import Configurable
@@ -27,6 +28,7 @@ class Likelihood(Configurable):
 
     name = "likelihood"
     continuous = False  # True: the predictive is a ParticleMixture with quantiles (regression)
+    outputs_are_logits = False  # True: outputs are logits (a softmax / sigmoid output layer is refused)
 
     def build(self, model, output_shape):
         """Create any variables (e.g. a learned noise scale) on `model`. Called once."""
@@ -88,6 +90,18 @@ class Likelihood(Configurable):
         raise ValueError(f"The true Fisher samples labels from the likelihood; {type(self).__name__} does not "
                          "implement sampled_negative_log_likelihood. Use the empirical Fisher.")
 
+
+
+def check_output_activation(output_layer, likelihood):
+    """Refuse a softmax / sigmoid output under a likelihood that reads logits: the probabilities would be
+    squashed twice (silently flat predictions)."""
+    activation = getattr(output_layer, "activation", None)
+    squashing = {keras.activations.softmax: "softmax", keras.activations.sigmoid: "sigmoid"}
+    if likelihood.outputs_are_logits and activation in squashing:
+        raise ValueError(
+            f"The output layer '{output_layer.name}' applies {squashing[activation]}, but the {type(likelihood).__name__} "
+            "likelihood reads the model's outputs as logits (it averages the particles' probabilities itself). "
+            "Remove the output activation (e.g. Dense(10) instead of Dense(10, activation='softmax')).")
 
 
 def entropy_decomposition(probs):

@@ -1,0 +1,87 @@
+"""Keras idioms a user brings: loss objects, output activations, plain Keras optimizers, clone_model."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import bayes_keras as bk
+
+
+def _classifier(classes=3, activation=None, n=3):
+    inputs = keras.Input((4,))
+    h = bk.layers.Dense(8, activation="relu", num_particles=n)(inputs)
+    return inputs, bk.layers.Dense(classes, activation=activation)(h)
+
+
+@pytest.mark.parametrize("loss, likelihood", [
+    (keras.losses.SparseCategoricalCrossentropy(from_logits=True), bk.likelihoods.Categorical),
+    (keras.losses.BinaryCrossentropy(from_logits=True), bk.likelihoods.Bernoulli),
+    (keras.losses.MeanSquaredError(), bk.likelihoods.Normal),
+    ("sparse_categorical_crossentropy", bk.likelihoods.Categorical),
+])
+def test_loss_objects_map_onto_likelihoods(loss, likelihood):
+    assert isinstance(bk.likelihoods.get(loss), likelihood)
+
+
+@pytest.mark.parametrize("loss, message", [
+    (keras.losses.SparseCategoricalCrossentropy(), "from_logits=False"),
+    (keras.losses.BinaryCrossentropy(), "from_logits=False"),
+    (keras.losses.CategoricalCrossentropy(from_logits=True), "one-hot"),
+    (keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=0.1), "label_smoothing"),
+    (keras.losses.MeanAbsoluteError(), "No likelihood corresponds"),
+])
+def test_ambiguous_losses_are_refused(loss, message):
+    inputs, logits = _classifier()
+    model = bk.BayesianModel(inputs, logits)
+    with pytest.raises(ValueError, match=message):
+        model.compile(optimizer=bk.optimizers.SVGD(), loss=loss)
+
+
+def test_compile_with_a_loss_object_trains_like_the_likelihood():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    y = np.argmax(x[:, :3], 1)
+    results = []
+    for kwargs in ({"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+                   {"likelihood": "categorical"}):
+        keras.utils.set_random_seed(0)
+        inputs, logits = _classifier()
+        model = bk.BayesianModel(inputs, logits)
+        model.compile(optimizer=bk.optimizers.SVGD(1e-2), **kwargs)
+        model.fit(x, y, epochs=2, verbose=0)
+        results.append(model.predict(x, verbose=0))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("activation, likelihood", [("softmax", "categorical"), ("sigmoid", "bernoulli")])
+def test_squashed_outputs_are_refused(activation, likelihood):
+    inputs, out = _classifier(classes=3 if likelihood == "categorical" else 1, activation=activation)
+    with pytest.raises(ValueError, match=f"applies {activation}.*logits"):
+        bk.BayesianModel(inputs, out, likelihood=likelihood)
+    model = bk.BayesianModel(inputs, out)  # the likelihood given later: checked then
+    with pytest.raises(ValueError, match="Remove the output activation"):
+        model.compile(optimizer=bk.optimizers.SVGD(), likelihood=likelihood)
+
+
+def test_plain_keras_optimizer_is_warned_about():
+    inputs, logits = _classifier()
+    model = bk.BayesianModel(inputs, logits, likelihood="categorical")
+    with pytest.warns(UserWarning, match="independent MAP fits"):
+        model.compile(optimizer="adam")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.compile(optimizer=bk.optimizers.IndependentParticles())
+
+
+def test_clone_model_keeps_the_likelihood():
+    """keras.models.clone_model builds the clone from inputs and outputs, then compiles it from the compile
+    config: a compiled model's likelihood and temperature travel there."""
+    inputs, logits = _classifier()
+    model = bk.BayesianModel(inputs, logits, likelihood="categorical", temperature=0.5)
+    model.compile(optimizer=bk.optimizers.SVGD(1e-2))
+    clone = keras.models.clone_model(model)
+    assert isinstance(clone, bk.BayesianModel)
+    assert isinstance(clone.likelihood, bk.likelihoods.Categorical) and clone.temperature == 0.5
+    assert clone.num_particles == 3 and isinstance(clone.optimizer, bk.optimizers.SVGD)
