@@ -64,16 +64,46 @@ def load_diabetes(test_fraction=0.2, seed=0):
     return (((x_tr - mu) / sd).astype(np.float32), y_tr), (((x_te - mu) / sd).astype(np.float32), y_te)
 
 
-def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None):
-    """Load a tensorflow-datasets image classification set (mnist, fashion_mnist, cifar10, ...).
+def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, download=True, timeout=5.0):
+    """Load a tensorflow-datasets image classification set (mnist, fashion_mnist, cifar10, ...) as numpy
+    arrays, one (x, y) pair per split; pixels scaled by 1 / image_scale.
 
-    Needs a network (or a prepared `data_dir`) the first time; pixels scaled by 1/image_scale.
+    The first call downloads and prepares the data in `data_dir` (tfds' default ~/tensorflow_datasets);
+    later calls read it there. Without prepared data and without a network (checked once, within
+    `timeout` seconds) a ConnectionError says so at once, instead of tfds' minutes of retries.
+
+    Example:
+        >>> (x_train, y_train), (x_test, y_test) = bayes_keras.datasets.load_tfds("fashion_mnist")
     """
     import tensorflow_datasets as tfds
 
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+        where = data_dir or "tfds' default data_dir (~/tensorflow_datasets)"
+        if not download:
+            raise FileNotFoundError(f"tensorflow-datasets '{name}' is not prepared in {where}, and download=False.")
+        if not download_server_reachable(timeout):
+            raise ConnectionError(
+                f"tensorflow-datasets '{name}' is not prepared in {where} and the download server cannot be reached "
+                f"(no network within {timeout:g} s). Prepare it on a machine with a network and pass data_dir=, or "
+                "use the offline data: load_digits, load_breast_cancer, load_diabetes.")
+        builder.download_and_prepare()
     out = []
     for s in split:
-        ds = tfds.load(name, split=s, as_supervised=True, batch_size=-1, data_dir=data_dir)
-        x, y = tfds.as_numpy(ds)
-        out.append(((x.astype(np.float32) / image_scale), y.astype(np.int32)))
+        xs, ys = [], []
+        for x, y in tfds.as_numpy(builder.as_dataset(split=s, as_supervised=True).batch(4096)):
+            xs.append(x)
+            ys.append(y)
+        out.append((np.concatenate(xs).astype(np.float32) / image_scale, np.concatenate(ys).astype(np.int32)))
     return tuple(out)
+
+
+def download_server_reachable(timeout=5.0, host="storage.googleapis.com", port=443):
+    """Whether tensorflow-datasets' download server answers within `timeout` seconds."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
