@@ -40,6 +40,10 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
     `bayes_keras.metrics.ParticleMetric`s (e.g. IntervalCoverage) see the per-particle outputs; in training
     only, "free_energy" (GPF) or "elbo" (Gaussian VI) from the optimizer.
 
+    Constructed as a functional model (inputs, outputs), as a subclass with a `call`, or from a built Keras
+    model of particle layers, e.g. `BayesianModel(keras.Sequential([keras.Input(...), ...]))` (its inputs
+    and outputs, sharing its layers).
+
     Args:
         likelihood: a `bayes_keras.likelihoods.Likelihood` or its name ("categorical",
             "bernoulli", "normal"); may also be given to compile().
@@ -69,6 +73,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         return super().__new__(cls)
 
     def __init__(self, *args, likelihood=None, num_particles=None, dataset_size=None, temperature=1.0, **kwargs):
+        if len(args) == 1 and isinstance(args[0], keras.Model):  # BayesianModel(keras.Sequential([...]))
+            args = _inputs_and_outputs(args[0])
         super().__init__(*args, **kwargs)
         if num_particles is not None and (isinstance(num_particles, bool) or not isinstance(num_particles, int)
                                           or num_particles < 1):
@@ -254,8 +260,20 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         initialize_particles(self.particle_layers, center, noise_std, seed)
 
 def _functional_arguments(args, kwargs):
-    """Whether a Model is constructed the functional way (keras' own test of its arguments)."""
-    return len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or ("inputs" in kwargs and "outputs" in kwargs)
+    """Whether a Model is constructed the functional way (keras' own test of its arguments), or from a
+    built Keras model (e.g. a Sequential of particle layers) whose inputs and outputs it takes."""
+    return (len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or ("inputs" in kwargs and "outputs" in kwargs)
+            or (len(args) == 1 and isinstance(args[0], keras.Model)))
+
+
+def _inputs_and_outputs(model):
+    try:
+        return model.inputs, model.outputs
+    except (AttributeError, ValueError):
+        pass
+    raise ValueError(f"BayesianModel({type(model).__name__}) takes the model's inputs and outputs, but '{model.name}' has "
+                     "no defined input: start it with keras.Input(shape) (e.g. keras.Sequential([keras.Input((8,)), "
+                     "...])).")
 
 
 _FUNCTIONAL_CLASSES = {}

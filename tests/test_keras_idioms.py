@@ -85,3 +85,15 @@ def test_clone_model_keeps_the_likelihood():
     assert isinstance(clone, bk.BayesianModel)
     assert isinstance(clone.likelihood, bk.likelihoods.Categorical) and clone.temperature == 0.5
     assert clone.num_particles == 3 and isinstance(clone.optimizer, bk.optimizers.SVGD)
+
+
+def test_bayesian_model_from_a_sequential():
+    seq = keras.Sequential([keras.Input((4,)), bk.layers.Dense(8, activation="relu", num_particles=3),
+                            bk.layers.Dense(3)])
+    model = bk.BayesianModel(seq, likelihood="categorical")
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict_particles(x), seq.predict(x, verbose=0))
+    model.compile(optimizer=bk.optimizers.SVGD())
+    model.fit(x, np.arange(5) % 3, verbose=0)
+    with pytest.raises(ValueError, match="no defined input"):
+        bk.BayesianModel(keras.Sequential([bk.layers.Dense(3, num_particles=2)]), likelihood="categorical")
