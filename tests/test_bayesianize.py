@@ -1,0 +1,72 @@
+"""bayesianize: a user's Keras model becomes a BayesianModel with the same architecture per particle."""
+
+import keras
+import numpy as np
+import pytest
+
+import bayes_keras as bk
+
+
+def _user_cnn():
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(6, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Conv2D(12, 3, activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(32, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ], name="user_cnn")
+
+
+def test_bayesianized_cnn_has_the_same_parameters_and_starts_at_the_original():
+    (x, y), (xt, yt) = bk.datasets.load_digits()
+    keras.utils.set_random_seed(0)
+    cnn = _user_cnn()
+    cnn.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    cnn.fit(x, y, epochs=8, batch_size=64, verbose=0)
+    original_accuracy = cnn.evaluate(xt, yt, verbose=0)[1]
+    model = bk.bayesianize(cnn, num_particles=4, noise_std=1e-3, seed=0)
+    assert isinstance(model.likelihood, bk.likelihoods.Categorical)  # from the softmax, which is removed
+    per_particle = sum(int(np.prod(v.shape[1:])) for v in model.particle_variables)
+    assert per_particle == cnn.count_params()
+    # every particle at the original's weights (up to 1e-3 noise): each particle's softmax is the original's
+    probs = keras.ops.softmax(model.predict_particles(xt)).numpy()
+    np.testing.assert_allclose(probs, np.repeat(cnn.predict(xt, verbose=0)[:, None], 4, 1), atol=0.02)
+    assert bk.metrics.accuracy(model.predict(xt, verbose=0), yt) >= original_accuracy - 0.01
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-3, structure="layer"))
+    history = model.fit(x, y, epochs=3, batch_size=64, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"])) and history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_functional_model_with_deterministic_layers():
+    inputs = keras.Input((6,))
+    h = keras.layers.Dense(8, activation="tanh", name="hidden")(inputs)
+    h = keras.layers.Dropout(0.1)(h)
+    out = keras.layers.Dense(1, name="head")(h)
+    net = keras.Model(inputs, out)
+    model = bk.bayesianize(net, num_particles=3, likelihood="normal", deterministic=["head"])
+    assert [l.name for l in model.particle_layers] == ["hidden", "head"]
+    assert model.get_layer("head").deterministic and not model.get_layer("hidden").deterministic
+    np.testing.assert_allclose(model.get_layer("head").kernel.numpy(), net.get_layer("head").kernel.numpy())
+
+
+def test_unsupported_layers_are_named():
+    net = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.BatchNormalization(),
+                            keras.layers.Dense(2, activation="softmax")])
+    with pytest.raises(ValueError, match="BatchNormalization"):
+        bk.bayesianize(net)
+    with pytest.raises(ValueError, match="pass likelihood="):
+        bk.bayesianize(keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)]))
+    with pytest.raises(ValueError, match="defined inputs"):
+        bk.bayesianize(keras.Sequential([keras.layers.Dense(1)]), likelihood="normal")
+
+
+@pytest.mark.parametrize("recurrent", [keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU])
+def test_recurrent_models_start_at_the_original(recurrent):
+    keras.utils.set_random_seed(1)
+    net = keras.Sequential([keras.Input((8, 8)), recurrent(12), keras.layers.Dense(10, activation="softmax")])
+    x = np.random.default_rng(0).standard_normal((5, 8, 8)).astype(np.float32)
+    model = bk.bayesianize(net, num_particles=2, noise_std=0.0)
+    probs = keras.ops.softmax(model.predict_particles(x)).numpy()
+    np.testing.assert_allclose(probs, np.repeat(net.predict(x, verbose=0)[:, None], 2, 1), atol=1e-5)
