@@ -25,6 +25,7 @@ _PARTICLE_TWINS = {
     keras.layers.GlobalMaxPooling1D: particle_layers.GlobalMaxPooling1D,
     keras.layers.GlobalMaxPooling2D: particle_layers.GlobalMaxPooling2D,
     keras.layers.Flatten: particle_layers.Flatten,
+    keras.layers.BatchNormalization: particle_layers.BatchNormalization,
 }
 _SQUASHING = {keras.activations.softmax: "categorical", keras.activations.sigmoid: "bernoulli"}
 
@@ -125,10 +126,18 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         rng = np.random.default_rng(seed)
         for original, new in pairs:
             if isinstance(new, ParticleLayer) and new.weights:
-                initialize_particles([new], original.get_weights(), noise_std, seed=int(rng.integers(2**31)))
+                trained = [v.numpy() for v in original.trainable_weights]
+                initialize_particles([new], trained, noise_std, seed=int(rng.integers(2**31)))
+                # statistics (BatchNormalization's moving averages): the same for every particle
+                for target, value in zip(new.non_trainable_weights, original.non_trainable_weights):
+                    target.assign(np_broadcast(value.numpy(), target.shape))
             elif new.weights:
                 new.set_weights(original.get_weights())
     return bayesian
+
+
+def np_broadcast(value, shape):
+    return np.broadcast_to(value, tuple(shape)).copy()
 
 
 def _twin_config(layer, twin):
@@ -145,7 +154,7 @@ def _twin_config(layer, twin):
 
 
 def _unsupported(layer):
-    mixing = (keras.layers.BatchNormalization, keras.layers.GroupNormalization, keras.layers.MultiHeadAttention,
+    mixing = (keras.layers.GroupNormalization, keras.layers.MultiHeadAttention,
               keras.layers.Embedding, keras.layers.Bidirectional, keras.layers.Conv3D, keras.layers.MaxPooling1D,
               keras.layers.AveragePooling1D, keras.layers.MaxPooling3D, keras.layers.AveragePooling3D,
               keras.layers.GlobalAveragePooling3D, keras.layers.GlobalMaxPooling3D, keras.layers.Conv2DTranspose,

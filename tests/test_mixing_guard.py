@@ -25,7 +25,7 @@ def _sequence_model(middle):
 
 
 @pytest.mark.parametrize("build,layer,expected", [
-    (_image_model, lambda: keras.layers.BatchNormalization(), "LayerNormalization"),
+    (_image_model, lambda: keras.layers.BatchNormalization(), "bayes_keras.layers.BatchNormalization"),
     (_image_model, lambda: keras.layers.GroupNormalization(2), "LayerNormalization"),
     (_sequence_model, lambda: (lambda h: keras.layers.MultiHeadAttention(2, 4)(h, h)), "attention"),
 ])

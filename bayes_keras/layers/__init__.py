@@ -2,6 +2,7 @@
 
 from bayes_keras.layers.activation import Activation
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.batch_normalization import BatchNormalization
 from bayes_keras.layers.bidirectional import Bidirectional
 from bayes_keras.layers.conv1d import Conv1D
 from bayes_keras.layers.conv2d import Conv2D
@@ -17,4 +18,4 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
-           "SimpleRNN", "LSTM", "GRU", "Bidirectional"]
+           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization"]

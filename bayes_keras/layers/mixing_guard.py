@@ -14,8 +14,7 @@ import keras
 _L = keras.layers
 # exact classes only: bayes_keras' own subclasses of Keras layers (e.g. Dropout) are particle-aware
 REPLACEMENTS = {
-    _L.BatchNormalization: "a per-particle normalization: bayes_keras has no particle BatchNormalization yet; "
-                           "keras.layers.LayerNormalization acts per particle",
+    _L.BatchNormalization: "bayes_keras.layers.BatchNormalization (per-particle statistics)",
     _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle)",
     _L.MultiHeadAttention: "no particle attention yet: apply attention before the first particle layer",
     _L.Flatten: "bayes_keras.layers.Flatten",

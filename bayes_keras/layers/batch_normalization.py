@@ -1,0 +1,127 @@
+"""BatchNormalization with per-particle batch statistics, moving averages, scale and offset."""
+
+import keras
+import tensorflow as tf
+
+from bayes_keras import priors as priors_lib
+from bayes_keras.layers.base import ParticleLayer
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class BatchNormalization(ParticleLayer):
+    """Batch normalization (Ioffe & Szegedy 2015, https://arxiv.org/abs/1502.03167, Algorithm 1) applied to each
+    particle on its own: statistics over the batch (and spatial) axes of (batch, N, ..., C) inputs, never
+    across the particle axis, so every particle is a network with its own BatchNormalization, as a
+    per-particle loop of `keras.layers.BatchNormalization` computes (tested).
+
+    Training (`training=True`, as `fit` calls it): y = (x - mean_b) / sqrt(var_b + epsilon) * gamma + beta with
+    the batch's mean and (biased) variance per particle and channel, and the moving averages
+    moving = momentum * moving + (1 - momentum) * batch statistic, per particle. Inference: the moving
+    averages. gamma and beta are particle weights with priors (deterministic=True shares them); the
+    moving statistics are always per particle (each particle's activations have their own).
+
+    Args:
+        axis: -1 (channels last; the only layout supported).
+        momentum, epsilon, center, scale, moving_mean_initializer, moving_variance_initializer: as in
+            `keras.layers.BatchNormalization`.
+        gamma_initializer, beta_initializer: default ones / zeros for a deterministic layer, and per particle
+            plus N(0, 0.01^2) otherwise (particles equal on a coordinate would stay equal under GPF and SVGD).
+        gamma_prior: prior of the scale, default N(1, 1) (centred on the identity scale).
+        beta_prior: prior of the offset, default N(0, 1).
+        deterministic: share gamma and beta between particles.
+
+    Example:
+        >>> h = bayes_keras.layers.Conv2D(16, 3, padding="same", num_particles=8)(inputs)
+        >>> h = bayes_keras.layers.BatchNormalization()(h)          # (batch, 8, H, W, 16)
+        >>> h = bayes_keras.layers.Activation("relu")(h)
+    """
+
+    def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True, beta_initializer=None,
+                 gamma_initializer=None, moving_mean_initializer="zeros", moving_variance_initializer="ones",
+                 gamma_prior=None, beta_prior=None, **kwargs):
+        kwargs.setdefault("kernel_prior", gamma_prior if gamma_prior is not None else priors_lib.Normal(1.0, 1.0))
+        kwargs.setdefault("bias_prior", beta_prior)
+        if kwargs.get("num_particles") is not None:
+            raise ValueError("BatchNormalization normalizes particle activations: place it after the layer where the "
+                             "particle axis begins (num_particles goes there).")
+        super().__init__(**kwargs)
+        if axis not in (-1,):
+            raise ValueError(f"BatchNormalization supports axis=-1 (channels last); got axis={axis!r}.")
+        if not 0.0 <= float(momentum) <= 1.0 or not float(epsilon) > 0.0:
+            raise ValueError(f"BatchNormalization needs 0 <= momentum <= 1 and epsilon > 0; got momentum={momentum!r}, "
+                             f"epsilon={epsilon!r}.")
+        self.axis, self.momentum, self.epsilon = axis, float(momentum), float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        # Per particle, ones / zeros plus N(0, 0.01^2): particles equal on a coordinate stay equal under GPF's
+        # affine flow and SVGD's kernel (as Dense's default bias initializer).
+        spread = 0.0 if self.deterministic else 0.01
+        self.beta_initializer = keras.initializers.get(
+            beta_initializer if beta_initializer is not None else keras.initializers.RandomNormal(0.0, spread)
+            if spread else "zeros")
+        self.gamma_initializer = keras.initializers.get(
+            gamma_initializer if gamma_initializer is not None else keras.initializers.RandomNormal(1.0, spread)
+            if spread else "ones")
+        self.moving_mean_initializer = keras.initializers.get(moving_mean_initializer)
+        self.moving_variance_initializer = keras.initializers.get(moving_variance_initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self._resolve_num_particles(input_shape, core_rank=len(input_shape) - 1)
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(f"BatchNormalization '{self.name}' needs a known channel dimension; got "
+                             f"{tuple(input_shape)}.")
+        if len(input_shape) < 3:
+            raise ValueError(f"BatchNormalization '{self.name}' expects (batch, particles, ..., channels); got "
+                             f"{tuple(input_shape)}.")
+        self.gamma = (self.add_particle_weight("gamma", (channels,), self.gamma_initializer, self.kernel_prior,
+                                               channels) if self.scale else None)
+        self.beta = (self.add_particle_weight("beta", (channels,), self.beta_initializer, self.bias_prior, channels)
+                     if self.center else None)
+        n = self.num_particles
+        self.moving_mean = self.add_weight(name="moving_mean", shape=(n, channels),
+                                           initializer=self.moving_mean_initializer, trainable=False)
+        self.moving_variance = self.add_weight(name="moving_variance", shape=(n, channels),
+                                               initializer=self.moving_variance_initializer, trainable=False)
+
+    def _per_particle(self, value, rank):
+        """(N, C) -> (1, N, 1, ..., C) for inputs of `rank`; shared (C,) broadcasts as it is."""
+        if len(value.shape) == 1:
+            return value
+        return tf.reshape(value, [1, self.num_particles] + [1] * (rank - 3) + [value.shape[-1]])
+
+    def call(self, inputs, training=None, mask=None):
+        x = tf.convert_to_tensor(inputs)
+        rank = len(x.shape)
+        compute = x.dtype
+        x32 = tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x  # statistics in float32
+        if training:
+            axes = [0] + list(range(2, rank - 1))
+            mean, variance = tf.nn.moments(x32, axes=axes)  # (N, C), biased variance as Keras'
+            for moving, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
+                moving.assign(moving * self.momentum + tf.cast(batch, moving.dtype) * (1.0 - self.momentum))
+        else:
+            mean = tf.cast(self.moving_mean, x32.dtype)
+            variance = tf.cast(self.moving_variance, x32.dtype)
+        y = (x32 - self._per_particle(mean, rank)) * tf.math.rsqrt(self._per_particle(variance, rank) + self.epsilon)
+        if self.gamma is not None:
+            y = y * self._per_particle(tf.cast(self.gamma, y.dtype), rank)
+        if self.beta is not None:
+            y = y + self._per_particle(tf.cast(self.beta, y.dtype), rank)
+        return tf.cast(y, compute)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "axis": self.axis, "momentum": self.momentum, "epsilon": self.epsilon, "center": self.center,
+            "scale": self.scale,
+            "beta_initializer": keras.initializers.serialize(self.beta_initializer),
+            "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
+            "moving_mean_initializer": keras.initializers.serialize(self.moving_mean_initializer),
+            "moving_variance_initializer": keras.initializers.serialize(self.moving_variance_initializer),
+        })
+        config.pop("num_particles", None)
+        return config
