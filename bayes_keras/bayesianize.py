@@ -26,6 +26,7 @@ _PARTICLE_TWINS = {
     keras.layers.GlobalMaxPooling2D: particle_layers.GlobalMaxPooling2D,
     keras.layers.Flatten: particle_layers.Flatten,
     keras.layers.BatchNormalization: particle_layers.BatchNormalization,
+    keras.layers.Embedding: particle_layers.Embedding,
 }
 _SQUASHING = {keras.activations.softmax: "categorical", keras.activations.sigmoid: "bernoulli"}
 
@@ -155,7 +156,7 @@ def _twin_config(layer, twin):
 
 def _unsupported(layer):
     mixing = (keras.layers.GroupNormalization, keras.layers.MultiHeadAttention,
-              keras.layers.Embedding, keras.layers.Bidirectional, keras.layers.Conv3D, keras.layers.MaxPooling1D,
+              keras.layers.Bidirectional, keras.layers.Conv3D, keras.layers.MaxPooling1D,
               keras.layers.AveragePooling1D, keras.layers.MaxPooling3D, keras.layers.AveragePooling3D,
               keras.layers.GlobalAveragePooling3D, keras.layers.GlobalMaxPooling3D, keras.layers.Conv2DTranspose,
               keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D, keras.layers.UpSampling2D,

@@ -8,6 +8,7 @@ from bayes_keras.layers.conv1d import Conv1D
 from bayes_keras.layers.conv2d import Conv2D
 from bayes_keras.layers.dense import Dense
 from bayes_keras.layers.dropout import Dropout
+from bayes_keras.layers.embedding import Embedding
 from bayes_keras.layers.flatten import Flatten
 from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
                                                GlobalMaxPooling2D)
@@ -18,4 +19,4 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
-           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization"]
+           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding"]

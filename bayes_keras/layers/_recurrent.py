@@ -74,7 +74,7 @@ def _pop_unsupported(name, kwargs):
         if not any(value is a or (type(value) is type(a) and value == a) for a in allowed):
             raise ValueError(
                 f"bayes_keras.layers.{name} does not support {key}={value!r} (accepted: "
-                f"{', '.join(repr(a) for a in allowed)}). Dropout, state, masking, regularizer and "
+                f"{', '.join(repr(a) for a in allowed)}). Dropout, state, regularizer and "
                 "constraint arguments of keras.layers RNNs are not implemented for particle RNNs."
             )
 
@@ -143,6 +143,7 @@ class _ParticleRNN(ParticleLayer):
         self.unroll = bool(unroll)
         # Default: the kernel prior, as for keras' recurrent_regularizer-less layers.
         self.recurrent_prior = self.kernel_prior if recurrent_prior is None else priors_lib.get(recurrent_prior)
+        self.supports_masking = True
 
     # -- weights -------------------------------------------------------------------------------
     def _bias_shape(self):
@@ -193,28 +194,40 @@ class _ParticleRNN(ParticleLayer):
             layout = "(batch, time, features)" if self.broadcasts else "(batch, particles, time, features)"
             raise ValueError(f"{type(self).__name__} '{self.name}' expects input {layout}; got shape {tuple(x.shape)}.")
 
-    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None):
+    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None, mask=None):
         """Run the recurrence over time-major projected inputs xs (T, *lead, k*units); returns all
         states h (T, *lead, units) in processing order when `sequence` (default: return_sequences),
-        else the last one."""
+        else the last one. `mask` (T, *lead broadcastable) bool: at a masked step every state (and so the
+        output) keeps its previous value, as in Keras' RNN layers."""
         sequence = self.return_sequences if sequence is None else sequence
         lead = tf.shape(xs)[1:-1]
         h0 = tf.zeros(tf.concat([lead, [self.units]], 0), dtype=xs.dtype)
         states0 = self._initial_states(h0)
         if self.go_backwards:
             xs = tf.reverse(xs, [0])  # outputs stay in processing order, as in Keras
+            mask = None if mask is None else tf.reverse(mask, [0])
 
-        def step(states, xw_t):
+        def cell(states, xw_t):
             return self._step(states, xw_t, recurrent_kernel, recurrent_bias)
 
+        if mask is None:
+            step = cell
+        else:
+            xs = (xs, tf.broadcast_to(mask, tf.shape(xs)[:-1])[..., None])
+
+            def step(states, inputs):
+                xw_t, keep_t = inputs
+                new = cell(states, xw_t)
+                return tuple(tf.where(keep_t, n, o) for n, o in zip(new, states))
+
         if self.unroll:
-            steps = xs.shape[0]
+            steps = tf.nest.flatten(xs)[0].shape[0]
             if steps is None:
                 raise ValueError(f"{type(self).__name__} '{self.name}': unroll=True needs a static number of "
                                  "time steps.")
             states, outputs = states0, []
             for t in range(steps):
-                states = step(states, xs[t])
+                states = step(states, tf.nest.map_structure(lambda a: a[t], xs))
                 outputs.append(states[0])
             return tf.stack(outputs, 0) if sequence else states[0]
         if sequence:
@@ -238,7 +251,7 @@ class _ParticleRNN(ParticleLayer):
         xw = tf.reshape(xw, tf.stack([n, shape[0], shape[2], width]))
         return tf.transpose(xw, [2, 0, 1, 3])
 
-    def _run_particles(self, x):
+    def _run_particles(self, x, mask=None):
         n, width = self.num_particles, self._gates * self.units
         xs = self._project(x)  # (T, N, B, width)
         recurrent_bias = None
@@ -248,21 +261,23 @@ class _ParticleRNN(ParticleLayer):
             if b_rec is not None:
                 recurrent_bias = tf.reshape(b_rec, (n, 1, width))
         recurrent_kernel = tf.convert_to_tensor(self.recurrent_kernel)
+        if mask is not None:  # (B, T) or (B, N, T) -> time-major (T, 1 or N, B)
+            mask = tf.transpose(mask[:, None, :] if len(mask.shape) == 2 else mask, [2, 1, 0])
         if capture.is_capturing():
-            h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias)
+            h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias, mask)
         else:
-            h = self._loop(xs, recurrent_kernel, recurrent_bias)
+            h = self._loop(xs, recurrent_kernel, recurrent_bias, mask=mask)
         if self.return_sequences:
             return tf.transpose(h, [2, 1, 0, 3])  # (T, N, B, u) -> (B, N, T, u)
         return tf.transpose(h, [1, 0, 2])  # (N, B, u) -> (B, N, u)
 
-    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias):
+    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias, mask=None):
         """`_loop` under curvature capture (see the module docstring): records x, the projected input
         (B, N, T, width) and, in `extras`, h_{t-1} and the cell's statistics."""
         xs_b = tf.transpose(xs, [2, 1, 0, 3])  # (T, N, B, w) -> (B, N, T, w): exact
         rec = capture.record(self, x, xs_b)
         xs = tf.transpose(xs_b, [2, 1, 0, 3])
-        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True)  # (T, N, B, u), processing order
+        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True, mask=mask)  # (T, N, B, u), processing order
         h_prev = tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0))
         xs_proc = tf.stop_gradient(tf.reverse(xs, [0]) if self.go_backwards else xs)
         extras = {"recurrent_inputs": h_prev}
@@ -279,26 +294,36 @@ class _ParticleRNN(ParticleLayer):
         projected inputs and previous states in processing order (GRU: its reset gates)."""
         return {}
 
-    def _run_shared(self, x):
-        """Shared weights on (M, T, F) -> (M, [T,] units)."""
+    def _run_shared(self, x, mask=None):
+        """Shared weights on (M, T, F) -> (M, [T,] units); mask (M, T)."""
         xw = tf.tensordot(x, tf.convert_to_tensor(self.kernel), axes=[[-1], [0]])  # (M, T, width)
         recurrent_bias = None
         if self.bias is not None:
             b_in, recurrent_bias = self._split_bias(tf.convert_to_tensor(self.bias))
             xw = xw + b_in
-        h = self._loop(tf.transpose(xw, [1, 0, 2]), tf.convert_to_tensor(self.recurrent_kernel), recurrent_bias)
+        mask = None if mask is None else tf.transpose(mask)  # (T, M)
+        h = self._loop(tf.transpose(xw, [1, 0, 2]), tf.convert_to_tensor(self.recurrent_kernel), recurrent_bias,
+                       mask=mask)
         return tf.transpose(h, [1, 0, 2]) if self.return_sequences else h
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
+        """`mask`: (batch, time) or (batch, particles, time) bool, e.g. from Embedding(mask_zero=True)."""
         x = tf.convert_to_tensor(inputs)
         self._check_rank(x)
+        if mask is not None:
+            mask = tf.cast(mask, tf.bool)
         if not self.deterministic:
-            return self._run_particles(x)
+            return self._run_particles(x, mask)
         if self.broadcasts:
-            return self._broadcast_shared(self._run_shared(x))
+            return self._broadcast_shared(self._run_shared(x, mask))
         shape = tf.shape(x)
-        y = self._run_shared(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)))  # particles folded into batch
+        if mask is not None:  # (B, [N,] T) -> (B * N, T), particles folded into the batch as x is
+            mask = tf.reshape(tf.broadcast_to(mask[:, None, :] if len(mask.shape) == 2 else mask, shape[:3]), (-1, shape[2]))
+        y = self._run_shared(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), mask)  # particles folded into batch
         return tf.reshape(y, tf.concat([shape[:2], tf.shape(y)[1:]], 0))
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self.return_sequences else None
 
     def compute_output_shape(self, input_shape):
         if self.broadcasts:

@@ -47,6 +47,7 @@ class Bidirectional(keras.layers.Layer):
             raise ValueError("Bidirectional needs a forward layer (go_backwards=False); the backward copy is made "
                              "from it.")
         super().__init__(**kwargs)
+        self.supports_masking = True
         self.forward_layer = self._copy(layer, "forward", go_backwards=False)
         if backward_layer is None:
             self.backward_layer = self._copy(layer, "backward", go_backwards=True)
@@ -80,9 +81,9 @@ class Bidirectional(keras.layers.Layer):
         if not self.backward_layer.built:
             self.backward_layer.build(input_shape)
 
-    def call(self, inputs):
-        y = self.forward_layer(inputs)
-        y_rev = self.backward_layer(inputs)
+    def call(self, inputs, mask=None):
+        y = self.forward_layer(inputs, mask=mask)
+        y_rev = self.backward_layer(inputs, mask=mask)
         if self.return_sequences:
             y_rev = tf.reverse(y_rev, [2])  # (batch, N, T, units): time is axis 2
         if self.merge_mode == "concat":
@@ -92,6 +93,9 @@ class Bidirectional(keras.layers.Layer):
         if self.merge_mode == "ave":
             return (y + y_rev) / 2
         return y * y_rev
+
+    def compute_mask(self, inputs, mask=None):
+        return mask if self.return_sequences else None
 
     def compute_output_shape(self, input_shape):
         shape = list(self.forward_layer.compute_output_shape(input_shape))
