@@ -71,3 +71,22 @@ def test_trains_with_every_sampling_optimizer_and_round_trips(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(loaded.predict_particles(x[:8]), model.predict_particles(x[:8]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(6, 3, 5), (4, 3, 2, 2, 6)])
+def test_layer_normalization_equals_a_loop_of_keras(shape):
+    rng = np.random.default_rng(3)
+    n, channels = shape[1], shape[-1]
+    layer = bk.layers.LayerNormalization(epsilon=1e-3)
+    layer.build(shape)
+    layer.gamma.assign(rng.uniform(0.5, 1.5, (n, channels)))
+    layer.beta.assign(rng.standard_normal((n, channels)))
+    x = (rng.standard_normal(shape) * 2 + 1).astype(np.float32)
+    y = layer(x).numpy()
+    for p in range(n):
+        ref = keras.layers.LayerNormalization(epsilon=1e-3)
+        ref.build(shape[:1] + shape[2:])
+        ref.set_weights([layer.gamma.numpy()[p], layer.beta.numpy()[p]])
+        np.testing.assert_allclose(y[:, p], ref(x[:, p]).numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="last axis"):
+        bk.layers.LayerNormalization(axis=1)
