@@ -91,10 +91,14 @@ def table(results, metrics=METRICS, headers=("accuracy", "NLL", "ECE", "Brier"))
 
 
 def main():
+    global EPOCHS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"))
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"),
+                        help="where the table and plot go ('' writes nothing)")
     args = parser.parse_args()
+    EPOCHS = args.epochs
     t0 = time.time()
     results, first_probs, yte = run(tuple(args.seeds))
     md = table(results)

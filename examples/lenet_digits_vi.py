@@ -68,10 +68,14 @@ def table(results):
 
 
 def main():
+    global EPOCHS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"))
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"),
+                        help="where the table goes ('' writes nothing)")
     args = parser.parse_args()
+    EPOCHS = args.epochs
     t0 = time.time()
     results = run(tuple(args.seeds))
     md = table(results)

@@ -1,0 +1,29 @@
+"""Every example runs from a fresh checkout, at tiny size (the README's commands at full size)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+CASES = {
+    "lenet_digits.py": (["--seeds", "0", "--epochs", "1", "--out", ""], "GPF"),
+    "lenet_digits_vi.py": (["--seeds", "0", "--epochs", "1", "--out", ""], "MeanFieldVI"),
+    "regression_intervals.py": (["--epochs", "3", "--plot", ""], "95% interval coverage"),
+    "convert_keras_model.py": (["--epochs", "1", "--bayesian-epochs", "1"], "bayesianized, before training"),
+}
+
+
+def test_every_example_is_covered():
+    assert sorted(CASES) == sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_example_runs(name):
+    args, expected = CASES[name]
+    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)] + args, capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), cwd=EXAMPLES, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert expected in done.stdout, done.stdout[-2000:]
