@@ -101,3 +101,75 @@ def keras_mlp(input_dim, output_dim, hidden=(50, 50), activation="relu"):
     return keras.Sequential([keras.Input((input_dim,))]
                             + [keras.layers.Dense(w, activation=activation) for w in hidden]
                             + [keras.layers.Dense(output_dim)], name="mlp")
+
+
+RESNET20_PARTS = ("stem", "stage1", "stage2", "stage3", "head")
+
+
+def _resnet20_graph(inputs, num_classes, conv, batch_norm, dense, pooling, deterministic=()):
+    """ResNet-20 v1 for CIFAR-sized inputs (He et al. 2016, https://arxiv.org/abs/1512.03385, Sec. 4.2):
+    a 3x3 conv (16), then 3 stages of 3 residual blocks (16, 32, 64 filters; stride 2 entering stages 2 and 3,
+    with a 1x1 projection shortcut there, option B), global average pooling and a dense head. Built from
+    the given layer constructors, so the particle and the Keras versions share one definition."""
+
+    def part_of(name):
+        return {"deterministic": name in deterministic} if deterministic is not None else {}
+
+    h = conv(16, 3, padding="same", name="stem_conv", first=True, **part_of("stem"))(inputs)
+    h = batch_norm(name="stem_bn", **part_of("stem"))(h)
+    h = keras.layers.Activation("relu", name="stem_relu")(h)
+    for stage, filters in enumerate((16, 32, 64), start=1):
+        for block in range(3):
+            strides = 2 if stage > 1 and block == 0 else 1
+            prefix, flags = f"stage{stage}_block{block}", part_of(f"stage{stage}")
+            y = conv(filters, 3, strides=strides, padding="same", name=f"{prefix}_conv1", **flags)(h)
+            y = batch_norm(name=f"{prefix}_bn1", **flags)(y)
+            y = keras.layers.Activation("relu", name=f"{prefix}_relu1")(y)
+            y = conv(filters, 3, padding="same", name=f"{prefix}_conv2", **flags)(y)
+            y = batch_norm(name=f"{prefix}_bn2", **flags)(y)
+            shortcut = h if strides == 1 else conv(filters, 1, strides=strides, name=f"{prefix}_projection",
+                                                   **flags)(h)
+            h = keras.layers.Activation("relu", name=f"{prefix}_out")(keras.layers.Add(name=f"{prefix}_add")(
+                [y, shortcut]))
+    h = pooling(name="pool")(h)
+    return dense(num_classes, name="head", **part_of("head"))(h)
+
+
+def resnet20(input_shape=(32, 32, 3), num_classes=10, num_particles=4, deterministic_parts=(), **model_kwargs):
+    """ResNet-20 v1 (CIFAR variant, ~0.27M weights per particle) with a particle axis and particle
+    BatchNormalization (per-particle batch statistics): N ResNet-20s in one pass.
+
+    `deterministic_parts` names parts whose weights all particles share (a hybrid network): any of "stem",
+    "stage1", "stage2", "stage3", "head" (e.g. ("stem", "stage1", "stage2") keeps only the last stage and
+    the head Bayesian). BatchNormalization has no curvature formulas yet, so the KFAC-based optimizers
+    (MatrixSVGD, PreconditionedParticles with KFAC) and MGVBP's Fisher curvatures do not train it; GPF,
+    SVGD, IndependentParticles, MeanFieldVI and MGVBP(curvature="stein") do.
+
+    Example:
+        >>> model = bayes_keras.zoo.resnet20((32, 32, 3), 10, num_particles=4, deterministic_parts=("stem",))
+    """
+    unknown = set(deterministic_parts) - set(RESNET20_PARTS)
+    if unknown:
+        raise ValueError(f"Unknown ResNet-20 parts {sorted(unknown)}; use {', '.join(RESNET20_PARTS)}.")
+    model_kwargs.setdefault("likelihood", "categorical")
+
+    def conv(filters, size, first=False, **kwargs):
+        return layers.Conv2D(filters, size, num_particles=num_particles if first else None, use_bias=False,
+                             kernel_initializer="he_normal", **kwargs)
+
+    inputs = keras.Input(input_shape)
+    outputs = _resnet20_graph(inputs, num_classes, conv, layers.BatchNormalization, layers.Dense,
+                              layers.GlobalAveragePooling2D, tuple(deterministic_parts))
+    return BayesianModel(inputs, outputs, name="bayesian_resnet20", **model_kwargs)
+
+
+def keras_resnet20(input_shape=(32, 32, 3), num_classes=10):
+    """The same ResNet-20 from plain Keras layers (logits out)."""
+
+    def conv(filters, size, first=False, **kwargs):
+        return keras.layers.Conv2D(filters, size, use_bias=False, kernel_initializer="he_normal", **kwargs)
+
+    inputs = keras.Input(input_shape)
+    outputs = _resnet20_graph(inputs, num_classes, conv, keras.layers.BatchNormalization, keras.layers.Dense,
+                              keras.layers.GlobalAveragePooling2D, deterministic=None)
+    return keras.Model(inputs, outputs, name="resnet20")

@@ -1,0 +1,58 @@
+"""ResNet-20 with a particle axis: N ResNet-20s in one pass, equal to N separate Keras ResNet-20s."""
+
+import keras
+import numpy as np
+import pytest
+
+import bayes_keras as bk
+
+
+def _copy_particle_into(model, particle, keras_model):
+    """Set the Keras twin's weights (trainable and BN statistics) to one particle's (or the shared) values."""
+    for layer in keras_model.layers:
+        if not layer.weights:
+            continue
+        source = model.get_layer(layer.name)
+        values = []
+        for variable in source.weights:
+            value = variable.numpy()
+            per_particle = getattr(variable, "is_particle_variable", False) or "moving" in variable.path
+            values.append(value[particle] if per_particle else value)
+        layer.set_weights(values)
+
+
+def test_equals_separate_keras_resnets_and_counts_their_weights():
+    keras.utils.set_random_seed(0)
+    model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=2, deterministic_parts=("stem",))
+    twin = bk.zoo.keras_resnet20((8, 8, 1), 10)
+    assert sum(int(np.prod(v.shape[1:])) for v in model.particle_variables) + sum(
+        int(np.prod(v.shape)) for v in model.trainable_variables if not getattr(v, "is_particle_variable", False)
+    ) == twin.count_params() - sum(int(np.prod(v.shape)) for v in twin.non_trainable_weights)
+    (x, y), _ = bk.datasets.load_digits()
+    model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
+    model.fit(x[:128], y[:128], epochs=1, batch_size=64, verbose=0)  # moves BN statistics apart per particle
+    outputs = model.predict_particles(x[:16])
+    for particle in range(2):
+        _copy_particle_into(model, particle, twin)
+        np.testing.assert_allclose(outputs[:, particle], twin.predict(x[:16], verbose=0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("optimizer", [bk.optimizers.GaussianParticleFlow, bk.optimizers.SVGD,
+                                       bk.optimizers.IndependentParticles, bk.optimizers.MeanFieldVI])
+def test_trains_through_fit(optimizer):
+    (x, y), _ = bk.datasets.load_digits()
+    keras.utils.set_random_seed(0)
+    model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=2, deterministic_parts=("stage1",))
+    model.compile(optimizer=optimizer())
+    losses = model.fit(x[:192], y[:192], epochs=3, batch_size=64, verbose=0).history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+def test_curvature_optimizers_say_what_is_missing():
+    (x, y), _ = bk.datasets.load_digits()
+    model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=2)
+    model.compile(optimizer=bk.optimizers.PreconditionedParticles())
+    with pytest.raises(ValueError, match="stem_bn/gamma.*not those of a supported particle layer"):
+        model.fit(x[:64], y[:64], verbose=0)
+    with pytest.raises(ValueError, match="Unknown ResNet-20 parts"):
+        bk.zoo.resnet20(deterministic_parts=("stage4",))
