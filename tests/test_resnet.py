@@ -37,8 +37,10 @@ def test_equals_separate_keras_resnets_and_counts_their_weights():
         np.testing.assert_allclose(outputs[:, particle], twin.predict(x[:16], verbose=0), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("optimizer", [bk.optimizers.GaussianParticleFlow, bk.optimizers.SVGD,
-                                       bk.optimizers.IndependentParticles, bk.optimizers.MeanFieldVI])
+@pytest.mark.parametrize("optimizer", [
+    bk.optimizers.GaussianParticleFlow, bk.optimizers.IndependentParticles,
+    # ~15 s each (tracing a ResNet-20): on demand with -m slow
+    pytest.param(bk.optimizers.SVGD, marks=pytest.mark.slow), pytest.param(bk.optimizers.MeanFieldVI, marks=pytest.mark.slow)])
 def test_trains_through_fit(optimizer):
     (x, y), _ = bk.datasets.load_digits()
     keras.utils.set_random_seed(0)
