@@ -197,7 +197,7 @@ class Group:
         self.visits.append({k: self.members[k].time_block(steps) for k in keys})
 
 
-def _tiled(x, y, n):
+def tiled_batch(x, y, n):
     """N copies of the batch, and an iterator repeating them (for the perfectly batched reference)."""
     xt, yt = tf.tile(x, [n] + [1] * (len(x.shape) - 1)), tf.tile(y, [n])
     return xt, yt, iter(tf.data.Dataset.from_tensors((xt, yt)).repeat())
@@ -231,7 +231,7 @@ def build_groups(archs, ns, driver, warmup):
                 "bk_gpf": make("bk_gpf", n, [bayesian_model(
                     arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full"), dataset_size)]),
                 "tfp_flipout": flipout,
-                "keras_batched": make("keras_batched", n, [keras_model(arch)], data=_tiled(x, y, n)),
+                "keras_batched": make("keras_batched", n, [keras_model(arch)], data=tiled_batch(x, y, n)),
             }
             groups.append(Group(arch, n, members))
     return groups, variants
