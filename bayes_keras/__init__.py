@@ -21,5 +21,6 @@ __all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoo
 from bayes_keras import export, kernels, plots, preconditioners, refinement  # noqa: E402
 from bayes_keras.bayesianize import bayesianize  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
+from bayes_keras import pfbr  # noqa: E402
 
-__all__ += ["bayesianize", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]
+__all__ += ["bayesianize", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]

@@ -1,0 +1,363 @@
+"""ParticleFlowBayesRule: a meta-learned ODE operator that moves a particle posterior to the next one."""
+
+import numpy as np
+import keras
+import tensorflow as tf
+
+from bayes_keras.pfbr.concat_squash_dense import ConcatSquashDense
+from bayes_keras.pfbr.integrator import hutchinson_divergence, integrate_flow
+from bayes_keras.pfbr.problem import SequentialProblem, autodiff_hessian
+
+DIVERGENCES = ("exact", "hutchinson")
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class ParticleFlowBayesRule(keras.Model):
+    """Particle Flow Bayes' Rule (Chen, Dai & Song, ICML 2019, https://arxiv.org/abs/1902.00640).
+
+    One learned operator X_{n+1} = F(X_n, o_{n+1}) turns N equally weighted particles of the posterior
+    p(x | o_1..o_n) into particles of p(x | o_1..o_{n+1}), with no re-optimisation and no stored past
+    observations. Each particle follows the ODE (Eq. 5)
+
+        dx/dt = f(E[phi(X_n, g(X_n))], g(x(t)), x(t), t),   t in [0, time_length],
+
+    where g(x) = grad_x log p(o_{n+1} | x) carries the observation (the paper's option that generalises
+    across likelihoods: the velocity does not need to know the likelihood's form) and the particle mean
+    of phi is a DeepSet embedding of the current posterior and of the likelihood's gradient field at
+    its particles. The log density is carried by the divergence (Theorem 2.1, see `integrator.py`).
+
+    With `standardize=True` (default) the flow runs in the coordinates z = (x - m) / s of the current
+    particles' mean m and per-coordinate standard deviation s (the gradient enters as s * g): Bayes' rule
+    commutes with such affine maps, so one operator serves posteriors of every width a long sequence
+    reaches (the divergence, and hence log q, is the same in both coordinates up to the constant
+    sum(log s), which cancels within a stage).
+
+    Architecture (Section 3.2 and the authors' released code): phi = Dense(embedding_units, tanh) on
+    (z_j, s g_j) averaged over particles (its inputs detached, as in the released code); z, s g and the
+    embedding each mapped to `hidden_units` with tanh, concatenated, Dense(hidden_units, tanh); then
+    `body_layers` ConcatSquashDense(hidden_units) + tanh layers and a ConcatSquashDense(latent_dim)
+    output (zero-initialised: the untrained flow is the identity). Integration: RK4 with `steps` fixed
+    steps over [0, time_length].
+
+    Meta-training (`meta_fit`, Section 3.3, Eq. 17): the loss of a task is the sum over stages of
+    KL(q_n || p(x | o_1..o_n)) up to constants, E_{q_n}[log q_n(x) - log pi(x) - sum_{j<=n} log p(o_j|x)],
+    estimated with the particles and their carried log densities; sequence segmentation detaches the
+    particles every `segment_length` stages (truncated backpropagation).
+
+    Example:
+
+        problem = bk.pfbr.GaussianMeanProblem(dim=2)
+        pfbr = bk.pfbr.ParticleFlowBayesRule(latent_dim=2)
+        pfbr.meta_fit(problem, iterations=200)
+        task, observations = problem.sample_tasks(1, length=100, rng=np.random.default_rng(1), prefix=0)
+        posteriors = pfbr.filter(problem, task, observations, num_particles=256)   # (100, 1, 256, 2)
+    """
+
+    def __init__(self, latent_dim, hidden_units=64, embedding_units=64, body_layers=3, time_length=1.0, steps=5,
+                 divergence="exact", standardize=True, **kwargs):
+        super().__init__(**kwargs)
+        for name, value in (("latent_dim", latent_dim), ("hidden_units", hidden_units),
+                            ("embedding_units", embedding_units), ("steps", steps)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ParticleFlowBayesRule: {name} must be a positive integer; got {value!r}.")
+        if not isinstance(body_layers, (int, np.integer)) or body_layers < 0:
+            raise ValueError(f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}.")
+        if not (isinstance(time_length, (int, float)) and np.isfinite(time_length) and time_length > 0):
+            raise ValueError(f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}.")
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"ParticleFlowBayesRule: divergence must be one of {DIVERGENCES}; got {divergence!r}.")
+        self.latent_dim = int(latent_dim)
+        self.hidden_units = int(hidden_units)
+        self.embedding_units = int(embedding_units)
+        self.body_layers = int(body_layers)
+        self.time_length = float(time_length)
+        self.steps = int(steps)
+        self.divergence = divergence
+        self.standardize = bool(standardize)
+        self.embedding_layer = keras.layers.Dense(self.embedding_units, activation="tanh", name="embedding")
+        self.position_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="position")
+        self.gradient_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="gradient")
+        self.context_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="context")
+        self.body = [ConcatSquashDense(self.hidden_units, name=f"body_{i}") for i in range(self.body_layers)]
+        self.output_layer = ConcatSquashDense(self.latent_dim, kernel_initializer="zeros", name="velocity")
+        self.linear_position = keras.layers.Dense(self.latent_dim, use_bias=False, kernel_initializer="zeros",
+                                                  name="linear_position")
+        self.linear_gradient = keras.layers.Dense(self.latent_dim, use_bias=False, kernel_initializer="zeros",
+                                                  name="linear_gradient")
+        self._compiled_stage = {}
+        self._compiled_train = {}
+        self.build()
+
+    def build(self, input_shape=None):
+        d, h = self.latent_dim, self.hidden_units
+        self.embedding_layer.build((None, 2 * d))
+        self.position_layer.build((None, d))
+        self.gradient_layer.build((None, d))
+        self.context_layer.build((None, 2 * h + self.embedding_units))
+        for layer in self.body:
+            layer.build(((None, h), ()))
+        self.output_layer.build(((None, h), ()))
+        self.linear_position.build((None, d))
+        self.linear_gradient.build((None, d))
+        self.built = True
+
+    # ---- the velocity field ------------------------------------------------------------------------
+    def embed(self, z, g):
+        """DeepSet embedding of a particle set and the likelihood gradient at its particles: (B, N, d) x 2 -> (B, E)."""
+        return tf.reduce_mean(self.embedding_layer(tf.concat([z, g], axis=-1)), axis=-2)
+
+    def velocity(self, z, g, embedding, t):
+        """dz/dt for rows z, g (M, d) with their task's embedding (M, E) at time t (scalar)."""
+        h = self.context_layer(tf.concat([self.position_layer(z), self.gradient_layer(g), embedding], axis=-1))
+        for layer in self.body:
+            h = tf.tanh(layer([h, t]))
+        return self.output_layer([h, t]) + self.linear_position(z) + self.linear_gradient(g)
+
+    def velocity_and_divergence(self, z, g, g_jacobian, embedding, t):
+        """dz/dt and its exact divergence trace(d velocity / dz) per row, by carrying the d tangents
+        d/dz_i through the layers (forward mode, one pass): `g_jacobian` (M, d, d) holds dg_j / dz_i,
+        the likelihood term's own dependence on the particle's position."""
+        def rows(tangent, kernel):
+            return tf.einsum("mih,hk->mik", tangent, kernel)
+        hidden = self.hidden_units
+        position = self.position_layer(z)
+        d_position = (1.0 - tf.square(position))[:, None, :] * self.position_layer.kernel[None]
+        gradient = self.gradient_layer(g)
+        d_gradient = (1.0 - tf.square(gradient))[:, None, :] * rows(g_jacobian, self.gradient_layer.kernel)
+        h = self.context_layer(tf.concat([position, gradient, embedding], axis=-1))
+        context_kernel = self.context_layer.kernel
+        d_h = (1.0 - tf.square(h))[:, None, :] * (rows(d_position, context_kernel[:hidden])
+                                                 + rows(d_gradient, context_kernel[hidden:2 * hidden]))
+        for layer in self.body:
+            gate = tf.sigmoid(layer.gate_kernel * t + layer.gate_bias)
+            h = tf.tanh(layer([h, t]))
+            d_h = (1.0 - tf.square(h))[:, None, :] * rows(d_h, layer.kernel) * gate
+        gate = tf.sigmoid(self.output_layer.gate_kernel * t + self.output_layer.gate_bias)
+        f = self.output_layer([h, t]) + self.linear_position(z) + self.linear_gradient(g)
+        jacobian = (rows(d_h, self.output_layer.kernel) * gate + self.linear_position.kernel[None]
+                    + rows(g_jacobian, self.linear_gradient.kernel))
+        return f, tf.linalg.trace(jacobian)
+
+    def call(self, inputs):
+        z, g, embedding, t = inputs
+        return self.velocity(z, g, embedding, t)
+
+    # ---- one Bayes update ----------------------------------------------------------------------------
+    def update(self, particles, log_likelihood, log_density=None, seed=None, log_likelihood_hessian=None):
+        """Moves `particles` ((B, N, d) or (N, d)) of the current posterior to the posterior that also
+        conditions on one new observation (or mini-batch) whose log likelihood `log_likelihood(x)` maps
+        (B, N, d) particles to (B, N). With `log_density` ((B, N) or (N,)) the particles' log densities
+        are carried along (Theorem 2.1); the exact divergence needs the Hessian of the log likelihood
+        in x, `log_likelihood_hessian(x)` -> (B, N, d, d), by automatic differentiation when not given.
+        Returns (particles, log_density or None), shaped as given."""
+        particles = tf.convert_to_tensor(particles, self.compute_dtype)
+        single = particles.shape.rank == 2
+        if particles.shape.rank not in (2, 3) or particles.shape[-1] != self.latent_dim:
+            raise ValueError(f"ParticleFlowBayesRule: particles must have shape (num_particles, {self.latent_dim}) or "
+                             f"(tasks, num_particles, {self.latent_dim}); got {tuple(particles.shape)}.")
+        if single:
+            particles = particles[None]
+            inner = log_likelihood
+            log_likelihood = lambda x: tf.reshape(inner(x[0]), [1, -1])  # noqa: E731
+            if log_likelihood_hessian is not None:
+                inner_hessian = log_likelihood_hessian
+                log_likelihood_hessian = lambda x: inner_hessian(x[0])[None]  # noqa: E731
+        if log_density is not None:
+            log_density = tf.convert_to_tensor(log_density, self.compute_dtype)
+            log_density = tf.reshape(log_density, tf.shape(particles)[:2])
+        new, new_log_density = self._flow(particles, log_likelihood, log_density, seed, log_likelihood_hessian)
+        if single:
+            new = new[0]
+            new_log_density = None if new_log_density is None else new_log_density[0]
+        return new, new_log_density
+
+    def _flow(self, particles, log_likelihood, log_density, seed, log_likelihood_hessian=None):
+        shape = tf.shape(particles)
+        num_tasks, num_particles, d = shape[0], shape[1], self.latent_dim
+        if log_likelihood_hessian is None:
+            log_likelihood_hessian = lambda x: autodiff_hessian(log_likelihood, x)  # noqa: E731
+
+        def likelihood_gradient(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = tf.reduce_sum(log_likelihood(x))
+            return tape.gradient(value, x)
+
+        start = tf.stop_gradient(particles)
+        if self.standardize:
+            center = tf.reduce_mean(start, axis=1, keepdims=True)
+            scale = tf.sqrt(tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12)
+        else:
+            center = tf.zeros_like(start[:, :1])
+            scale = tf.ones_like(start[:, :1])
+        start_gradient = tf.stop_gradient(likelihood_gradient(start)) * scale
+        embedding = self.embed((start - center) / scale, start_gradient)
+        embedding = tf.reshape(tf.repeat(embedding[:, None, :], num_particles, axis=1), [-1, self.embedding_units])
+
+        def scaled_gradient(z_rows):
+            x = tf.reshape(z_rows, shape) * scale + center
+            return x, tf.reshape(likelihood_gradient(x) * scale, [-1, d])
+
+        probe = None
+        if log_density is not None and self.divergence == "hutchinson":
+            seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32) if seed is None else seed
+            probe = tf.cast(2 * tf.random.stateless_uniform([num_tasks * num_particles, d], seed, maxval=2,
+                                                            dtype=tf.int32) - 1, particles.dtype)
+
+        def field(z_rows, t, with_divergence):
+            if with_divergence and self.divergence == "hutchinson":
+                return hutchinson_divergence(lambda z, t: self.velocity(z, scaled_gradient(z)[1], embedding, t),
+                                             z_rows, t, probe)
+            x, g = scaled_gradient(z_rows)
+            if not with_divergence:
+                return self.velocity(z_rows, g, embedding, t), None
+            # dg_j / dz_i = s_i H_ij s_j for g = s * grad_x log p(o | x), x = m + s z.
+            hessian = log_likelihood_hessian(x) * scale[..., :, None] * scale[..., None, :]
+            return self.velocity_and_divergence(z_rows, g, tf.reshape(hessian, [-1, d, d]), embedding, t)
+
+        z = tf.reshape((particles - center) / scale, [-1, d])
+        flat_log_density = None if log_density is None else tf.reshape(log_density, [-1])
+        z, flat_log_density = integrate_flow(field, z, flat_log_density, time_length=self.time_length, steps=self.steps)
+        new = tf.reshape(z, shape) * scale + center
+        new_log_density = None if flat_log_density is None else tf.reshape(flat_log_density, [num_tasks, num_particles])
+        return new, new_log_density
+
+    # ---- stages of a problem -------------------------------------------------------------------------
+    def _stage(self, problem, particles, log_density, observation, task, seed):
+        """One stage: (state-space problems) propagate the particles through the transition, then the
+        Bayes update by the flow. Returns (particles, log_density, predictive_particles or None)."""
+        previous = None
+        if problem.state_space:
+            previous = particles
+            particles = problem.transition(previous, task, seed)
+            if log_density is not None:
+                log_density = problem.log_transition_mixture(particles, previous, task)
+        new, new_log_density = self._flow(particles, lambda x: problem.log_likelihood(x, observation, task),
+                                          log_density, seed,
+                                          lambda x: problem.log_likelihood_hessian(x, observation, task))
+        return new, new_log_density, previous
+
+    def _stage_function(self, problem, track):
+        key = (id(problem), track)
+        if key not in self._compiled_stage:
+            # XLA halves a stage's time on CPU; the training step stays a plain graph (its gradient
+            # through the while loops is slower under XLA).
+            @tf.function(reduce_retracing=True, jit_compile=True)
+            def stage(particles, log_density, observation, task, seed):
+                new, new_log_density, _ = self._stage(problem, particles, log_density if track else None,
+                                                      observation, task, seed)
+                return new, (new_log_density if track else log_density)
+            self._compiled_stage[key] = stage
+        return self._compiled_stage[key]
+
+    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0, log_density=False):
+        """Applies the operator recursively along `observations` (B, L, m, k) of the tasks `task`, from
+        `particles` (B, N, d) or N fresh draws of the tasks' prior. Returns the particles after every
+        stage, a numpy array (L, B, N, d); with `log_density=True` also their log densities (L, B, N)."""
+        if not isinstance(problem, SequentialProblem):
+            raise TypeError(f"ParticleFlowBayesRule.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                            f"got {type(problem).__name__}.")
+        task = problem.as_task_tensors(task)
+        observations = tf.convert_to_tensor(observations, tf.float32)
+        if observations.shape.rank != 4:
+            raise ValueError(f"ParticleFlowBayesRule.filter: observations must have shape (tasks, length, "
+                             f"observations_per_update, observation_dim); got {tuple(observations.shape)}.")
+        problem.check_observations(observations[:, 0])
+        seeds = tf.random.split(tf.constant([int(seed), 0], tf.int64), observations.shape[1] + 1)
+        if particles is None:
+            particles, density = problem.sample_prior(task, int(num_particles), seeds[-1])
+        else:
+            particles = tf.convert_to_tensor(particles, tf.float32)
+            if particles.shape.rank != 3 or particles.shape[-1] != self.latent_dim:
+                raise ValueError(f"ParticleFlowBayesRule.filter: particles must have shape (tasks, num_particles, "
+                                 f"{self.latent_dim}); got {tuple(particles.shape)}.")
+            density = problem.log_prior(particles, task) if log_density else tf.zeros(tf.shape(particles)[:2])
+        stage = self._stage_function(problem, bool(log_density))
+        out, densities = [], []
+        for n in range(observations.shape[1]):
+            particles, density = stage(particles, density, observations[:, n], task, seeds[n])
+            out.append(particles.numpy())
+            densities.append(density.numpy())
+        out = np.stack(out)
+        return (out, np.stack(densities)) if log_density else out
+
+    # ---- meta-training --------------------------------------------------------------------------------
+    def meta_fit(self, problem, iterations=1000, tasks_per_iteration=8, num_particles=128, sequence_length=10,
+                 segment_length=None, learning_rate=1e-3, weight_decay=1e-5, seed=0, verbose=1):
+        """Meta-trains the operator on tasks drawn from `problem` (Section 3.3): per iteration,
+        `tasks_per_iteration` tasks with `sequence_length` observations each, `num_particles` particles
+        per task, one Adam step per segment of `segment_length` stages (default: the whole sequence).
+        Returns a keras History-like dict {"loss": [per-iteration mean stage loss]}."""
+        if not isinstance(problem, SequentialProblem):
+            raise TypeError(f"ParticleFlowBayesRule.meta_fit: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                            f"got {type(problem).__name__}.")
+        if problem.latent_dim != self.latent_dim:
+            raise ValueError(f"ParticleFlowBayesRule.meta_fit: the problem's latent dimension is {problem.latent_dim}, "
+                             f"the operator's is {self.latent_dim}.")
+        segment_length = int(segment_length or sequence_length)
+        if getattr(self, "optimizer", None) is None:
+            self.compile(optimizer=keras.optimizers.Adam(learning_rate, weight_decay=weight_decay))
+            self.optimizer.build(self.trainable_variables)
+        rng = np.random.default_rng(seed)
+        if id(problem) not in self._compiled_train:
+            self._compiled_train[id(problem)] = self._train_segment_function(problem)
+        train_segment = self._compiled_train[id(problem)]
+        bar = keras.utils.Progbar(iterations, stateful_metrics=["loss"]) if verbose else None
+        history = {"loss": []}
+        m = problem.observations_per_update
+        for iteration in range(int(iterations)):
+            task, observations = problem.sample_tasks(tasks_per_iteration, sequence_length, rng)
+            task = problem.as_task_tensors(task)
+            observations = tf.convert_to_tensor(observations, tf.float32)
+            flat_observations = tf.reshape(observations, [tasks_per_iteration, sequence_length * m, -1])
+            stage_seeds = rng.integers(0, 2**31 - 1, size=(sequence_length + 1, 2))
+            particles, density = problem.sample_prior(task, num_particles, stage_seeds[-1])
+            losses = []
+            for start in range(0, sequence_length, segment_length):
+                stop = min(start + segment_length, sequence_length)
+                masks = (np.arange(sequence_length * m)[None, :] < (np.arange(start, stop)[:, None] + 1) * m)
+                masks = np.broadcast_to(masks[:, None, :], (stop - start, tasks_per_iteration, sequence_length * m))
+                loss, particles, density = train_segment(
+                    particles, density, observations[:, start:stop], flat_observations,
+                    tf.constant(masks, tf.float32), task, tf.constant(stage_seeds[start:stop], tf.int32))
+                losses.append(float(loss) * (stop - start))
+            loss = sum(losses) / sequence_length
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"ParticleFlowBayesRule.meta_fit: the loss became {loss} at iteration "
+                                         f"{iteration}; lower learning_rate or raise steps.")
+            history["loss"].append(loss)
+            if bar is not None:
+                bar.update(iteration + 1, values=[("loss", loss)])
+        return history
+
+    def _train_segment_function(self, problem):
+        @tf.function(reduce_retracing=True)
+        def train_segment(particles, density, observations, flat_observations, masks, task, seeds):
+            count = observations.shape[1]
+
+            def stage(i, particles, density, total):
+                observation = observations[:, i]
+                particles, density, previous = self._stage(problem, particles, density, observation, task, seeds[i])
+                if problem.state_space:
+                    target = (problem.log_likelihood(particles, observation, task)
+                              + problem.log_transition_mixture(particles, previous, task))
+                else:
+                    target = (problem.log_prior(particles, task)
+                              + problem.log_likelihood(particles, flat_observations, task, mask=masks[i]))
+                return i + 1, particles, density, total + tf.reduce_mean(density - target)
+
+            with tf.GradientTape() as tape:
+                _, particles, density, total = tf.while_loop(
+                    lambda i, *_: i < count, stage, (tf.constant(0), particles, density, tf.constant(0.0)),
+                    maximum_iterations=count)
+                loss = total / count
+            gradients = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply(gradients, self.trainable_variables)
+            return loss, tf.stop_gradient(particles), tf.stop_gradient(density)
+        return train_segment
+
+    def get_config(self):
+        return {**super().get_config(), "latent_dim": self.latent_dim, "hidden_units": self.hidden_units,
+                "embedding_units": self.embedding_units, "body_layers": self.body_layers,
+                "time_length": self.time_length, "steps": self.steps, "divergence": self.divergence,
+                "standardize": self.standardize}

@@ -1,0 +1,86 @@
+"""SequentialMonteCarlo: the particle filter PFBR is compared with."""
+
+import numpy as np
+import tensorflow as tf
+
+from bayes_keras.pfbr.problem import SequentialProblem
+
+
+class SequentialMonteCarlo:
+    """Sequential importance sampling with resampling at every observation, on the same problems and
+    with the same `filter` call as ParticleFlowBayesRule.
+
+    State-space problems (`problem.state_space`): the bootstrap filter (Gordon et al. 1993): propagate
+    each particle through the transition, weight by the likelihood, resample. Static latents: the
+    one-pass SMC of Balakrishnan & Madigan (2006, Bayesian Analysis 1(2)) in its usual form: weight by
+    the new observation's likelihood, resample, then rejuvenate the duplicated particles with the
+    Liu-West kernel x <- a x + (1 - a) mean + sqrt(1 - a^2) L eps (L L^T the particles' covariance;
+    mean and covariance unchanged; `shrinkage` a, 0 turns rejuvenation off) so that repeated
+    resampling does not collapse the particle set. Resampling is systematic.
+
+    Example:
+
+        smc = SequentialMonteCarlo()
+        posteriors = smc.filter(problem, task, observations, num_particles=256)   # (L, B, N, d)
+    """
+
+    def __init__(self, shrinkage=0.98):
+        if not 0 <= shrinkage < 1:
+            raise ValueError(f"SequentialMonteCarlo: shrinkage must be in [0, 1); got {shrinkage!r}.")
+        self.shrinkage = float(shrinkage)
+
+    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0):
+        if not isinstance(problem, SequentialProblem):
+            raise TypeError(f"SequentialMonteCarlo.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                            f"got {type(problem).__name__}.")
+        task = problem.as_task_tensors(task)
+        observations = tf.convert_to_tensor(observations, tf.float32)
+        problem.check_observations(observations[:, 0])
+        rng = np.random.default_rng(seed)
+        if particles is None:
+            particles, _ = problem.sample_prior(task, int(num_particles), rng.integers(0, 2**31 - 1, size=2))
+        particles = tf.convert_to_tensor(particles, tf.float32)
+        step = self._step_function(problem)
+        out = []
+        for n in range(observations.shape[1]):
+            particles = step(particles, observations[:, n], task, tf.constant(rng.integers(0, 2**31 - 1, size=(3, 2)), tf.int32))
+            out.append(particles.numpy())
+        return np.stack(out)
+
+    def _step_function(self, problem):
+        shrinkage = self.shrinkage
+
+        @tf.function(reduce_retracing=True)
+        def step(particles, observation, task, seeds):
+            if problem.state_space:
+                particles = problem.transition(particles, task, seeds[0])
+            log_weights = problem.log_likelihood(particles, observation, task)
+            particles = systematic_resample(particles, log_weights, seeds[1])
+            if not problem.state_space and shrinkage > 0:
+                particles = liu_west_move(particles, shrinkage, seeds[2])
+            return particles
+        return step
+
+
+def systematic_resample(particles, log_weights, seed):
+    """Systematic resampling of (B, N, d) particles by (B, N) log weights: N equally weighted particles."""
+    num = tf.shape(particles)[1]
+    weights = tf.nn.softmax(tf.cast(log_weights, tf.float64), axis=-1)
+    cumulative = tf.math.cumsum(weights, axis=-1)
+    offset = tf.random.stateless_uniform([tf.shape(particles)[0], 1], seed, dtype=tf.float64)
+    points = (tf.cast(tf.range(num), tf.float64)[None, :] + offset) / tf.cast(num, tf.float64)
+    index = tf.minimum(tf.searchsorted(cumulative, points, side="right"), num - 1)
+    return tf.gather(particles, index, batch_dims=1)
+
+
+def liu_west_move(particles, shrinkage, seed):
+    """x <- a x + (1 - a) mean + sqrt(1 - a^2) chol(cov) eps per task: keeps the particles' mean and
+    covariance (Liu & West 2001) while separating the copies that resampling made."""
+    mean = tf.reduce_mean(particles, axis=1, keepdims=True)
+    centred = particles - mean
+    n = tf.cast(tf.shape(particles)[1], particles.dtype)
+    covariance = tf.matmul(centred, centred, transpose_a=True) / (n - 1.0)
+    d = particles.shape[-1]
+    chol = tf.linalg.cholesky(covariance + 1e-9 * tf.eye(d, dtype=particles.dtype))
+    noise = tf.random.stateless_normal(tf.shape(particles), seed, dtype=particles.dtype)
+    return shrinkage * particles + (1 - shrinkage) * mean + (1 - shrinkage**2) ** 0.5 * tf.matmul(noise, chol, transpose_b=True)

@@ -1,0 +1,251 @@
+"""Particle Flow Bayes' Rule: the flow's density bookkeeping against closed forms and brute-force
+Jacobians, the references (Kalman filter against TFP's, SMC against conjugate posteriors), the metrics,
+meta-training on the conjugate Gaussian problem against its exact posterior, saving and bad input."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+import keras
+from bayes_keras import pfbr
+
+
+def _randomised(operator, seed=0, scale=0.3):
+    """The operator with a non-zero output layer (a fresh one is the identity flow)."""
+    rng = np.random.default_rng(seed)
+    for variable in operator.output_layer.weights:
+        variable.assign(scale * rng.normal(size=variable.shape).astype(np.float32))
+    return operator
+
+
+class _BananaProblem(pfbr.SequentialProblem):
+    """A non-Gaussian likelihood (curved, non-constant Hessian) for the divergence checks."""
+    latent_dim = observation_dim = 2
+
+    def log_likelihood_terms(self, x, observations, task):
+        curve = x[..., 1:2] - tf.square(x[..., 0:1])
+        return -0.5 * tf.square(observations[:, None, :, 0] - curve) - 0.1 * tf.reduce_sum(tf.square(x), -1, keepdims=True)
+
+
+def test_forward_mode_divergence_equals_the_brute_force_jacobian_trace():
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=3))
+    rng = np.random.default_rng(1)
+    z = tf.constant(rng.normal(size=(7, 3)), tf.float32)
+    g = tf.constant(rng.normal(size=(7, 3)), tf.float32)
+    g_jacobian = tf.constant(rng.normal(size=(7, 3, 3)), tf.float32)
+    embedding = tf.constant(rng.normal(size=(7, 64)), tf.float32)
+    t = tf.constant(0.37)
+    _, divergence = operator.velocity_and_divergence(z, g, g_jacobian, embedding, t)
+    z0 = tf.constant(z.numpy())
+    # g moves with z through its Jacobian: g(z') = g + (z' - z) J.
+    reference = pfbr.brute_force_divergence(
+        lambda zz, tt: operator.velocity(zz, g + tf.einsum("mi,mij->mj", zz - z0, g_jacobian), embedding, tt), z, t)
+    np.testing.assert_allclose(divergence.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)
+    assert np.std(reference.numpy()) > 1e-3
+
+
+@pytest.mark.parametrize("divergence", ["exact", "hutchinson"])
+def test_carried_log_density_of_a_whole_update_matches_brute_force(divergence):
+    """The update's log density (closed-form or autodiff Hessian, forward-mode tangents or Hutchinson
+    probes averaged) against the flow integrated with a full batch_jacobian of the composed field."""
+    problem = _BananaProblem()
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=2, divergence=divergence, steps=4))
+    observation = tf.constant([[[0.7]]])
+    particles = tf.constant(np.random.default_rng(2).normal(size=(1, 32, 2)), tf.float32)
+    log_q0 = tf.zeros([1, 32])
+    log_likelihood = lambda x: problem.log_likelihood(x, observation, {})  # noqa: E731
+    # The reference: the same flow with the divergence of the whole composed field by batch_jacobian.
+    center = tf.reduce_mean(particles, 1, keepdims=True)
+    scale = tf.math.reduce_std(particles, 1, keepdims=True)
+    with tf.GradientTape() as tape:
+        tape.watch(particles)
+        value = tf.reduce_sum(log_likelihood(particles))
+    embedding = operator.embed((particles - center) / scale, tape.gradient(value, particles) * scale)
+    embedding = tf.repeat(embedding, 32, axis=0)
+
+    def velocity(z_rows, t):
+        x = tf.reshape(z_rows, [1, 32, 2]) * scale + center
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            v = tf.reduce_sum(log_likelihood(x))
+        g = tf.reshape(inner.gradient(v, x) * scale, [-1, 2])
+        return operator.velocity(z_rows, g, embedding, t)
+
+    def field(z_rows, t, with_divergence):
+        return velocity(z_rows, t), pfbr.brute_force_divergence(velocity, z_rows, t)
+
+    z_end, log_q_ref = pfbr.integrate_flow(field, tf.reshape((particles - center) / scale, [-1, 2]), tf.zeros([32]),
+                                           steps=4)
+    if divergence == "exact":
+        moved, log_q = operator.update(particles, log_likelihood, log_q0)
+        np.testing.assert_allclose(log_q.numpy()[0], log_q_ref.numpy(), rtol=1e-4, atol=1e-4)
+    else:
+        # 400 copies of the set in one update: the embedding and standardisation see the same set, and
+        # every copy draws its own Rademacher probes.
+        copies = 400
+        moved_all, log_q_all = operator.update(tf.tile(particles, [1, copies, 1]), log_likelihood,
+                                               tf.zeros([1, 32 * copies]), seed=[5, 0])
+        runs = log_q_all.numpy().reshape(copies, 32)
+        moved = moved_all[:, :32]
+        error = np.abs(np.mean(runs, 0) - log_q_ref.numpy())
+        standard_error = np.std(runs, 0) / np.sqrt(copies)
+        assert np.all(error < 4 * standard_error + 1e-4), (error, standard_error)
+        assert np.max(np.std(runs, 0)) > 1e-3   # the estimator is random, so this check means something
+    np.testing.assert_allclose(moved.numpy()[0], (tf.reshape(z_end, [1, 32, 2]) * scale + center).numpy()[0],
+                               rtol=1e-4, atol=1e-5)
+    assert np.abs(log_q_ref.numpy()).max() > 1e-2
+
+
+def test_affine_flow_carries_the_exact_pushforward_density():
+    """dx/dt = A x + b moves N(0, I) to N(c, M M^T), M = expm(A T): the carried log density must be the
+    pushforward's log density at the moved points (Theorem 2.1 with div = tr A)."""
+    rng = np.random.default_rng(3)
+    a = 0.4 * rng.normal(size=(3, 3))
+    b = rng.normal(size=3)
+    a_t, b_t = tf.constant(a, tf.float32), tf.constant(b, tf.float32)
+
+    def field(x, t, with_divergence):
+        return tf.matmul(x, a_t, transpose_b=True) + b_t, (tf.fill([tf.shape(x)[0]], tf.linalg.trace(a_t)) if with_divergence else None)
+
+    x0 = rng.normal(size=(50, 3))
+    log_q0 = tfp.distributions.MultivariateNormalDiag(tf.zeros(3, tf.float64), tf.ones(3, tf.float64)).log_prob(x0).numpy()
+    x_t, log_q = pfbr.integrate_flow(field, tf.constant(x0, tf.float32), tf.constant(log_q0, tf.float32), time_length=1.3, steps=40)
+    m = scipy.linalg.expm(a * 1.3)
+    c = np.linalg.solve(a, (m - np.eye(3)) @ b)
+    np.testing.assert_allclose(x_t.numpy(), x0 @ m.T + c, rtol=1e-4, atol=1e-4)
+    exact = tfp.distributions.MultivariateNormalTriL(tf.constant(c), tf.linalg.cholesky(tf.constant(m @ m.T))).log_prob(x_t.numpy().astype(np.float64))
+    np.testing.assert_allclose(log_q.numpy(), exact.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_kalman_filter_equals_tfp_linear_gaussian_state_space_model():
+    problem = pfbr.LinearDynamicalSystemProblem(dim=3)
+    task, observations = problem.sample_tasks(2, 12, np.random.default_rng(4))
+    means, covariances = problem.exact_posterior(task, observations)
+    for k in range(2):
+        a, b = task["transition"][k].astype(np.float64), task["observation"][k].astype(np.float64)
+        # TFP's model observes x_0 first; start it one transition later from x_1 ~ N(0, A A^T + I).
+        model = tfp.distributions.LinearGaussianStateSpaceModel(
+            num_timesteps=12, transition_matrix=tf.linalg.LinearOperatorFullMatrix(a),
+            transition_noise=tfp.distributions.MultivariateNormalDiag(scale_diag=tf.ones(3, tf.float64)),
+            observation_matrix=tf.linalg.LinearOperatorFullMatrix(b),
+            observation_noise=tfp.distributions.MultivariateNormalDiag(scale_diag=tf.ones(3, tf.float64)),
+            initial_state_prior=tfp.distributions.MultivariateNormalFullCovariance(tf.zeros(3, tf.float64), a @ a.T + np.eye(3)))
+        filtered = model.forward_filter(observations[k, :, 0, :].astype(np.float64))
+        np.testing.assert_allclose(means[k], filtered.filtered_means.numpy(), rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(covariances[k], filtered.filtered_covs.numpy(), rtol=1e-8, atol=1e-8)
+
+
+def test_sequential_monte_carlo_recovers_conjugate_and_kalman_posteriors():
+    problem = pfbr.GaussianMeanProblem(dim=2)
+    task, observations = problem.sample_tasks(3, 20, np.random.default_rng(5), prefix=0)
+    particles = pfbr.SequentialMonteCarlo().filter(problem, task, observations, num_particles=4096, seed=0)
+    mean, precision = problem.exact_posterior(task, observations)
+    std = 1 / np.sqrt(precision[:, -1])
+    assert np.all(np.abs(particles[-1].mean(1) - mean[:, -1]) < 5 * std[:, None] / np.sqrt(4096) * 3)
+    np.testing.assert_allclose(particles[-1].std(1), np.repeat(std[:, None], 2, 1), rtol=0.1)
+
+    lds = pfbr.LinearDynamicalSystemProblem(dim=2)
+    task, observations = lds.sample_tasks(2, 10, np.random.default_rng(6))
+    particles = pfbr.SequentialMonteCarlo().filter(lds, task, observations, num_particles=8192, seed=0)
+    means, covariances = lds.exact_posterior(task, observations)
+    for k in range(2):
+        sd = np.sqrt(np.diag(covariances[k, -1]))
+        assert np.all(np.abs(particles[-1, k].mean(0) - means[k, -1]) < 0.15 * sd)
+        np.testing.assert_allclose(particles[-1, k].std(0), sd, rtol=0.15)
+
+
+def test_metrics_against_closed_forms():
+    rng = np.random.default_rng(7)
+    mean, cov = np.array([1.0, -2.0]), np.array([[1.0, 0.3], [0.3, 0.5]])
+    exact = rng.multivariate_normal(mean, cov, 4000)
+    target = rng.multivariate_normal(mean, cov, 4000)
+    entropy = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * cov)[1]
+    ce = pfbr.kde_cross_entropy(exact, target)
+    assert entropy < ce < entropy + 0.15                     # the KDE's smoothing costs a little
+    assert pfbr.kde_cross_entropy(exact + 1.0, target) > ce + 0.5
+    assert abs(pfbr.mmd_squared(exact[:1000], target[:1000])) < 5e-3
+    assert pfbr.mmd_squared(exact[:1000], target[:1000] + 1.0) > 0.1
+    errors = pfbr.gaussian_integral_discrepancies(rng.multivariate_normal(mean, cov, 200000), mean, cov)
+    assert max(errors.values()) < 0.05, errors
+
+
+def _train_gaussian(iterations):
+    problem = pfbr.GaussianMeanProblem(dim=2)
+    operator = pfbr.ParticleFlowBayesRule(latent_dim=2)
+    history = operator.meta_fit(problem, iterations=iterations, tasks_per_iteration=4, num_particles=64,
+                                learning_rate=3e-3, verbose=0, seed=0)
+    return problem, operator, history
+
+
+@pytest.fixture(scope="module")
+def trained_gaussian_operator():
+    return _train_gaussian(60)
+
+
+def _check_against_exact_posterior(problem, operator, mean_tolerance, std_tolerance, ce_tolerance, entropy_tolerance):
+    """PFBR on 8 unseen 20-observation sequences from the N(0, I) prior vs the conjugate posterior."""
+    task, observations = problem.sample_tasks(8, 20, np.random.default_rng(11), prefix=0)
+    particles, log_q = operator.filter(problem, task, observations, num_particles=256, seed=3, log_density=True)
+    mean, precision = problem.exact_posterior(task, observations)
+    std = 1 / np.sqrt(precision[:, -1])
+    rng = np.random.default_rng(0)
+    assert np.all(np.abs(particles[-1].mean(1) - mean[:, -1]) < mean_tolerance * std[:, None])
+    np.testing.assert_allclose(particles[-1].std(1), np.repeat(std[:, None], 2, 1), rtol=std_tolerance)
+    gaps = []
+    for k in range(8):
+        target = mean[k, -1] + rng.normal(size=(2000, 2)) * std[k]
+        exact = mean[k, -1] + rng.normal(size=(256, 2)) * std[k]
+        gaps.append(pfbr.kde_cross_entropy(particles[-1, k], target) - pfbr.kde_cross_entropy(exact, target))
+    assert np.mean(gaps) < ce_tolerance, gaps
+    # The carried log densities: their mean over the particles estimates -entropy of q.
+    entropy = np.log(2 * np.pi * np.e / precision[:, -1])
+    assert np.all(np.abs(-log_q[-1].mean(1) - entropy) < entropy_tolerance), (-log_q[-1].mean(1), entropy)
+
+
+def test_meta_trained_operator_approximates_the_exact_posterior_on_unseen_sequences(trained_gaussian_operator):
+    """A short meta-training (60 iterations): an untrained (identity) flow keeps the prior, whose sd is
+    1.8 x the posterior's after 20 observations, and scores about 0.9 nats worse than exact draws."""
+    problem, operator, history = trained_gaussian_operator
+    assert np.all(np.isfinite(history["loss"]))
+    _check_against_exact_posterior(problem, operator, mean_tolerance=1.0, std_tolerance=0.3, ce_tolerance=0.3,
+                                   entropy_tolerance=0.4)
+
+
+@pytest.mark.slow
+def test_longer_meta_training_matches_the_exact_posterior_closely():
+    problem, operator, _ = _train_gaussian(400)
+    _check_against_exact_posterior(problem, operator, mean_tolerance=0.35, std_tolerance=0.1, ce_tolerance=0.05,
+                                   entropy_tolerance=0.15)
+
+
+def test_operator_round_trips_through_a_keras_file(trained_gaussian_operator, tmp_path):
+    problem, operator, _ = trained_gaussian_operator
+    path = str(tmp_path / "pfbr.keras")
+    operator.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, pfbr.ParticleFlowBayesRule) and loaded.get_config() == operator.get_config()
+    task, observations = problem.sample_tasks(2, 3, np.random.default_rng(12), prefix=0)
+    np.testing.assert_array_equal(operator.filter(problem, task, observations, seed=1),
+                                  loaded.filter(problem, task, observations, seed=1))
+
+
+def test_bad_input_is_refused_with_what_was_expected():
+    problem = pfbr.GaussianMeanProblem(dim=2)
+    operator = pfbr.ParticleFlowBayesRule(latent_dim=2)
+    task, observations = problem.sample_tasks(2, 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"particles must have shape \(num_particles, 2\)"):
+        operator.update(np.zeros((10, 3)), lambda x: tf.reduce_sum(x, -1))
+    with pytest.raises(ValueError, match="observations must have shape"):
+        operator.filter(problem, task, observations[..., :1])
+    with pytest.raises(ValueError, match="particles must have shape"):
+        operator.filter(problem, task, observations, particles=np.zeros((2, 5, 3)))
+    with pytest.raises(ValueError, match="latent dimension is 3, the operator's is 2"):
+        operator.meta_fit(pfbr.GaussianMeanProblem(dim=3), iterations=1)
+    with pytest.raises(TypeError, match="SequentialProblem"):
+        operator.meta_fit("gaussian", iterations=1)
+    with pytest.raises(ValueError, match="divergence must be one of"):
+        pfbr.ParticleFlowBayesRule(latent_dim=2, divergence="trace")
+    with pytest.raises(ValueError, match="latent_dim must be a positive integer"):
+        pfbr.ParticleFlowBayesRule(latent_dim=0)
