@@ -249,3 +249,18 @@ def test_bad_input_is_refused_with_what_was_expected():
         pfbr.ParticleFlowBayesRule(latent_dim=2, divergence="trace")
     with pytest.raises(ValueError, match="latent_dim must be a positive integer"):
         pfbr.ParticleFlowBayesRule(latent_dim=0)
+
+
+def test_gaussian_mixture_references_agree_on_the_two_modes():
+    """The grid posterior of the bimodal problem has its mass split between (-1, 2) and (1, -2), and SMC
+    with many particles splits its particles the same way."""
+    problem = pfbr.GaussianMixtureProblem()
+    task, observations = problem.sample_tasks(2, 30, np.random.default_rng(8), truth=(-1.0, 2.0))
+    points, grid = pfbr.grid_posterior(problem, task, observations, size=201)
+    np.testing.assert_allclose(grid.sum(-1), 1.0, rtol=1e-9)
+    particles = pfbr.SequentialMonteCarlo().filter(problem, task, observations, num_particles=8192, seed=0)
+    for k in range(2):
+        exact = problem.mode_masses(points, (-1.0, 2.0), grid[k, -1])
+        assert min(exact) > 0.2
+        smc = problem.mode_masses(particles[-1, k], (-1.0, 2.0))
+        assert abs(smc[0] - exact[0]) < 0.1, (smc, exact)
