@@ -264,3 +264,58 @@ def test_gaussian_mixture_references_agree_on_the_two_modes():
         assert min(exact) > 0.2
         smc = problem.mode_masses(particles[-1, k], (-1.0, 2.0))
         assert abs(smc[0] - exact[0]) < 0.1, (smc, exact)
+
+
+def test_logistic_likelihood_and_hessian_against_tfp_and_autodiff():
+    rng = np.random.default_rng(9)
+    features, labels = rng.normal(size=(40, 3)), (rng.random(40) < 0.5).astype(np.float32)
+    problem = pfbr.LogisticRegressionProblem(features, labels, batch_size=8)
+    task, observations = problem.sample_tasks(2, 3, rng)
+    x = tf.constant(rng.normal(size=(2, 5, 4)), tf.float32)
+    obs = tf.constant(observations[:, 0])
+    logits = tf.einsum("bnd,bmd->bnm", x[..., :3], obs[..., :3]) + x[..., 3:]
+    reference = tf.reduce_sum(tfp.distributions.Bernoulli(logits=logits).log_prob(obs[:, None, :, 3]), -1)
+    np.testing.assert_allclose(problem.log_likelihood(x, obs, task).numpy(), reference.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(problem.log_likelihood_hessian(x, obs, task).numpy(),
+                               pfbr.autodiff_hessian(lambda z: problem.log_likelihood(z, obs, task), x).numpy(), rtol=1e-4, atol=1e-5)
+    # A task's rows are its examples rotated by its angle in the plane of components 0 and 1.
+    _, observations = problem.sample_tasks(1, 3, rng, angle=0.3)
+    c, s_ = np.cos(0.3), np.sin(0.3)
+    rotated = np.stack([c * features[:, 0] - s_ * features[:, 1], s_ * features[:, 0] + c * features[:, 1], features[:, 2]], 1)
+    for row in observations[0].reshape(-1, 4):
+        match = np.flatnonzero(np.all(np.abs(rotated - row[:3]) < 1e-5, axis=1))
+        assert len(match) >= 1 and labels[match[0]] == row[3]
+
+
+def test_output_layer_filter_moves_the_heads_particles_by_the_operator():
+    import bayes_keras as bk
+    rng = np.random.default_rng(10)
+    inputs = keras.Input((4,))
+    features = keras.layers.Dense(3, activation="tanh")(inputs)     # a shared feature extractor
+    logits = bk.layers.Dense(1, num_particles=16)(features)
+    model = bk.BayesianModel(inputs, logits, likelihood="bernoulli")
+    head = pfbr.OutputLayerFilter(model)
+    assert head.latent_dim == 4
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=4))
+    head.reset(seed=1)
+    before = head.particles()
+    x, y = rng.normal(size=(8, 4)).astype(np.float32), (rng.random(8) < 0.5).astype(np.float32)
+    head.update(operator, x, y)
+    # The same update done by hand on the (N, features + 1) latent.
+    observations = tf.constant(np.concatenate([head.features(x), y[:, None]], 1)[None])
+    expected, _ = operator.update(before[None], lambda w: tf.reduce_sum(
+        pfbr.LogisticRegressionProblem(head.features(x), y).log_likelihood_terms(w, observations, {}), -1))
+    np.testing.assert_allclose(head.particles(), expected.numpy()[0], rtol=1e-4, atol=1e-5)
+    assert np.abs(head.particles() - before).max() > 1e-3
+    # The model uses the moved particles: logits = features @ kernel + bias per particle.
+    np.testing.assert_allclose(model(x, training=False).numpy()[..., 0],
+                               head.features(x) @ head.particles()[:, :3].T + head.particles()[:, 3], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="latent dimension is 3"):
+        head.update(pfbr.ParticleFlowBayesRule(latent_dim=3), x, y)
+    with pytest.raises(ValueError, match="one 0/1 label per example"):
+        head.update(operator, x, y[:5])
+    particle_body = bk.layers.Dense(3, num_particles=16)(inputs)
+    with pytest.raises(ValueError, match="shared by all particles"):
+        pfbr.OutputLayerFilter(bk.BayesianModel(inputs, bk.layers.Dense(1)(particle_body), likelihood="bernoulli"))
+    with pytest.raises(ValueError, match=r"Dense\(1\)"):
+        pfbr.OutputLayerFilter(bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=16)(features), likelihood="categorical"))

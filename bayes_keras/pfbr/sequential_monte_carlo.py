@@ -14,8 +14,8 @@ class SequentialMonteCarlo:
     each particle through the transition, weight by the likelihood, resample. Static latents: the
     one-pass SMC of Balakrishnan & Madigan (2006, Bayesian Analysis 1(2)) in its usual form: weight by
     the new observation's likelihood, resample, then rejuvenate the duplicated particles with the
-    Liu-West kernel x <- a x + (1 - a) mean + sqrt(1 - a^2) L eps (L L^T the particles' covariance;
-    mean and covariance unchanged; `shrinkage` a, 0 turns rejuvenation off) so that repeated
+    Liu-West kernel x <- a x + (1 - a) mean + sqrt(1 - a^2) L eps (mean and L L^T those of the weighted
+    particles before resampling, which the move preserves; `shrinkage` a, 0 turns rejuvenation off) so that repeated
     resampling does not collapse the particle set. Resampling is systematic.
 
     Example:
@@ -55,10 +55,16 @@ class SequentialMonteCarlo:
             if problem.state_space:
                 particles = problem.transition(particles, task, seeds[0])
             log_weights = problem.log_likelihood(particles, observation, task)
-            particles = systematic_resample(particles, log_weights, seeds[1])
-            if not problem.state_space and shrinkage > 0:
-                particles = liu_west_move(particles, shrinkage, seeds[2])
-            return particles
+            weights = tf.nn.softmax(log_weights, axis=-1)
+            resampled = systematic_resample(particles, log_weights, seeds[1])
+            if problem.state_space or shrinkage == 0:
+                return resampled
+            # The kernel's spread comes from the weighted set before resampling: after a degenerate
+            # resampling the copies' own covariance would be zero and the set could never spread again.
+            mean = tf.reduce_sum(weights[..., None] * particles, axis=1, keepdims=True)
+            centred = particles - mean
+            covariance = tf.matmul(centred * weights[..., None], centred, transpose_a=True)
+            return liu_west_move(resampled, shrinkage, seeds[2], mean, covariance)
         return step
 
 
@@ -73,13 +79,15 @@ def systematic_resample(particles, log_weights, seed):
     return tf.gather(particles, index, batch_dims=1)
 
 
-def liu_west_move(particles, shrinkage, seed):
-    """x <- a x + (1 - a) mean + sqrt(1 - a^2) chol(cov) eps per task: keeps the particles' mean and
-    covariance (Liu & West 2001) while separating the copies that resampling made."""
-    mean = tf.reduce_mean(particles, axis=1, keepdims=True)
-    centred = particles - mean
-    n = tf.cast(tf.shape(particles)[1], particles.dtype)
-    covariance = tf.matmul(centred, centred, transpose_a=True) / (n - 1.0)
+def liu_west_move(particles, shrinkage, seed, mean=None, covariance=None):
+    """x <- a x + (1 - a) mean + sqrt(1 - a^2) chol(cov) eps per task (Liu & West 2001): keeps the mean
+    and covariance of the set (by default the particles' own; SMC passes those of the weighted set
+    before resampling) while separating the copies that resampling made."""
+    if mean is None:
+        mean = tf.reduce_mean(particles, axis=1, keepdims=True)
+        centred = particles - mean
+        n = tf.cast(tf.shape(particles)[1], particles.dtype)
+        covariance = tf.matmul(centred, centred, transpose_a=True) / (n - 1.0)
     d = particles.shape[-1]
     chol = tf.linalg.cholesky(covariance + 1e-9 * tf.eye(d, dtype=particles.dtype))
     noise = tf.random.stateless_normal(tf.shape(particles), seed, dtype=particles.dtype)
