@@ -243,6 +243,10 @@ def test_bad_input_is_refused_with_what_was_expected():
         operator.filter(problem, task, observations, particles=np.zeros((2, 5, 3)))
     with pytest.raises(ValueError, match="latent dimension is 3, the operator's is 2"):
         operator.meta_fit(pfbr.GaussianMeanProblem(dim=3), iterations=1)
+    with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
+        operator.meta_fit(problem, iterations=0)
+    with pytest.raises(ValueError, match="learning_rate must be a positive number"):
+        operator.meta_fit(problem, iterations=1, learning_rate=float("nan"))
     with pytest.raises(TypeError, match="SequentialProblem"):
         operator.meta_fit("gaussian", iterations=1)
     with pytest.raises(ValueError, match="divergence must be one of"):

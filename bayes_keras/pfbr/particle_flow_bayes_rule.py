@@ -287,6 +287,7 @@ class ParticleFlowBayesRule(keras.Model):
         """Meta-trains the operator on tasks drawn from `problem` (Section 3.3): per iteration,
         `tasks_per_iteration` tasks with `sequence_length` observations each, `num_particles` particles
         per task, one Adam step per segment of `segment_length` stages (default: the whole sequence).
+        Later calls continue training (same Adam state, this call's learning rate).
         Returns a keras History-like dict {"loss": [per-iteration mean stage loss]}."""
         if not isinstance(problem, SequentialProblem):
             raise TypeError(f"ParticleFlowBayesRule.meta_fit: problem must be a bayes_keras.pfbr.SequentialProblem; "
@@ -294,10 +295,19 @@ class ParticleFlowBayesRule(keras.Model):
         if problem.latent_dim != self.latent_dim:
             raise ValueError(f"ParticleFlowBayesRule.meta_fit: the problem's latent dimension is {problem.latent_dim}, "
                              f"the operator's is {self.latent_dim}.")
+        for name, value, least in (("iterations", iterations, 1), ("tasks_per_iteration", tasks_per_iteration, 1),
+                                   ("num_particles", num_particles, 2), ("sequence_length", sequence_length, 1),
+                                   ("segment_length", segment_length or sequence_length, 1)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+                raise ValueError(f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}.")
+        if not (isinstance(learning_rate, (int, float)) and np.isfinite(learning_rate) and learning_rate > 0):
+            raise ValueError(f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}.")
         segment_length = int(segment_length or sequence_length)
         if getattr(self, "optimizer", None) is None:
             self.compile(optimizer=keras.optimizers.Adam(learning_rate, weight_decay=weight_decay))
             self.optimizer.build(self.trainable_variables)
+        else:   # a later call continues with the same Adam state at this call's learning rate
+            self.optimizer.learning_rate.assign(learning_rate)
         rng = np.random.default_rng(seed)
         if id(problem) not in self._compiled_train:
             self._compiled_train[id(problem)] = self._train_segment_function(problem)
