@@ -167,6 +167,12 @@ def test_metrics_against_closed_forms():
     assert pfbr.kde_cross_entropy(exact + 1.0, target) > ce + 0.5
     assert abs(pfbr.mmd_squared(exact[:1000], target[:1000])) < 5e-3
     assert pfbr.mmd_squared(exact[:1000], target[:1000] + 1.0) > 0.1
+    # The training loss's data-driven prior (TF, per task) is the metric's KDE (TFP mixture).
+    from bayes_keras.pfbr.particle_flow_bayes_rule import gaussian_kde_log_prob
+    centers = rng.normal(size=(2, 300, 2))
+    points = rng.normal(size=(2, 7, 2))
+    np.testing.assert_allclose(gaussian_kde_log_prob(tf.constant(points, tf.float32), tf.constant(centers, tf.float32)).numpy(),
+                               np.stack([pfbr.kde_log_density(centers[k], points[k]) for k in range(2)]), rtol=1e-4, atol=1e-4)
     errors = pfbr.gaussian_integral_discrepancies(rng.multivariate_normal(mean, cov, 200000), mean, cov)
     assert max(errors.values()) < 0.05, errors
 
@@ -247,6 +253,11 @@ def test_bad_input_is_refused_with_what_was_expected():
         operator.meta_fit(problem, iterations=0)
     with pytest.raises(ValueError, match="learning_rate must be a positive number"):
         operator.meta_fit(problem, iterations=1, learning_rate=float("nan"))
+    with pytest.raises(ValueError, match="segment_prior must be"):
+        operator.meta_fit(problem, iterations=1, segment_prior="grid")
+    history = operator.meta_fit(problem, iterations=2, tasks_per_iteration=2, num_particles=16, sequence_length=4,
+                                segment_length=2, segment_prior="kde", verbose=0)
+    assert len(history["loss"]) == 2 and np.all(np.isfinite(history["loss"]))
     with pytest.raises(TypeError, match="SequentialProblem"):
         operator.meta_fit("gaussian", iterations=1)
     with pytest.raises(ValueError, match="divergence must be one of"):

@@ -283,11 +283,16 @@ class ParticleFlowBayesRule(keras.Model):
 
     # ---- meta-training --------------------------------------------------------------------------------
     def meta_fit(self, problem, iterations=1000, tasks_per_iteration=8, num_particles=128, sequence_length=10,
-                 segment_length=None, learning_rate=1e-3, weight_decay=1e-5, seed=0, verbose=1):
+                 segment_length=None, segment_prior="exact", learning_rate=1e-3, weight_decay=1e-5, seed=0, verbose=1):
         """Meta-trains the operator on tasks drawn from `problem` (Section 3.3): per iteration,
         `tasks_per_iteration` tasks with `sequence_length` observations each, `num_particles` particles
         per task, one Adam step per segment of `segment_length` stages (default: the whole sequence).
         Later calls continue training (same Adam state, this call's learning rate).
+
+        `segment_prior` (static latents): the target of a later segment's stages is the task's prior
+        times all observations so far ("exact"), or the paper's data-driven prior (Eq. 18-20): a
+        Gaussian KDE (Silverman bandwidth) of the particles at the segment's start times the
+        segment's observations only ("kde": no stored past observations, for long streams).
         Returns a keras History-like dict {"loss": [per-iteration mean stage loss]}."""
         if not isinstance(problem, SequentialProblem):
             raise TypeError(f"ParticleFlowBayesRule.meta_fit: problem must be a bayes_keras.pfbr.SequentialProblem; "
@@ -302,6 +307,8 @@ class ParticleFlowBayesRule(keras.Model):
                 raise ValueError(f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}.")
         if not (isinstance(learning_rate, (int, float)) and np.isfinite(learning_rate) and learning_rate > 0):
             raise ValueError(f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}.")
+        if segment_prior not in ("exact", "kde"):
+            raise ValueError(f"ParticleFlowBayesRule.meta_fit: segment_prior must be 'exact' or 'kde'; got {segment_prior!r}.")
         segment_length = int(segment_length or sequence_length)
         if getattr(self, "optimizer", None) is None:
             self.compile(optimizer=keras.optimizers.Adam(learning_rate, weight_decay=weight_decay))
@@ -309,9 +316,9 @@ class ParticleFlowBayesRule(keras.Model):
         else:   # a later call continues with the same Adam state at this call's learning rate
             self.optimizer.learning_rate.assign(learning_rate)
         rng = np.random.default_rng(seed)
-        if id(problem) not in self._compiled_train:
-            self._compiled_train[id(problem)] = self._train_segment_function(problem)
-        train_segment = self._compiled_train[id(problem)]
+        for use_kde in (False, True):
+            if (id(problem), use_kde) not in self._compiled_train:
+                self._compiled_train[(id(problem), use_kde)] = self._train_segment_function(problem, use_kde)
         bar = keras.utils.Progbar(iterations, stateful_metrics=["loss"]) if verbose else None
         history = {"loss": []}
         m = problem.observations_per_update
@@ -325,9 +332,11 @@ class ParticleFlowBayesRule(keras.Model):
             losses = []
             for start in range(0, sequence_length, segment_length):
                 stop = min(start + segment_length, sequence_length)
-                masks = (np.arange(sequence_length * m)[None, :] < (np.arange(start, stop)[:, None] + 1) * m)
+                use_kde = segment_prior == "kde" and start > 0 and not problem.state_space
+                index = np.arange(sequence_length * m)[None, :]
+                masks = (index < (np.arange(start, stop)[:, None] + 1) * m) & (index >= (start * m if use_kde else 0))
                 masks = np.broadcast_to(masks[:, None, :], (stop - start, tasks_per_iteration, sequence_length * m))
-                loss, particles, density = train_segment(
+                loss, particles, density = self._compiled_train[(id(problem), use_kde)](
                     particles, density, observations[:, start:stop], flat_observations,
                     tf.constant(masks, tf.float32), task, tf.constant(stage_seeds[start:stop], tf.int32))
                 losses.append(float(loss) * (stop - start))
@@ -340,10 +349,15 @@ class ParticleFlowBayesRule(keras.Model):
                 bar.update(iteration + 1, values=[("loss", loss)])
         return history
 
-    def _train_segment_function(self, problem):
+    def _train_segment_function(self, problem, use_kde):
         @tf.function(reduce_retracing=True)
         def train_segment(particles, density, observations, flat_observations, masks, task, seeds):
             count = observations.shape[1]
+            if use_kde:
+                segment_start = tf.stop_gradient(particles)
+                log_prior = lambda x: gaussian_kde_log_prob(x, segment_start)  # noqa: E731
+            else:
+                log_prior = lambda x: problem.log_prior(x, task)  # noqa: E731
 
             def stage(i, particles, density, total):
                 observation = observations[:, i]
@@ -352,8 +366,7 @@ class ParticleFlowBayesRule(keras.Model):
                     target = (problem.log_likelihood(particles, observation, task)
                               + problem.log_transition_mixture(particles, previous, task))
                 else:
-                    target = (problem.log_prior(particles, task)
-                              + problem.log_likelihood(particles, flat_observations, task, mask=masks[i]))
+                    target = log_prior(particles) + problem.log_likelihood(particles, flat_observations, task, mask=masks[i])
                 return i + 1, particles, density, total + tf.reduce_mean(density - target)
 
             with tf.GradientTape() as tape:
@@ -371,3 +384,16 @@ class ParticleFlowBayesRule(keras.Model):
                 "embedding_units": self.embedding_units, "body_layers": self.body_layers,
                 "time_length": self.time_length, "steps": self.steps, "divergence": self.divergence,
                 "standardize": self.standardize}
+
+
+def gaussian_kde_log_prob(x, centers):
+    """log (1/N) sum_j N(x; c_j, diag(h^2)) with Silverman's per-coordinate bandwidth
+    h = (4 / (d + 2))^(1 / (d + 4)) N^(-1 / (d + 4)) sd(centers): the paper's data-driven prior (Eq. 18).
+    x (B, M, d), centers (B, N, d) -> (B, M)."""
+    n = tf.cast(tf.shape(centers)[1], x.dtype)
+    d = x.shape[-1]
+    h = ((4.0 / (d + 2)) ** (1.0 / (d + 4)) * n ** (-1.0 / (d + 4))
+         * tf.math.reduce_std(centers, axis=1, keepdims=True) + 1e-6)
+    z = (x[:, :, None, :] - centers[:, None, :, :]) / h[:, None]
+    log_kernel = -0.5 * tf.reduce_sum(tf.square(z), -1) - tf.reduce_sum(tf.math.log(h), -1)[:, None] - 0.5 * d * np.log(2 * np.pi)
+    return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(n)
