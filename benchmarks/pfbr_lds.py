@@ -107,9 +107,11 @@ def main():
              f"{args.sequences} test sequences of {args.length} observations, each from an (A, B) never trained on; "
              f"cross-entropy to the Kalman posterior through a KDE of the particles ({args.mc_samples} posterior draws), "
              f"mean over steps and sequences (+- standard error over sequences); CPU seconds per update: one sequence, "
-             f"median stage time, 2 CPU cores. Mean entropy of the Kalman posteriors: {entropy.mean():.2f}. "
-             f"Meta-training: {args.iterations} iterations x {args.tasks} tasks x {args.train_particles} particles, "
-             f"{args.train_length}-observation sequences, {train_seconds / 60:.1f} min.", "",
+             f"median stage time, 2 CPU cores. Mean entropy of the Kalman posteriors: {entropy.mean():.2f}. " +
+             (f"Operator loaded from {args.load} (meta-trained by this script, --iterations {args.iterations})."
+              if args.load else
+              f"Meta-training: {args.iterations} iterations x {args.tasks} tasks x {args.train_particles} particles, "
+              f"{args.train_length}-observation sequences, {train_seconds / 60:.1f} min."), "",
              "| Algo | #particles | cpu time (s) | cross-entropy |", "|---|---|---|---|"]
     for row in rows:
         t = "-" if row["cpu_seconds_per_update"] is None else f"{row['cpu_seconds_per_update']:.4f}"
