@@ -7,10 +7,19 @@ import pytest
 import bayes_keras as bk
 
 
-@pytest.mark.parametrize("shape", [(16, 3, 5), (8, 3, 4, 4, 6)])
+def _particle(y, p):
+    """Particle p of a (batch, N, ...) activation or of a (batch, H, W, N, C) image."""
+    return y[:, :, :, p] if y.ndim == 5 else y[:, p]
+
+
+def _without_particles(shape):
+    return shape[:3] + shape[4:] if len(shape) == 5 else shape[:1] + shape[2:]
+
+
+@pytest.mark.parametrize("shape", [(16, 3, 5), (6, 3, 5, 4), (8, 4, 4, 3, 6)])
 def test_equals_a_loop_of_keras_batch_normalization(shape):
     rng = np.random.default_rng(0)
-    n, channels = shape[1], shape[-1]
+    n, channels = shape[3 if len(shape) == 5 else 1], shape[-1]
     layer = bk.layers.BatchNormalization(momentum=0.9, epsilon=1e-3)
     layer.build(shape)
     layer.gamma.assign(rng.uniform(0.5, 1.5, (n, channels)))
@@ -18,7 +27,7 @@ def test_equals_a_loop_of_keras_batch_normalization(shape):
     refs = []
     for p in range(n):
         ref = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-3)
-        ref.build(shape[:1] + shape[2:])
+        ref.build(_without_particles(shape))
         ref.gamma.assign(layer.gamma.numpy()[p])
         ref.beta.assign(layer.beta.numpy()[p])
         refs.append(ref)
@@ -26,14 +35,16 @@ def test_equals_a_loop_of_keras_batch_normalization(shape):
         x = (rng.standard_normal(shape) * 3 + 2).astype(np.float32)
         y = layer(x, training=True).numpy()
         for p, ref in enumerate(refs):
-            np.testing.assert_allclose(y[:, p], ref(x[:, p], training=True).numpy(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4,
+                                       atol=1e-5)
     for p, ref in enumerate(refs):
         np.testing.assert_allclose(layer.moving_mean.numpy()[p], ref.moving_mean.numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5)
     x = rng.standard_normal(shape).astype(np.float32)
     y = layer(x, training=False).numpy()
     for p, ref in enumerate(refs):
-        np.testing.assert_allclose(y[:, p], ref(x[:, p], training=False).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=False).numpy(), rtol=1e-4,
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -73,10 +84,10 @@ def test_trains_with_every_sampling_optimizer_and_round_trips(tmp_path):
     np.testing.assert_allclose(loaded.predict_particles(x[:8]), model.predict_particles(x[:8]), rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape", [(6, 3, 5), (4, 3, 2, 2, 6)])
+@pytest.mark.parametrize("shape", [(6, 3, 5), (4, 2, 2, 3, 6)])
 def test_layer_normalization_equals_a_loop_of_keras(shape):
     rng = np.random.default_rng(3)
-    n, channels = shape[1], shape[-1]
+    n, channels = shape[3 if len(shape) == 5 else 1], shape[-1]
     layer = bk.layers.LayerNormalization(epsilon=1e-3)
     layer.build(shape)
     layer.gamma.assign(rng.uniform(0.5, 1.5, (n, channels)))
@@ -85,8 +96,27 @@ def test_layer_normalization_equals_a_loop_of_keras(shape):
     y = layer(x).numpy()
     for p in range(n):
         ref = keras.layers.LayerNormalization(epsilon=1e-3)
-        ref.build(shape[:1] + shape[2:])
+        ref.build(_without_particles(shape))
         ref.set_weights([layer.gamma.numpy()[p], layer.beta.numpy()[p]])
-        np.testing.assert_allclose(y[:, p], ref(x[:, p]).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p)).numpy(), rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="last axis"):
         bk.layers.LayerNormalization(axis=1)
+
+
+def test_shared_scale_on_images_equals_a_loop_of_keras():
+    """deterministic=True: one gamma / beta for every particle (tiled over the fused op's N*C channels),
+    moving statistics still per particle."""
+    rng = np.random.default_rng(5)
+    shape = (8, 3, 3, 2, 4)
+    layer = bk.layers.BatchNormalization(momentum=0.5, deterministic=True)
+    layer.build(shape)
+    layer.gamma.assign(rng.uniform(0.5, 1.5, 4))
+    layer.beta.assign(rng.standard_normal(4))
+    x = (rng.standard_normal(shape) * 2 - 1).astype(np.float32)
+    y = layer(x, training=True).numpy()
+    for p in range(2):
+        ref = keras.layers.BatchNormalization(momentum=0.5)
+        ref.build(_without_particles(shape))
+        ref.set_weights([layer.gamma.numpy(), layer.beta.numpy(), np.zeros(4), np.ones(4)])
+        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5)

@@ -55,8 +55,8 @@ def test_conv1d_equals_keras_conv1d_per_particle(kernel_size, strides, dilation,
 @pytest.mark.parametrize("ours,theirs,shape", [
     (bk.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling1D, (2, N, 7, 4)),
     (bk.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling1D, (2, N, 7, 4)),
-    (bk.layers.GlobalAveragePooling2D, keras.layers.GlobalAveragePooling2D, (2, N, 5, 6, 4)),
-    (bk.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling2D, (2, N, 5, 6, 4)),
+    (bk.layers.GlobalAveragePooling2D, keras.layers.GlobalAveragePooling2D, (2, 5, 6, N, 4)),  # images (B, H, W, N, C)
+    (bk.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling2D, (2, 5, 6, N, 4)),
 ])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_global_pooling_equals_keras_per_particle(ours, theirs, shape, keepdims):
@@ -64,8 +64,11 @@ def test_global_pooling_equals_keras_per_particle(ours, theirs, shape, keepdims)
     layer = ours(keepdims=keepdims)
     y = layer(x)
     assert tuple(layer.compute_output_shape(x.shape)) == tuple(y.shape)
+    image = len(shape) == 5
     for n in range(N):
-        np.testing.assert_allclose(y[:, n], theirs(keepdims=keepdims)(x[:, n]), rtol=1e-6)
+        want = theirs(keepdims=keepdims)(x[:, :, :, n] if image else x[:, n])
+        got = y[:, :, :, n] if image and keepdims else y[:, n]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
     clone = ours.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
 

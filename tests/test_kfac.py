@@ -691,12 +691,12 @@ def test_conv_patches_equal_extract_patches(padding, broadcasts):
                                               ((9, 6), (3, 3), (1, 2), (2, 1)), ((5, 5), (2, 2), (2, 2), (1, 1))]:
         layer = types.SimpleNamespace(kernel_size=kernel, strides=strides, dilation_rate=dilation, padding=padding,
                                       broadcasts=broadcasts, num_particles=n)
-        x = tf.constant(rng.standard_normal((b, h, w, c) if broadcasts else (b, n, h, w, c)), tf.float32)
-        ref = tf.image.extract_patches(x if broadcasts else tf.reshape(x, (-1, h, w, c)), [1, *kernel, 1],
-                                       [1, *strides, 1], [1, *dilation, 1], padding.upper())
+        x = tf.constant(rng.standard_normal((b, h, w, c) if broadcasts else (b, h, w, n, c)), tf.float32)
+        images = x if broadcasts else tf.reshape(tf.transpose(x, [0, 3, 1, 2, 4]), (-1, h, w, c))  # particle-major
+        ref = tf.image.extract_patches(images, [1, *kernel, 1], [1, *strides, 1], [1, *dilation, 1], padding.upper())
         ref = tf.reshape(ref, (b, 1 if broadcasts else n, -1, ref.shape[-1])).numpy()
         np.testing.assert_array_equal(kfac_lib.conv_patches(layer, x).numpy(), ref)
-        spec = tf.TensorSpec(x.shape[:-3] + (None, None, c), tf.float32)  # spatial sizes unknown: fallback
+        spec = tf.TensorSpec((b, None, None) + tuple(x.shape[3:]), tf.float32)  # spatial sizes unknown: fallback
         unknown = tf.function(lambda t: kfac_lib.conv_patches(layer, t), input_signature=[spec])  # noqa: B023
         np.testing.assert_array_equal(unknown(x).numpy(), ref)
 

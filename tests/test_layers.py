@@ -44,7 +44,7 @@ def test_conv2d_equals_loop_over_particles(padding, strides):
     for n in range(3):
         r = tf.nn.relu(tf.nn.conv2d(x, k1[n], strides, padding.upper()) + b1[n])
         r = tf.nn.conv2d(r, k2[n], 1, padding.upper()) + b2[n]
-        np.testing.assert_allclose(y[:, n], r.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(y[:, :, :, n], r.numpy(), rtol=1e-4, atol=1e-5)  # (B, H, W, N, F)
     assert tuple(second.compute_output_shape(h.shape)) == y.shape
 
 
@@ -52,23 +52,37 @@ def test_deterministic_layers_share_weights():
     x = np.random.default_rng(3).standard_normal((4, 6, 6, 1)).astype(np.float32)
     conv = bk.layers.Conv2D(2, 3, num_particles=3, deterministic=True)
     y = conv(x).numpy()
-    assert conv.kernel.shape == (3, 3, 1, 2) and y.shape == (4, 3, 4, 4, 2)
-    np.testing.assert_allclose(y[:, 0], y[:, 2])
+    assert conv.kernel.shape == (3, 3, 1, 2) and y.shape == (4, 4, 4, 3, 2)
+    np.testing.assert_allclose(y[:, :, :, 0], y[:, :, :, 2])
+    # a shared conv after a particle layer: the same kernel applied to every particle's images
+    h = bk.layers.Conv2D(2, 3, padding="same", num_particles=3)(x)
+    shared = bk.layers.Conv2D(3, 2, deterministic=True)
+    z = shared(h).numpy()
+    assert z.shape == (4, 5, 5, 3, 3)
+    for n in range(3):
+        ref = tf.nn.conv2d(h[:, :, :, n], shared.kernel, 1, "VALID") + shared.bias
+        np.testing.assert_allclose(z[:, :, :, n], ref.numpy(), rtol=1e-5, atol=1e-5)
     dense = bk.layers.Dense(3, deterministic=True)
-    z = dense(bk.layers.Flatten()(y)).numpy()
-    ref = y.reshape(4, 3, -1) @ dense.kernel.numpy() + dense.bias.numpy()
+    flat = bk.layers.Flatten()(y).numpy()
+    np.testing.assert_allclose(flat[:, 1], y[:, :, :, 1].reshape(4, -1))  # Keras' (H, W, C) order per particle
+    z = dense(flat).numpy()
+    ref = flat @ dense.kernel.numpy() + dense.bias.numpy()
     np.testing.assert_allclose(z, ref, rtol=1e-5, atol=1e-5)
     assert conv.particle_variables == [] and conv.log_prior().shape == ()
 
 
 def test_pooling_and_flatten_keep_particle_axis():
-    x = np.random.default_rng(4).standard_normal((2, 3, 4, 4, 5)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((2, 4, 4, 3, 5)).astype(np.float32)  # (B, H, W, N, C)
     mp = bk.layers.MaxPooling2D(2)(x).numpy()
     ap = bk.layers.AveragePooling2D(2)(x).numpy()
-    assert mp.shape == (2, 3, 2, 2, 5)
-    np.testing.assert_allclose(mp[1, 2, 0, 1], x[1, 2, 0:2, 2:4].max(axis=(0, 1)))
-    np.testing.assert_allclose(ap[0, 1, 1, 0], x[0, 1, 2:4, 0:2].mean(axis=(0, 1)), rtol=1e-6)
-    assert bk.layers.Flatten()(x).shape == (2, 3, 80)
+    assert mp.shape == (2, 2, 2, 3, 5)
+    np.testing.assert_allclose(mp[1, 0, 1, 2], x[1, 0:2, 2:4, 2].max(axis=(0, 1)))
+    np.testing.assert_allclose(ap[0, 1, 0, 1], x[0, 2:4, 0:2, 1].mean(axis=(0, 1)), rtol=1e-6)
+    flat = bk.layers.Flatten()(x).numpy()
+    assert flat.shape == (2, 3, 80)
+    np.testing.assert_allclose(flat[:, 2], x[:, :, :, 2].reshape(2, -1))
+    with pytest.raises(ValueError, match="Conv2D\\(units, 1\\)"):
+        bk.layers.Dense(3)(x)
 
 
 def test_log_prior_is_per_particle_normal():

@@ -10,7 +10,7 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv_patches
+from bayes_keras.curvature.kfac import conv_locations, conv_patches
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -68,10 +68,8 @@ def dense_squared_gradients(layer, x, e):
 
 def conv2d_squared_gradients(layer, x, e):
     """(kernel, bias) squared-gradient sums of a Conv2D particle layer (per-example sums over locations)."""
-    f = layer.filters
-    batch = tf.shape(e)[0]
     patches = conv_patches(layer, x)  # (B, N or 1, T, kh*kw*C), T = H' W' locations
-    e = tf.reshape(e, (batch, layer.num_particles, -1, f))  # (B, N, T, F)
+    e = conv_locations(layer, e)  # (B, N, T, F)
     if layer.broadcasts:
         per_example = tf.einsum("btk,bntf->bnkf", patches[:, 0], e)
     else:

@@ -278,10 +278,15 @@ def dense_factors(layer, record, e, scale):
 
 def conv2d_factors(layer, record, e, scale):
     """{"A", "G"} of a Conv2D particle layer (the H'W' output positions are the locations)."""
-    n, batch = int(layer.num_particles), tf.shape(e)[0]
-    e = tf.reshape(e, (batch, n, -1, layer.filters))
+    n = int(layer.num_particles)
     return {"A": input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
-            "G": gradient_factor(e, scale)}
+            "G": gradient_factor(conv_locations(layer, e), scale)}
+
+
+def conv_locations(layer, e):
+    """A Conv2D's output-shaped tensor (B, H', W', N, F) -> (B, N, H'W', F): the locations of each particle."""
+    e = tf.reshape(e, (tf.shape(e)[0], -1, int(layer.num_particles), layer.filters))
+    return tf.transpose(e, [0, 2, 1, 3])
 
 
 def recurrent_factors(layer, record, e, scale):
@@ -361,7 +366,8 @@ def split_damping(a, g, lam, split=True):
 
 
 def conv_patches(layer, x):
-    """Input patches of a particle Conv2D, (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order.
+    """Input patches of a particle Conv2D whose input is x, (B, H, W, N, C) (or a first layer's (B, H, W, C)):
+    (B, N or 1, H'W', kh*kw*C) in the kernel's (kh, kw, C) order.
 
     The same values as tf.image.extract_patches (with the layer's strides, dilation and padding; 'same'
     pads as TF does, the odd pixel at the bottom / right), built from kh*kw static strided slices of the
@@ -370,8 +376,12 @@ def conv_patches(layer, x):
     back to extract_patches when the spatial size is not static."""
     kh, kw = layer.kernel_size
     batch = tf.shape(x)[0]
-    images = x if layer.broadcasts else tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
-    height, width = x.shape[-3], x.shape[-2]
+    if layer.broadcasts:
+        images = x
+    else:  # (B, H, W, N, C) -> (B*N, H, W, C), each particle's images contiguous
+        shape = tf.shape(x)
+        images = tf.reshape(tf.transpose(x, [0, 3, 1, 2, 4]), tf.stack([-1, shape[1], shape[2], shape[4]]))
+    height, width = x.shape[1], x.shape[2]
     patches = None
     if height is not None and width is not None:
         sizes = []

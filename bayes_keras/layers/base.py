@@ -1,9 +1,11 @@
 """ParticleLayer: the base of every layer that holds weights with a leading particle axis.
 
-Tensor layout (docs/architecture.md): inside a model every activation is (batch, particles, ...).
-A layer built with `num_particles=N` is where the particle axis begins: it takes an ordinary
-(batch, ...) input and returns (batch, N, ...). Every other particle layer reads N from its input's
-axis 1. Weights are (N, ...) stacks, one slice per particle, unless the layer is `deterministic`, in
+Tensor layout (docs/architecture.md): inside a model an activation is (batch, particles, ...), except
+image activations (rank 5), which are (batch, H, W, particles, channels): particles next to the
+channels, so that a particle convolution is one grouped convolution and batch normalization one fused
+op, with no transposes between layers (`particle_axis`). A layer built with `num_particles=N` is where
+the particle axis begins: it takes an ordinary (batch, ...) input. Every other particle layer reads N
+from its input's particle axis. Weights are (N, ...) stacks, one slice per particle, unless the layer is `deterministic`, in
 which case one weight set is shared by all particles (a point estimate, trained by MAP).
 """
 
@@ -59,14 +61,30 @@ def _particle_initializer(initializer, num_particles):
     return init
 
 
+IMAGE_RANK = 5  # (batch, H, W, particles, channels)
+
+
+def particle_axis(rank):
+    """The particle axis of a particle activation of `rank`: 3 for images (batch, H, W, N, C), else 1
+    ((batch, N, features), (batch, N, time, features))."""
+    return IMAGE_RANK - 2 if rank == IMAGE_RANK else 1
+
+
+def per_particle_shape(rank, num_particles, channels):
+    """Shape that broadcasts an (N, C) parameter against a particle activation of `rank`."""
+    shape = [1] * rank
+    shape[particle_axis(rank)], shape[-1] = num_particles, channels
+    return shape
+
+
 class ParticleLayer(keras.layers.Layer):
     """Base class for layers whose weights carry a leading particle axis.
 
     Args:
         num_particles: give this only on the layer where the particle axis begins (the first
             Bayesian layer): its input is an ordinary (batch, ...) tensor and its output is
-            (batch, num_particles, ...). Leave it None on every later layer: they read N from
-            axis 1 of their input.
+            (batch, num_particles, ...), or (batch, H, W, num_particles, channels) for images. Leave it
+            None on every later layer: they read N from their input's particle axis.
         deterministic: if True the layer's weights are shared by all particles (no particle axis
             on the weights), as in hybrid networks where only some layers are Bayesian.
         kernel_prior, bias_prior: `bayes_keras.priors.Prior` objects (or a float scale for a
@@ -108,13 +126,15 @@ class ParticleLayer(keras.layers.Layer):
                     "Give num_particles only to the layer where the particle axis begins."
                 )
             return
-        if rank != core_rank + 1 or input_shape[1] is None:
+        axis = particle_axis(core_rank + 1)
+        if rank != core_rank + 1 or input_shape[axis] is None:
+            layout = "(batch, H, W, particles, channels)" if core_rank + 1 == IMAGE_RANK else "(batch, particles, ...)"
             raise ValueError(
-                f"{name} '{self.name}' expects input (batch, particles, ...) of rank {core_rank + 1} from a "
+                f"{name} '{self.name}' expects input {layout} of rank {core_rank + 1} from a "
                 f"previous particle layer; got shape {tuple(input_shape)}. If this is the first Bayesian "
                 "layer of the model, pass num_particles=N to it."
             )
-        self.num_particles = int(input_shape[1])
+        self.num_particles = int(input_shape[axis])
 
     # -- weights -------------------------------------------------------------------------------
     def add_particle_weight(self, name, shape, initializer, prior, fan_in):
@@ -159,8 +179,10 @@ class ParticleLayer(keras.layers.Layer):
         """Insert the particle axis into a shared (batch, ...) result when this layer starts it."""
         if not self.broadcasts:
             return y
-        y = tf.expand_dims(y, 1)
-        multiples = [1, self._given_num_particles] + [1] * (len(y.shape) - 2)
+        axis = particle_axis(len(y.shape) + 1)
+        y = tf.expand_dims(y, axis)
+        multiples = [1] * len(y.shape)
+        multiples[axis] = self._given_num_particles
         return tf.tile(y, multiples)
 
     def get_config(self):

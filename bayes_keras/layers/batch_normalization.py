@@ -4,20 +4,21 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
-from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis, per_particle_shape
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class BatchNormalization(ParticleLayer):
     """Batch normalization (Ioffe & Szegedy 2015, https://arxiv.org/abs/1502.03167, Algorithm 1) applied to each
-    particle on its own: statistics over the batch (and spatial) axes of (batch, N, ..., C) inputs, never
-    across the particle axis, so every particle is a network with its own BatchNormalization, as a
+    particle on its own: statistics over the batch (and spatial or time) axes of (batch, H, W, N, C) images or
+    (batch, N, ..., C) inputs, never across the particle axis, so every particle is a network with its own BatchNormalization, as a
     per-particle loop of `keras.layers.BatchNormalization` computes (tested).
 
     Training (`training=True`, as `fit` calls it): y = (x - mean_b) / sqrt(var_b + epsilon) * gamma + beta with
     the batch's mean and (biased) variance per particle and channel, and the moving averages
     moving = momentum * moving + (1 - momentum) * batch statistic, per particle. Inference: the moving
-    averages. gamma and beta are particle weights with priors (deterministic=True shares them); the
+    averages. On images the N particles' C channels are the N*C channels of one fused batch-norm op (float16,
+    bfloat16 and float32 compute; float64 takes the unfused formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
     moving statistics are always per particle (each particle's activations have their own).
 
     Args:
@@ -32,7 +33,7 @@ class BatchNormalization(ParticleLayer):
 
     Example:
         >>> h = bayes_keras.layers.Conv2D(16, 3, padding="same", num_particles=8)(inputs)
-        >>> h = bayes_keras.layers.BatchNormalization()(h)          # (batch, 8, H, W, 16)
+        >>> h = bayes_keras.layers.BatchNormalization()(h)          # (batch, H, W, 8, 16)
         >>> h = bayes_keras.layers.Activation("relu")(h)
     """
 
@@ -72,7 +73,8 @@ class BatchNormalization(ParticleLayer):
             raise ValueError(f"BatchNormalization '{self.name}' needs a known channel dimension; got "
                              f"{tuple(input_shape)}.")
         if len(input_shape) < 3:
-            raise ValueError(f"BatchNormalization '{self.name}' expects (batch, particles, ..., channels); got "
+            raise ValueError(f"BatchNormalization '{self.name}' expects (batch, particles, ..., channels) or images "
+                             f"(batch, H, W, particles, channels); got "
                              f"{tuple(input_shape)}.")
         self.gamma = (self.add_particle_weight("gamma", (channels,), self.gamma_initializer, self.kernel_prior,
                                                channels) if self.scale else None)
@@ -85,21 +87,53 @@ class BatchNormalization(ParticleLayer):
                                                initializer=self.moving_variance_initializer, trainable=False)
 
     def _per_particle(self, value, rank):
-        """(N, C) -> (1, N, 1, ..., C) for inputs of `rank`; shared (C,) broadcasts as it is."""
+        """(N, C) -> a shape that broadcasts against the input of `rank`; shared (C,) broadcasts as it is."""
         if len(value.shape) == 1:
             return value
-        return tf.reshape(value, [1, self.num_particles] + [1] * (rank - 3) + [value.shape[-1]])
+        return tf.reshape(value, per_particle_shape(rank, self.num_particles, value.shape[-1]))
+
+    def _update_moving(self, mean, variance):
+        for moving, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
+            moving.assign(moving * self.momentum + tf.cast(batch, moving.dtype) * (1.0 - self.momentum))
+
+    def _channel_blocks(self, value):
+        """gamma / beta as the N*C channels of the (B, H, W, N*C) view: (N, C) flattened, shared (C,) tiled."""
+        value = tf.cast(value, tf.float32)
+        return tf.reshape(value, (-1,)) if len(value.shape) == 2 else tf.tile(value, [self.num_particles])
+
+    def _fused_image(self, x, training):
+        """Images (B, H, W, N, C) through one FusedBatchNorm over the N*C channels of the (B, H, W, N*C) view."""
+        n, c = self.num_particles, x.shape[-1]
+        shape = tf.shape(x)
+        grouped = tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], n * c]))
+        ones, zeros = tf.ones((n * c,), tf.float32), tf.zeros((n * c,), tf.float32)
+        scale = self._channel_blocks(self.gamma) if self.gamma is not None else ones
+        offset = self._channel_blocks(self.beta) if self.beta is not None else zeros
+        if training:
+            y, mean, variance = tf.compat.v1.nn.fused_batch_norm(grouped, scale, offset, epsilon=self.epsilon,
+                                                                 is_training=True)
+            # The op returns the unbiased variance; Keras' moving variance averages the biased one.
+            count = tf.cast(shape[0] * shape[1] * shape[2], tf.float32)
+            variance = variance * (count - 1.0) / tf.maximum(count, 1.0)
+            self._update_moving(tf.reshape(mean, (n, c)), tf.reshape(variance, (n, c)))
+        else:
+            y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+                grouped, scale, offset, mean=tf.reshape(tf.cast(self.moving_mean, tf.float32), (-1,)),
+                variance=tf.reshape(tf.cast(self.moving_variance, tf.float32), (-1,)), epsilon=self.epsilon,
+                is_training=False)
+        return tf.reshape(y, shape)
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
         rank = len(x.shape)
         compute = x.dtype
+        if rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32):
+            return self._fused_image(x, training)
         x32 = tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x  # statistics in float32
         if training:
-            axes = [0] + list(range(2, rank - 1))
+            axes = [a for a in range(rank - 1) if a != particle_axis(rank)]
             mean, variance = tf.nn.moments(x32, axes=axes)  # (N, C), biased variance as Keras'
-            for moving, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
-                moving.assign(moving * self.momentum + tf.cast(batch, moving.dtype) * (1.0 - self.momentum))
+            self._update_moving(mean, variance)
         else:
             mean = tf.cast(self.moving_mean, x32.dtype)
             variance = tf.cast(self.moving_variance, x32.dtype)

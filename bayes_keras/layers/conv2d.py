@@ -23,11 +23,13 @@ def _pair(value, name):
 class Conv2D(ParticleLayer):
     """2-D convolution whose kernel is an (N, kh, kw, in, out) stack of particles (channels_last).
 
-    The N particles are folded into the channel axis and evaluated as ONE grouped convolution
-    (groups = N), so the cost is that of a single wide convolution, not a loop over members. It
-    trains on every device: where TensorFlow has no grouped-convolution gradient (CPUs without
-    oneDNN) the gradient is computed from forward convolutions (`grouped_convolution.py`).
-    Input (batch, N, H, W, C) -> output (batch, N, H', W', filters).
+    Image activations carry the particles next to the channels, (batch, H, W, N, C), so the N particles
+    are one grouped convolution (groups = N) over the (batch, H, W, N*C) view of the input, with no
+    transposes: the cost of a single wide convolution, not a loop over members. It trains on every
+    device: where TensorFlow has no grouped-convolution gradient (CPUs without oneDNN) the gradient is
+    computed from forward convolutions (`grouped_convolution.py`).
+    Input (batch, H, W, N, C) -> output (batch, H', W', N, filters); the first layer (num_particles=N)
+    takes (batch, H, W, C).
 
     Args:
         filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
@@ -87,63 +89,54 @@ class Conv2D(ParticleLayer):
         fan_in = kh * kw * channels
         self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
                                                self.kernel_initializer, self.kernel_prior, fan_in)
-        grouped = not (self.deterministic or self.broadcasts)
-        self.supports_jit = grouped_convolution.supports_jit(self.num_particles if grouped else 1)
+        # every non-first layer is a grouped convolution (a deterministic one with N equal groups)
+        self.supports_jit = grouped_convolution.supports_jit(1 if self.broadcasts else self.num_particles)
         self.bias = None
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
                                                  self.bias_prior, fan_in)
 
-    def _conv(self, x, kernel):
-        """An ungrouped convolution (shared weights, or the first layer's N*F filters); dilated ones
-        need the portable gradient on CPUs without oneDNN too."""
-        return grouped_conv2d(x, kernel, 1, self.strides, self.padding.upper(), self.dilation_rate)
+    def _conv(self, x, kernel, groups=1):
+        return grouped_conv2d(x, kernel, groups, self.strides, self.padding.upper(), self.dilation_rate)
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)
+        n, f = self.num_particles, self.filters
+        kh, kw = self.kernel_size
+        if self.broadcasts:
+            grouped = x  # (B, H, W, C), shared by the particles
+        else:
+            # (B, H, W, N, C) -> (B, H, W, N*C): a reshape, no copy; channel block n is particle n.
+            shape = tf.shape(x)
+            grouped = tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], n * x.shape[-1]]))
         if self.deterministic:
             if self.broadcasts:
-                y = self._conv(x, self.kernel)
-            else:
-                n = self.num_particles
-                shape = tf.shape(x)
-                y = self._conv(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), self.kernel)
-                y = tf.reshape(y, tf.concat([[shape[0], n], tf.shape(y)[1:]], 0))
+                y = self._conv(grouped, self.kernel)
+            else:  # the shared kernel once per channel block: a grouped convolution with N equal groups
+                y = self._conv(grouped, tf.tile(self.kernel, [1, 1, 1, n]), groups=n)
+        else:
+            # (N, kh, kw, C, F) -> (kh, kw, C, N*F): output channel block n belongs to particle n. A shared
+            # input is an ordinary convolution with N*F filters; a particle input a grouped one (groups = N).
+            kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 3, 0, 4]), (kh, kw, -1, n * f))
+            y = self._conv(grouped, kernel, groups=1 if self.broadcasts else n)
+        if self.deterministic and self.broadcasts:
             if self.bias is not None:
                 y = y + self.bias
             return self.activation(self._broadcast_shared(y))
-
-        n, f = self.num_particles, self.filters
-        kh, kw = self.kernel_size
-        # (N, kh, kw, C, F) -> (kh, kw, C, N*F): output channel block n belongs to particle n.
-        kernel = tf.transpose(self.kernel, [1, 2, 3, 0, 4])
-        kernel = tf.reshape(kernel, (kh, kw, -1, n * f))
-        if self.broadcasts:
-            y = self._conv(x, kernel)  # shared input: an ordinary conv with N*F filters
-        else:
-            shape = tf.shape(x)
-            c = x.shape[-1]
-            xg = tf.transpose(x, [0, 2, 3, 1, 4])  # (B, H, W, N, C)
-            xg = tf.reshape(xg, tf.stack([shape[0], shape[2], shape[3], n * c]))
-            y = grouped_conv2d(xg, kernel, n, self.strides, self.padding.upper(), self.dilation_rate)
         ys = tf.shape(y)
-        y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, f]))
-        y = tf.transpose(y, [0, 3, 1, 2, 4])
+        y = tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, f]))  # (B, H', W', N, F)
         if self.bias is not None:
-            y = y + tf.reshape(self.bias, (1, n, 1, 1, f))
-        capture.record(self, x, y)
+            y = y + self.bias  # (N, F) or shared (F,): broadcasts over (B, H', W', N, F)
+        if not self.deterministic:
+            capture.record(self, x, y)
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):
-        if self.broadcasts:
-            batch, h, w = input_shape[0], input_shape[1], input_shape[2]
-            n = self._given_num_particles
-        else:
-            batch, n, h, w = input_shape[0], input_shape[1], input_shape[2], input_shape[3]
-
+        batch, h, w = input_shape[0], input_shape[1], input_shape[2]
+        n = self._given_num_particles if self.broadcasts else input_shape[3]
         out = grouped_convolution.output_length
-        return (batch, n, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
-                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding), self.filters)
+        return (batch, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
+                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding), n, self.filters)
 
     def get_config(self):
         config = super().get_config()

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer, IMAGE_RANK
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -53,6 +53,11 @@ class Dense(ParticleLayer):
         # Core rank 2 = (batch, features); a particle input is (batch, N, features). Extra middle
         # axes (e.g. time) are allowed, as in keras.layers.Dense.
         rank = len(input_shape)
+        if rank + (1 if self.broadcasts else 0) >= IMAGE_RANK:
+            raise ValueError(
+                f"Dense '{self.name}' takes (batch, [particles,] features) or (batch, [particles,] time, features); got "
+                f"shape {tuple(input_shape)}, an image. Use bayes_keras.layers.Conv2D(units, 1) for a per-pixel "
+                "dense layer, or bayes_keras.layers.Flatten / GlobalAveragePooling2D before Dense.")
         core_rank = rank if self.broadcasts else max(rank - 1, 2)
         self._resolve_num_particles(input_shape, core_rank)
         in_dim = input_shape[-1]

@@ -5,10 +5,13 @@ import math
 import keras
 import tensorflow as tf
 
+from bayes_keras.layers.base import IMAGE_RANK, particle_axis
+
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class Flatten(keras.layers.Layer):
-    """(batch, N, d1, d2, ...) -> (batch, N, d1*d2*...).
+    """(batch, N, d1, d2, ...) -> (batch, N, d1*d2*...); particle images (batch, H, W, N, C) -> (batch, N, H*W*C)
+    in Keras' Flatten order per particle (one transpose: the image layout keeps particles next to the channels).
 
     Example:
         >>> h = bayes_keras.layers.Flatten()(h)
@@ -17,10 +20,13 @@ class Flatten(keras.layers.Layer):
     def call(self, inputs):
         if len(inputs.shape) < 3:
             raise ValueError(f"Flatten expects (batch, particles, ...); got shape {tuple(inputs.shape)}.")
+        if len(inputs.shape) == IMAGE_RANK:
+            inputs = tf.transpose(inputs, [0, 3, 1, 2, 4])  # (B, H, W, N, C) -> (B, N, H, W, C)
         shape = tf.shape(inputs)
         return tf.reshape(inputs, tf.concat([shape[:2], [-1]], 0))
 
     def compute_output_shape(self, input_shape):
-        rest = input_shape[2:]
+        axis = particle_axis(len(input_shape))
+        rest = [d for i, d in enumerate(input_shape) if i not in (0, axis)]
         size = None if any(d is None for d in rest) else math.prod(rest)
-        return (input_shape[0], input_shape[1], size)
+        return (input_shape[0], input_shape[axis], size)

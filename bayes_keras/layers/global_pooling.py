@@ -1,11 +1,12 @@
-"""Global pooling layers that keep the particle axis."""
+"""Global pooling layers that keep the particle axis: (batch, N, T, C) sequences and (batch, H, W, N, C) images
+to (batch, N, C)."""
 
 import keras
 import tensorflow as tf
 
 
 class _ParticleGlobalPooling(keras.layers.Layer):
-    """Pools (batch, N, *spatial, C) over its `_spatial_rank` spatial axes, particle by particle."""
+    """Pools sequences (batch, N, T, C) over T, or images (batch, H, W, N, C) over H and W, particle by particle."""
 
     _spatial_rank = None
     _reduce = None  # staticmethod(tf.reduce_mean or tf.reduce_max)
@@ -20,17 +21,20 @@ class _ParticleGlobalPooling(keras.layers.Layer):
     def _axes(self, inputs):
         rank = self._spatial_rank + 3
         if len(inputs.shape) != rank:
-            raise ValueError(f"{type(self).__name__} expects (batch, particles, {'steps' if rank == 4 else 'H, W'}, "
-                             f"channels) from a particle layer; got shape {tuple(inputs.shape)}.")
-        return list(range(2, 2 + self._spatial_rank))
+            layout = "(batch, particles, steps, channels)" if rank == 4 else "(batch, H, W, particles, channels)"
+            raise ValueError(f"{type(self).__name__} expects {layout} from a particle layer; got shape "
+                             f"{tuple(inputs.shape)}.")
+        return [2] if rank == 4 else [1, 2]
 
     def call(self, inputs):
         return self._reduce(inputs, axis=self._axes(inputs), keepdims=self.keepdims)
 
     def compute_output_shape(self, input_shape):
-        if self.keepdims:
-            return tuple(input_shape[:2]) + (1,) * self._spatial_rank + (input_shape[-1],)
-        return (input_shape[0], input_shape[1], input_shape[-1])
+        if self._spatial_rank == 1:
+            n, kept = input_shape[1], (input_shape[0], input_shape[1], 1, input_shape[-1])
+        else:
+            n, kept = input_shape[3], (input_shape[0], 1, 1, input_shape[3], input_shape[-1])
+        return kept if self.keepdims else (input_shape[0], n, input_shape[-1])
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -67,7 +71,7 @@ class GlobalAveragePooling1D(_ParticleGlobalPooling):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class GlobalAveragePooling2D(_ParticleGlobalPooling):
-    """`keras.layers.GlobalAveragePooling2D` per particle: (batch, N, H, W, C) -> (batch, N, C).
+    """`keras.layers.GlobalAveragePooling2D` per particle: (batch, H, W, N, C) -> (batch, N, C).
 
     Example:
         >>> h = bayes_keras.layers.GlobalAveragePooling2D()(h)
@@ -94,7 +98,7 @@ class GlobalMaxPooling1D(_ParticleGlobalPooling):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class GlobalMaxPooling2D(_ParticleGlobalPooling):
-    """`keras.layers.GlobalMaxPooling2D` per particle: (batch, N, H, W, C) -> (batch, N, C).
+    """`keras.layers.GlobalMaxPooling2D` per particle: (batch, H, W, N, C) -> (batch, N, C).
 
     Example:
         >>> h = bayes_keras.layers.GlobalMaxPooling2D()(h)

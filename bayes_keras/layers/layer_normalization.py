@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
-from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.base import ParticleLayer, per_particle_shape
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -63,7 +63,7 @@ class LayerNormalization(ParticleLayer):
     def _per_particle(self, value, rank):
         if len(value.shape) == 1:
             return value
-        return tf.reshape(value, [1, self.num_particles] + [1] * (rank - 3) + [value.shape[-1]])
+        return tf.reshape(value, per_particle_shape(rank, self.num_particles, value.shape[-1]))
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)

@@ -1,4 +1,4 @@
-"""Pooling layers that keep the particle axis (particles folded into the batch axis)."""
+"""Pooling layers for particle images (batch, H, W, N, C): Keras' pooling over the (batch, H, W, N*C) view."""
 
 import keras
 import tensorflow as tf
@@ -13,17 +13,20 @@ class _ParticlePooling2D(keras.layers.Layer):
         self.pool_size, self.strides, self.padding = self._pool.pool_size, self._pool.strides, self._pool.padding
 
     def call(self, inputs):
-        if len(inputs.shape) != 5:
+        if len(inputs.shape) != 5 or inputs.shape[-1] is None or inputs.shape[-2] is None:
             raise ValueError(
-                f"{type(self).__name__} expects (batch, particles, H, W, C); got shape {tuple(inputs.shape)}."
+                f"{type(self).__name__} expects particle images (batch, H, W, particles, C) with known particles and "
+                f"channels; got shape {tuple(inputs.shape)}."
             )
+        n, c = inputs.shape[-2], inputs.shape[-1]
         shape = tf.shape(inputs)
-        y = self._pool(tf.reshape(inputs, tf.concat([[-1], shape[2:]], 0)))
-        return tf.reshape(y, tf.concat([shape[:2], tf.shape(y)[1:]], 0))
+        y = self._pool(tf.reshape(inputs, tf.stack([shape[0], shape[1], shape[2], n * c])))  # pools each channel
+        ys = tf.shape(y)
+        return tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, c]))
 
     def compute_output_shape(self, input_shape):
-        inner = self._pool.compute_output_shape((None,) + tuple(input_shape[2:]))
-        return tuple(input_shape[:2]) + tuple(inner[1:])
+        inner = self._pool.compute_output_shape(tuple(input_shape[:3]) + (input_shape[-1],))
+        return tuple(inner[:3]) + tuple(input_shape[3:])
 
     def get_config(self):
         config = super().get_config()
@@ -33,7 +36,7 @@ class _ParticlePooling2D(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class MaxPooling2D(_ParticlePooling2D):
-    """`keras.layers.MaxPooling2D` applied to every particle: (batch, N, H, W, C) -> (batch, N, H', W', C).
+    """`keras.layers.MaxPooling2D` applied to every particle: (batch, H, W, N, C) -> (batch, H', W', N, C).
 
     Example:
         >>> h = bayes_keras.layers.MaxPooling2D(2)(h)
@@ -44,7 +47,7 @@ class MaxPooling2D(_ParticlePooling2D):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class AveragePooling2D(_ParticlePooling2D):
-    """`keras.layers.AveragePooling2D` applied to every particle: (batch, N, H, W, C) -> (batch, N, H', W', C).
+    """`keras.layers.AveragePooling2D` applied to every particle: (batch, H, W, N, C) -> (batch, H', W', N, C).
 
     Example:
         >>> h = bayes_keras.layers.AveragePooling2D(2)(h)

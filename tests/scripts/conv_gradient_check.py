@@ -34,35 +34,52 @@ CASES = [  # (kernel_size, strides, dilation_rate, padding, input H, W)
 ]
 
 
+def _particle(t, n):
+    """Particle n of a (batch, H, W, N, C) image or of a (batch, N, T, C) sequence."""
+    return t[:, :, :, n] if len(t.shape) == 5 else t[:, n]
+
+
 def compare_to_keras(layer, make_reference, x, case):
     """One loss, sum(tanh(y) * target), through the particle layer and through one plain Keras layer
-    per particle (its weights = the particle's slice): input, kernel and bias gradients must agree.
-    `x` is (batch, N, ...)."""
+    per particle (its weights = the particle's slice, or the shared weights of a deterministic layer,
+    whose gradient is then the sum over particles): input, kernel and bias gradients must agree.
+    `x` is (batch, H, W, N, C) or (batch, N, T, C)."""
     target = tf.constant(np.random.default_rng(2).standard_normal(layer(x).shape), tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(x)
         loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
     dx, dk, db = tape.gradient(loss, [x, layer.kernel, layer.bias])
+    shared = layer.deterministic
+    ref_dk, ref_db = 0.0, 0.0
     for n in range(N):
         ref = make_reference()
-        ref.build((None,) + tuple(x.shape[2:]))
-        ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
-        xn = tf.constant(x[:, n])
+        xn = tf.constant(_particle(x, n))
+        ref.build((None,) + tuple(xn.shape[1:]))
+        ref.set_weights([layer.kernel.numpy(), layer.bias.numpy()] if shared
+                        else [layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         with tf.GradientTape() as tape:
             tape.watch(xn)
-            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * target[:, n])
+            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * _particle(target, n))
         rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
-        for name, got, want in (("dx", dx[:, n], rdx), ("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
+        np.testing.assert_allclose(_particle(dx, n).numpy(), rdx.numpy(), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"dx of particle {n} in case {case}")
+        if shared:
+            ref_dk, ref_db = ref_dk + rdk.numpy(), ref_db + rdb.numpy()
+            continue
+        for name, got, want in (("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name} of particle {n} in case {case}")
+    if shared:
+        np.testing.assert_allclose(dk.numpy(), ref_dk, rtol=1e-4, atol=1e-4, err_msg=f"shared dkernel in {case}")
+        np.testing.assert_allclose(db.numpy(), ref_db, rtol=1e-4, atol=1e-4, err_msg=f"shared dbias in {case}")
 
 
-def check(case):
+def check(case, deterministic=False):
     kernel_size, strides, dilation, padding, height, width = case
-    x = tf.constant(np.random.default_rng(0).standard_normal((2, N, height, width, 3)), tf.float32)
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, height, width, N, 3)), tf.float32)
     args = dict(strides=strides, dilation_rate=dilation, padding=padding)
-    compare_to_keras(bk.layers.Conv2D(4, kernel_size, **args), lambda: keras.layers.Conv2D(4, kernel_size, **args),
-                     x, case)
+    compare_to_keras(bk.layers.Conv2D(4, kernel_size, deterministic=deterministic, **args),
+                     lambda: keras.layers.Conv2D(4, kernel_size, **args), x, case + (deterministic,))
 
 
 CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
@@ -95,7 +112,7 @@ def check_first_layer(dilation):
         ref.build((None, 9, 9, 3))
         ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         with tf.GradientTape() as tape:
-            loss_n = tf.reduce_sum(tf.tanh(ref(x)) * target[:, n])
+            loss_n = tf.reduce_sum(tf.tanh(ref(x)) * _particle(target, n))
         rdk, rdb = tape.gradient(loss_n, [ref.kernel, ref.bias])
         np.testing.assert_allclose(dk[n].numpy(), rdk.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"first-layer dkernel of particle {n}, dilation {dilation}")
@@ -118,6 +135,9 @@ if __name__ == "__main__":
     for case in CASES:
         check(case)
         print("ok", case)
+    for case in CASES[:3] + CASES[5:6]:
+        check(case, deterministic=True)  # a shared kernel after a particle layer: N equal groups
+        print("ok shared kernel", case)
     for dilation in (1, 2):
         check_first_layer(dilation)
         print("ok first layer, dilation", dilation)
