@@ -17,8 +17,8 @@ class BatchNormalization(ParticleLayer):
     Training (`training=True`, as `fit` calls it): y = (x - mean_b) / sqrt(var_b + epsilon) * gamma + beta with
     the batch's mean and (biased) variance per particle and channel, and the moving averages
     moving = momentum * moving + (1 - momentum) * batch statistic, per particle. Inference: the moving
-    averages. On images the N particles' C channels are the N*C channels of one fused batch-norm op (float16,
-    bfloat16 and float32 compute; float64 takes the unfused formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
+    averages. In training on images the N particles' C channels are the N*C channels of one fused batch-norm
+    op (float16, bfloat16 and float32 compute; float64 takes the unfused formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
     moving statistics are always per particle (each particle's activations have their own).
 
     Args:
@@ -101,34 +101,29 @@ class BatchNormalization(ParticleLayer):
         value = tf.cast(value, tf.float32)
         return tf.reshape(value, (-1,)) if len(value.shape) == 2 else tf.tile(value, [self.num_particles])
 
-    def _fused_image(self, x, training):
-        """Images (B, H, W, N, C) through one FusedBatchNorm over the N*C channels of the (B, H, W, N*C) view."""
+    def _fused_image(self, x):
+        """Training on images (B, H, W, N, C): one FusedBatchNorm over the N*C channels of the (B, H, W, N*C) view."""
         n, c = self.num_particles, x.shape[-1]
         shape = tf.shape(x)
         grouped = tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], n * c]))
-        ones, zeros = tf.ones((n * c,), tf.float32), tf.zeros((n * c,), tf.float32)
-        scale = self._channel_blocks(self.gamma) if self.gamma is not None else ones
-        offset = self._channel_blocks(self.beta) if self.beta is not None else zeros
-        if training:
-            y, mean, variance = tf.compat.v1.nn.fused_batch_norm(grouped, scale, offset, epsilon=self.epsilon,
-                                                                 is_training=True)
-            # The op returns the unbiased variance; Keras' moving variance averages the biased one.
-            count = tf.cast(shape[0] * shape[1] * shape[2], tf.float32)
-            variance = variance * (count - 1.0) / tf.maximum(count, 1.0)
-            self._update_moving(tf.reshape(mean, (n, c)), tf.reshape(variance, (n, c)))
-        else:
-            y, _, _ = tf.compat.v1.nn.fused_batch_norm(
-                grouped, scale, offset, mean=tf.reshape(tf.cast(self.moving_mean, tf.float32), (-1,)),
-                variance=tf.reshape(tf.cast(self.moving_variance, tf.float32), (-1,)), epsilon=self.epsilon,
-                is_training=False)
+        scale = self._channel_blocks(self.gamma) if self.gamma is not None else tf.ones((n * c,), tf.float32)
+        offset = self._channel_blocks(self.beta) if self.beta is not None else tf.zeros((n * c,), tf.float32)
+        y, mean, variance = tf.compat.v1.nn.fused_batch_norm(grouped, scale, offset, epsilon=self.epsilon,
+                                                             is_training=True)
+        # The op returns the unbiased variance; Keras' moving variance averages the biased one.
+        count = tf.cast(shape[0] * shape[1] * shape[2], tf.float32)
+        variance = variance * (count - 1.0) / tf.maximum(count, 1.0)
+        self._update_moving(tf.reshape(mean, (n, c)), tf.reshape(variance, (n, c)))
         return tf.reshape(y, shape)
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
         rank = len(x.shape)
         compute = x.dtype
-        if rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32):
-            return self._fused_image(x, training)
+        if training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32):
+            # Training only: in inference Grappler folds a FusedBatchNorm that follows a convolution into
+            # a _FusedConv2D, whose Eigen CPU kernel refuses grouped convolutions (TF_ENABLE_ONEDNN_OPTS=0).
+            return self._fused_image(x)
         x32 = tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x  # statistics in float32
         if training:
             axes = [a for a in range(rank - 1) if a != particle_axis(rank)]

@@ -127,6 +127,18 @@ def train_one_step():
     y = np.arange(16) % 10
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]), history.history
+    # grouped conv -> batch norm -> relu, trained and then predicted: in inference Grappler folds a fused batch
+    # norm after a convolution into _FusedConv2D, which the Eigen CPU kernels refuse for groups > 1
+    inputs = keras.Input((8, 8, 1))
+    h = bk.layers.Conv2D(4, 3, padding="same", use_bias=False, num_particles=N)(inputs)
+    for _ in range(2):
+        h = bk.layers.Conv2D(4, 3, padding="same", use_bias=False)(h)
+        h = keras.layers.Activation("relu")(bk.layers.BatchNormalization()(h))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(10)(bk.layers.GlobalAveragePooling2D()(h)), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]), history.history
+    assert np.all(np.isfinite(model.predict(x, verbose=0)))
 
 
 if __name__ == "__main__":
