@@ -251,8 +251,10 @@ def test_bad_inputs_and_arguments_are_reported():
     built(_data(B, N, T, F))
     with pytest.raises(ValueError, match=r"expects input \(batch, particles, time, features\)"):
         built(_data(B, T, F))
-    with pytest.raises(ValueError, match="dropout=0.2"):
-        bk.layers.GRU(3, dropout=0.2)
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\); got 1.0"):
+        bk.layers.GRU(3, dropout=1.0)
+    with pytest.raises(ValueError, match="recurrent_dropout must be a number"):
+        bk.layers.LSTM(3, recurrent_dropout=-0.1)
     with pytest.raises(ValueError, match="stateful"):
         bk.layers.LSTM(3, stateful=True)
     with pytest.raises(ValueError, match="return_state"):
@@ -284,3 +286,89 @@ def test_particle_layers_follow_the_weight_order_inside_bidirectional():
     names = [l.name for l in model.particle_layers]
     assert names.index(next(n for n in names if n.startswith("forward"))) < \
         names.index(next(n for n in names if n.startswith("backward")))
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _reference_rnn(cell, weights, x, input_keep, recurrent_keep, reset_after=True):
+    """A plain numpy loop of one particle's cell over (B, T, F) with fixed dropout masks: the inputs are
+    multiplied by input_keep (B, F) at every step, h_(t-1) by recurrent_keep (B, units) wherever it enters
+    a recurrent matmul, the carried state never. Returns all states (B, T, units)."""
+    kernel, recurrent, bias = weights
+    units = recurrent.shape[0]
+    h = np.zeros((x.shape[0], units), np.float64)
+    c = np.zeros_like(h)
+    out = []
+    for t in range(x.shape[1]):
+        xw = (x[:, t] * input_keep) @ kernel
+        h_in = h * recurrent_keep
+        if cell == "simple_rnn":
+            h = np.tanh(xw + bias + h_in @ recurrent)
+        elif cell == "lstm":
+            i, f, g, o = np.split(xw + bias + h_in @ recurrent, 4, axis=-1)
+            c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+            h = _sigmoid(o) * np.tanh(c)
+        else:
+            a_z, a_r, a_h = np.split(xw + (bias[0] if reset_after else bias), 3, axis=-1)
+            if reset_after:
+                g_z, g_r, g_h = np.split(h_in @ recurrent + bias[1], 3, axis=-1)
+                r = _sigmoid(a_r + g_r)
+                hh = np.tanh(a_h + r * g_h)
+            else:
+                g_z, g_r = np.split(h_in @ recurrent[:, : 2 * units], 2, axis=-1)
+                r = _sigmoid(a_r + g_r)
+                hh = np.tanh(a_h + (r * h_in) @ recurrent[:, 2 * units:])
+            z = _sigmoid(a_z + g_z)
+            h = z * h + (1 - z) * hh
+        out.append(h)
+    return np.stack(out, 1)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("cell", list(_CELLS))
+def test_dropout_equals_a_per_particle_loop_with_the_same_masks(cell, first, deterministic):
+    cls, _, extra = _CELLS[cell]
+    layer = cls(4, num_particles=N if first else None, dropout=0.3, recurrent_dropout=0.4, seed=3,
+                return_sequences=True, deterministic=deterministic, **extra)
+    x = _data(B, T, F) if first else _data(B, N, T, F, seed=1)
+    layer.build(x.shape)
+    no_dropout = layer(x, training=False).numpy()
+    state = layer.seed_generator.state.numpy()
+    y = layer(x, training=True).numpy()
+    layer.seed_generator.state.assign(state)
+    input_keep, recurrent_keep = (m.numpy() for m in layer._dropout_masks(tf.constant(x), True))
+    for keep, rate in ((input_keep, 0.3), (recurrent_keep, 0.4)):
+        assert keep.shape[:2] == (B, N)
+        assert set(np.unique(keep)) == {0.0, np.float32(1 / (1 - rate))}
+        assert not np.array_equal(keep[:, 0], keep[:, 1])  # particles draw their own masks
+    ws = [v.numpy().astype(np.float64) for v in layer.weights if getattr(v, "trainable", True)]
+    for n in range(N):
+        per = ws if deterministic else [w[n] for w in ws]
+        xn = x if first else x[:, n]
+        reference = _reference_rnn(cell, per, xn, input_keep[:, n], recurrent_keep[:, n],
+                                   reset_after=extra.get("reset_after", True))
+        np.testing.assert_allclose(y[:, n], reference, rtol=1e-4, atol=1e-5)
+        no_drop = _reference_rnn(cell, per, xn, 1.0, 1.0, reset_after=extra.get("reset_after", True))
+        np.testing.assert_allclose(no_dropout[:, n], no_drop, rtol=1e-4, atol=1e-5)  # inference: no dropout
+    assert not np.allclose(y, no_dropout)
+
+
+@pytest.mark.parametrize("optimizer", ["gpf", "matrix_svgd"])
+def test_recurrent_dropout_model_trains_and_predicts_deterministically(optimizer, tmp_path):
+    x, y = _data(32, T, F, seed=4), np.arange(32) % 3
+    inputs = keras.Input((T, F))
+    h = bk.layers.GRU(8, num_particles=N, dropout=0.2, recurrent_dropout=0.2, seed=0, return_sequences=True)(inputs)
+    h = bk.layers.LSTM(8, dropout=0.2, recurrent_dropout=0.2, seed=1)(h)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
+    opt = (bk.optimizers.GaussianParticleFlow(1e-2) if optimizer == "gpf"
+           else bk.optimizers.MatrixSVGD(1e-2))  # KFAC capture records the dropped-out inputs
+    model.compile(optimizer=opt)
+    loss = model.fit(x, y, epochs=8, batch_size=16, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss)) and loss[-1] < loss[0]
+    np.testing.assert_array_equal(model.predict(x, verbose=0), model.predict(x, verbose=0))
+    loaded = keras_round_trip(model, tmp_path)
+    assert loaded.layers[1].dropout == 0.2 and loaded.layers[2].recurrent_dropout == 0.2
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)

@@ -299,7 +299,8 @@ def recurrent_factors(layer, record, e, scale):
     has_bias = getattr(layer, "bias", None) is not None
     units, width = int(layer.units), int(layer.kernel.shape[2])
     features = int(layer.kernel.shape[1])
-    x = tf.reshape(record.inputs, (batch, 1 if layer.broadcasts else n, -1, features))
+    # A first layer's input is (B, T, F), one for all particles, unless input dropout gave it the N axis.
+    x = tf.reshape(record.inputs, (batch, 1 if len(record.inputs.shape) == 3 else n, -1, features))
     e = tf.reshape(e, (batch, n, -1, width))
     h_prev = tf.reshape(extras["recurrent_inputs"], (batch, n, -1, units))
     factors = {"A_in": input_factor(x, has_bias, n), "G": gradient_factor(e, scale)}

@@ -49,8 +49,6 @@ from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 # Keras RNN arguments that these layers do not implement, with the values that mean "off" (the
 # Keras defaults), which are accepted so a Keras layer's config can be passed through unchanged.
 _UNSUPPORTED = {
-    "dropout": (0.0, 0),
-    "recurrent_dropout": (0.0, 0),
     "stateful": (False,),
     "return_state": (False,),
     "time_major": (False,),
@@ -60,7 +58,6 @@ _UNSUPPORTED = {
     "kernel_constraint": (None,),
     "recurrent_constraint": (None,),
     "bias_constraint": (None,),
-    "seed": (None,),
     "use_cudnn": ("auto", False),
     "implementation": (1, 2),  # Keras-internal kernel fusion choice; the math is the same
 }
@@ -74,7 +71,7 @@ def _pop_unsupported(name, kwargs):
         if not any(value is a or (type(value) is type(a) and value == a) for a in allowed):
             raise ValueError(
                 f"bayes_keras.layers.{name} does not support {key}={value!r} (accepted: "
-                f"{', '.join(repr(a) for a in allowed)}). Dropout, state, regularizer and "
+                f"{', '.join(repr(a) for a in allowed)}). State, regularizer and "
                 "constraint arguments of keras.layers RNNs are not implemented for particle RNNs."
             )
 
@@ -124,6 +121,9 @@ class _ParticleRNN(ParticleLayer):
         return_sequences=False,
         go_backwards=False,
         unroll=False,
+        dropout=0.0,
+        recurrent_dropout=0.0,
+        seed=None,
         recurrent_prior=None,
         **kwargs,
     ):
@@ -141,6 +141,16 @@ class _ParticleRNN(ParticleLayer):
         self.return_sequences = bool(return_sequences)
         self.go_backwards = bool(go_backwards)
         self.unroll = bool(unroll)
+        for key, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} {key} must be a number in [0, 1); got {rate!r}.")
+        self.dropout = float(dropout)
+        self.recurrent_dropout = float(recurrent_dropout)
+        self.seed = seed
+        # Only layers that drop anything own a seed generator (a variable), so models without dropout
+        # keep the variables they had.
+        self.seed_generator = (keras.random.SeedGenerator(seed)
+                               if self.dropout > 0 or self.recurrent_dropout > 0 else None)
         # Default: the kernel prior, as for keras' recurrent_regularizer-less layers.
         self.recurrent_prior = self.kernel_prior if recurrent_prior is None else priors_lib.get(recurrent_prior)
         self.supports_masking = True
@@ -177,9 +187,15 @@ class _ParticleRNN(ParticleLayer):
     def _initial_states(self, h0):
         return (h0,)
 
-    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias):
-        """One time step: `xw_t` = x_t W + b_in (already projected); returns the new states, h first."""
+    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep=None):
+        """One time step: `xw_t` = x_t W + b_in (already projected); returns the new states, h first.
+        `recurrent_keep` (None, or a 0 / 1/(1-rate) mask broadcastable to h): recurrent dropout, applied to
+        h_{t-1} where it enters the recurrent matmuls only (`_dropped`), never to the carried state."""
         raise NotImplementedError
+
+    @staticmethod
+    def _dropped(h, recurrent_keep):
+        return h if recurrent_keep is None else h * recurrent_keep
 
     @staticmethod
     def _recurrent_matmul(h, recurrent_kernel):
@@ -194,11 +210,12 @@ class _ParticleRNN(ParticleLayer):
             layout = "(batch, time, features)" if self.broadcasts else "(batch, particles, time, features)"
             raise ValueError(f"{type(self).__name__} '{self.name}' expects input {layout}; got shape {tuple(x.shape)}.")
 
-    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None, mask=None):
+    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None, mask=None, recurrent_keep=None):
         """Run the recurrence over time-major projected inputs xs (T, *lead, k*units); returns all
         states h (T, *lead, units) in processing order when `sequence` (default: return_sequences),
         else the last one. `mask` (T, *lead broadcastable) bool: at a masked step every state (and so the
-        output) keeps its previous value, as in Keras' RNN layers."""
+        output) keeps its previous value, as in Keras' RNN layers. `recurrent_keep` (*lead, units): the
+        recurrent dropout mask, the same at every step (see `_step`)."""
         sequence = self.return_sequences if sequence is None else sequence
         lead = tf.shape(xs)[1:-1]
         h0 = tf.zeros(tf.concat([lead, [self.units]], 0), dtype=xs.dtype)
@@ -208,7 +225,7 @@ class _ParticleRNN(ParticleLayer):
             mask = None if mask is None else tf.reverse(mask, [0])
 
         def cell(states, xw_t):
-            return self._step(states, xw_t, recurrent_kernel, recurrent_bias)
+            return self._step(states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep)
 
         if mask is None:
             step = cell
@@ -238,7 +255,7 @@ class _ParticleRNN(ParticleLayer):
         """Particle input projection for all time steps: (batch, [N,] T, F) -> (T, N, batch, k*units)."""
         n, width = self.num_particles, self._gates * self.units
         kernel = tf.convert_to_tensor(self.kernel)  # (N, F, width)
-        if self.broadcasts:
+        if len(x.shape) == 3:  # one input for all particles (the first layer without input dropout)
             # One matmul of (B*T, F) against the N kernels side by side: (F, N*width).
             k = tf.reshape(tf.transpose(kernel, [1, 0, 2]), (-1, n * width))
             xw = tf.tensordot(x, k, axes=[[-1], [0]])  # (B, T, N*width)
@@ -251,8 +268,10 @@ class _ParticleRNN(ParticleLayer):
         xw = tf.reshape(xw, tf.stack([n, shape[0], shape[2], width]))
         return tf.transpose(xw, [2, 0, 1, 3])
 
-    def _run_particles(self, x, mask=None):
+    def _run_particles(self, x, mask=None, input_keep=None, recurrent_keep=None):
         n, width = self.num_particles, self._gates * self.units
+        if input_keep is not None:  # (B, N, F), the same at every step; a first layer's x gains the N axis
+            x = (x[:, None] if len(x.shape) == 3 else x) * input_keep[:, :, None, :]
         xs = self._project(x)  # (T, N, B, width)
         recurrent_bias = None
         if self.bias is not None:
@@ -263,22 +282,26 @@ class _ParticleRNN(ParticleLayer):
         recurrent_kernel = tf.convert_to_tensor(self.recurrent_kernel)
         if mask is not None:  # (B, T) or (B, N, T) -> time-major (T, 1 or N, B)
             mask = tf.transpose(mask[:, None, :] if len(mask.shape) == 2 else mask, [2, 1, 0])
+        if recurrent_keep is not None:
+            recurrent_keep = tf.transpose(recurrent_keep, [1, 0, 2])  # (B, N, u) -> (N, B, u), as the states
         if capture.is_capturing():
-            h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias, mask)
+            h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias, mask, recurrent_keep)
         else:
-            h = self._loop(xs, recurrent_kernel, recurrent_bias, mask=mask)
+            h = self._loop(xs, recurrent_kernel, recurrent_bias, mask=mask, recurrent_keep=recurrent_keep)
         if self.return_sequences:
             return tf.transpose(h, [2, 1, 0, 3])  # (T, N, B, u) -> (B, N, T, u)
         return tf.transpose(h, [1, 0, 2])  # (N, B, u) -> (B, N, u)
 
-    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias, mask=None):
-        """`_loop` under curvature capture (see the module docstring): records x, the projected input
-        (B, N, T, width) and, in `extras`, h_{t-1} and the cell's statistics."""
+    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias, mask=None, recurrent_keep=None):
+        """`_loop` under curvature capture (see the module docstring): records x (after input dropout), the
+        projected input (B, N, T, width) and, in `extras`, h_{t-1} as it enters the recurrent matmul (after
+        recurrent dropout) and the cell's statistics."""
         xs_b = tf.transpose(xs, [2, 1, 0, 3])  # (T, N, B, w) -> (B, N, T, w): exact
         rec = capture.record(self, x, xs_b)
         xs = tf.transpose(xs_b, [2, 1, 0, 3])
-        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True, mask=mask)  # (T, N, B, u), processing order
-        h_prev = tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0))
+        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True, mask=mask,
+                        recurrent_keep=recurrent_keep)  # (T, N, B, u), processing order
+        h_prev = self._dropped(tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0)), recurrent_keep)
         xs_proc = tf.stop_gradient(tf.reverse(xs, [0]) if self.go_backwards else xs)
         extras = {"recurrent_inputs": h_prev}
         extras.update(self._curvature_statistics(xs_proc, h_prev, recurrent_kernel, recurrent_bias))
@@ -294,8 +317,10 @@ class _ParticleRNN(ParticleLayer):
         projected inputs and previous states in processing order (GRU: its reset gates)."""
         return {}
 
-    def _run_shared(self, x, mask=None):
-        """Shared weights on (M, T, F) -> (M, [T,] units); mask (M, T)."""
+    def _run_shared(self, x, mask=None, input_keep=None, recurrent_keep=None):
+        """Shared weights on (M, T, F) -> (M, [T,] units); mask (M, T); dropout masks (M, F) and (M, units)."""
+        if input_keep is not None:
+            x = x * input_keep[:, None, :]
         xw = tf.tensordot(x, tf.convert_to_tensor(self.kernel), axes=[[-1], [0]])  # (M, T, width)
         recurrent_bias = None
         if self.bias is not None:
@@ -303,23 +328,46 @@ class _ParticleRNN(ParticleLayer):
             xw = xw + b_in
         mask = None if mask is None else tf.transpose(mask)  # (T, M)
         h = self._loop(tf.transpose(xw, [1, 0, 2]), tf.convert_to_tensor(self.recurrent_kernel), recurrent_bias,
-                       mask=mask)
+                       mask=mask, recurrent_keep=recurrent_keep)
         return tf.transpose(h, [1, 0, 2]) if self.return_sequences else h
 
-    def call(self, inputs, mask=None):
+    def _dropout_masks(self, x, training):
+        """(input_keep (B, N, F), recurrent_keep (B, N, units)), each None when that dropout is off: one
+        mask per sequence and particle, the same at every time step (variational RNN dropout, Gal &
+        Ghahramani 2016, https://arxiv.org/abs/1512.05287; one mask for all gates, as Keras' default
+        implementation); drawn in training only."""
+        if not training or self.seed_generator is None:
+            return None, None
+        shape = tf.shape(x)
+        lead = tf.stack([shape[0], self.num_particles])
+
+        def keep(rate, width):
+            if rate == 0.0:
+                return None
+            return keras.random.dropout(tf.ones(tf.concat([lead, [width]], 0), x.dtype), rate,
+                                        seed=self.seed_generator)
+
+        return keep(self.dropout, x.shape[-1]), keep(self.recurrent_dropout, self.units)
+
+    def call(self, inputs, mask=None, training=None):
         """`mask`: (batch, time) or (batch, particles, time) bool, e.g. from Embedding(mask_zero=True)."""
         x = tf.convert_to_tensor(inputs)
         self._check_rank(x)
         if mask is not None:
             mask = tf.cast(mask, tf.bool)
+        input_keep, recurrent_keep = self._dropout_masks(x, training)
         if not self.deterministic:
-            return self._run_particles(x, mask)
-        if self.broadcasts:
+            return self._run_particles(x, mask, input_keep, recurrent_keep)
+        if self.broadcasts and input_keep is None and recurrent_keep is None:
             return self._broadcast_shared(self._run_shared(x, mask))
+        if self.broadcasts:  # every particle gets its own dropout masks: the shared weights run N times
+            x = tf.tile(x[:, None], [1, self.num_particles, 1, 1])
         shape = tf.shape(x)
         if mask is not None:  # (B, [N,] T) -> (B * N, T), particles folded into the batch as x is
             mask = tf.reshape(tf.broadcast_to(mask[:, None, :] if len(mask.shape) == 2 else mask, shape[:3]), (-1, shape[2]))
-        y = self._run_shared(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), mask)  # particles folded into batch
+        fold = lambda keep: None if keep is None else tf.reshape(keep, (-1, keep.shape[-1]))  # noqa: E731
+        y = self._run_shared(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), mask, fold(input_keep),
+                             fold(recurrent_keep))  # particles folded into batch
         return tf.reshape(y, tf.concat([shape[:2], tf.shape(y)[1:]], 0))
 
     def compute_mask(self, inputs, mask=None):
@@ -347,6 +395,9 @@ class _ParticleRNN(ParticleLayer):
                 "return_sequences": self.return_sequences,
                 "go_backwards": self.go_backwards,
                 "unroll": self.unroll,
+                "dropout": self.dropout,
+                "recurrent_dropout": self.recurrent_dropout,
+                "seed": self.seed,
                 "recurrent_prior": priors_lib.serialize(self.recurrent_prior),
             }
         )

@@ -28,8 +28,10 @@ class GRU(_ParticleRNN):
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        Keras' dropout, recurrent_dropout, stateful, return_state, regularizers and constraints
-        are not implemented: non-default values raise ValueError. Masks are not supported.
+        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+            at every step, one for all gates): variational RNN dropout, in training only.
+        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))                       # digits: 8 rows of 8 pixels
@@ -57,12 +59,13 @@ class GRU(_ParticleRNN):
             return bias, None
         return bias[..., 0, :], bias[..., 1, :]
 
-    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias):
+    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep=None):
         h = states[0]
+        h_in = self._dropped(h, recurrent_keep)  # what enters the recurrent matmuls
         u = self.units
         a_z, a_r, a_h = tf.split(xw_t, 3, axis=-1)
         if self.reset_after:
-            g = self._recurrent_matmul(h, recurrent_kernel)
+            g = self._recurrent_matmul(h_in, recurrent_kernel)
             if recurrent_bias is not None:
                 g = g + recurrent_bias
             g_z, g_r, g_h = tf.split(g, 3, axis=-1)
@@ -70,10 +73,10 @@ class GRU(_ParticleRNN):
             r = self.recurrent_activation(a_r + g_r)
             hh = self.activation(a_h + r * g_h)
         else:
-            g_z, g_r = tf.split(self._recurrent_matmul(h, recurrent_kernel[..., : 2 * u]), 2, axis=-1)
+            g_z, g_r = tf.split(self._recurrent_matmul(h_in, recurrent_kernel[..., : 2 * u]), 2, axis=-1)
             z = self.recurrent_activation(a_z + g_z)
             r = self.recurrent_activation(a_r + g_r)
-            hh = self.activation(a_h + self._recurrent_matmul(r * h, recurrent_kernel[..., 2 * u:]))
+            hh = self.activation(a_h + self._recurrent_matmul(r * h_in, recurrent_kernel[..., 2 * u:]))
         return (z * h + (1.0 - z) * hh,)
 
     def _curvature_statistics(self, xs, h_prev, recurrent_kernel, recurrent_bias):

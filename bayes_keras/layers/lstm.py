@@ -29,8 +29,10 @@ class LSTM(_ParticleRNN):
             identical on those coordinates, see `bayes_keras.layers.Dense`).
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        Keras' dropout, recurrent_dropout, stateful, return_state, regularizers and constraints
-        are not implemented: non-default values raise ValueError. Masks are not supported.
+        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+            at every step, one for all gates): variational RNN dropout, in training only.
+        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))
@@ -58,9 +60,9 @@ class LSTM(_ParticleRNN):
     def _initial_states(self, h0):
         return (h0, tf.zeros_like(h0))
 
-    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias):
+    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep=None):
         h, c = states
-        z = xw_t + self._recurrent_matmul(h, recurrent_kernel)
+        z = xw_t + self._recurrent_matmul(self._dropped(h, recurrent_keep), recurrent_kernel)
         z_i, z_f, z_c, z_o = tf.split(z, 4, axis=-1)
         i = self.recurrent_activation(z_i)
         f = self.recurrent_activation(z_f)

@@ -23,8 +23,10 @@ class SimpleRNN(_ParticleRNN):
             (see `bayes_keras.layers.Dense`).
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        Keras' dropout, recurrent_dropout, stateful, return_state, regularizers and constraints
-        are not implemented: non-default values raise ValueError. Masks are not supported.
+        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+            at every step, one for all gates): variational RNN dropout, in training only.
+        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))                       # (batch, time, features)
@@ -35,6 +37,6 @@ class SimpleRNN(_ParticleRNN):
 
     _gates = 1
 
-    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias):
-        h = self.activation(xw_t + self._recurrent_matmul(states[0], recurrent_kernel))
+    def _step(self, states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep=None):
+        h = self.activation(xw_t + self._recurrent_matmul(self._dropped(states[0], recurrent_keep), recurrent_kernel))
         return (h,)
