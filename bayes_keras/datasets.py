@@ -28,6 +28,37 @@ def load_digits(test_fraction=0.25, seed=0, image=True):
     return _split(x, d.target.astype(np.int32), test_fraction, seed)
 
 
+DIGIT_TOKENS = 256  # row shapes: 8 binarised pixels as token ids 1..256; id 0 is padding
+
+
+def load_digit_tokens(test_fraction=0.25, seed=0, threshold=6):
+    """scikit-learn's digits as short token sequences, a small offline text-style task: each image row
+    becomes a "word", its 8 pixels binarised at `threshold` (of 0..16) read as an 8-bit number, token id =
+    that number + 1 (1..256, a vocabulary of row shapes); blank rows before the first and after the last
+    inked row are dropped (so a sequence may be shorter than 8) and the sequences left-padded with id 0. For
+    `Embedding(DIGIT_TOKENS + 1, ..., mask_zero=True)` and the recurrent layers (masked steps are skipped).
+    Same split as `load_digits`.
+
+    Returns:
+        ((x_train, y_train), (x_test, y_test)), x int32 (n, 8) with 0 = padding, y int32 (n,).
+
+    Example:
+        >>> (x, y), (x_test, y_test) = bayes_keras.datasets.load_digit_tokens()
+        >>> model = bayes_keras.zoo.text_rnn(bayes_keras.datasets.DIGIT_TOKENS, 10)
+    """
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    bits = (d.images >= threshold).astype(np.int32)  # (n, 8 rows, 8 pixels)
+    words = bits @ (2 ** np.arange(7, -1, -1)) + 1  # (n, 8): ids 1..256, 1 = a blank row
+    x = np.zeros_like(words)
+    for i, row in enumerate(words):
+        inked = np.flatnonzero(row > 1)
+        kept = row[inked[0]: inked[-1] + 1]
+        x[i, x.shape[1] - len(kept):] = kept
+    return _split(x.astype(np.int32), d.target.astype(np.int32), test_fraction, seed)
+
+
 def load_breast_cancer(test_fraction=0.0, seed=0, add_bias=False):
     """scikit-learn's breast cancer data (569 x 30, binary), standardised with training statistics.
 

@@ -81,6 +81,54 @@ def gru_classifier(num_particles=10, units=32, num_classes=10, input_shape=(8, 8
     return BayesianModel(inputs, outputs, name="bayesian_gru_classifier", **model_kwargs)
 
 
+TEXT_RNN_LAYERS = ("embedding", "rnn", "out")
+
+
+def text_rnn(vocabulary_size, num_outputs, embedding_dim=32, units=32, cell="gru", num_particles=10, mask_zero=True,
+             dropout=0.0, recurrent_dropout=0.0, deterministic_layers=(), **model_kwargs):
+    """Token sequences -> Embedding -> GRU or LSTM -> Dense: a text classifier (default likelihood
+    "categorical", `num_outputs` classes) or, with `likelihood="normal"`, a regressor.
+
+    Input (batch, T) integer ids in 1..vocabulary_size; with `mask_zero=True` (default) id 0 is padding:
+    the table has vocabulary_size + 1 rows and the recurrent layer skips padded steps, so left- and
+    right-padded sequences give the same output. `deterministic_layers` names layers ("embedding",
+    "rnn", "out") whose weights all particles share (a hybrid network).
+
+    Example:
+        >>> (x, y), _ = bayes_keras.datasets.load_digit_tokens()
+        >>> model = bayes_keras.zoo.text_rnn(bayes_keras.datasets.DIGIT_TOKENS, 10, cell="gru", num_particles=8)
+    """
+    det = set(deterministic_layers)
+    unknown = det - set(TEXT_RNN_LAYERS)
+    if unknown:
+        raise ValueError(f"Unknown text_rnn layer names {sorted(unknown)}; use {', '.join(TEXT_RNN_LAYERS)}.")
+    cells = {"gru": layers.GRU, "lstm": layers.LSTM}
+    if cell not in cells:
+        raise ValueError(f"text_rnn cell must be one of {sorted(cells)}; got {cell!r}.")
+    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or vocabulary_size < 1:
+        raise ValueError(f"text_rnn vocabulary_size must be a positive integer; got {vocabulary_size!r}.")
+    model_kwargs.setdefault("likelihood", "categorical")
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    h = layers.Embedding(vocabulary_size + int(mask_zero), embedding_dim, mask_zero=mask_zero,
+                         num_particles=num_particles, deterministic="embedding" in det, name="embedding")(tokens)
+    h = cells[cell](units, dropout=dropout, recurrent_dropout=recurrent_dropout, deterministic="rnn" in det,
+                    name="rnn")(h)
+    outputs = layers.Dense(num_outputs, deterministic="out" in det, name="out")(h)
+    return BayesianModel(tokens, outputs, name=f"bayesian_text_{cell}", **model_kwargs)
+
+
+def keras_text_rnn(vocabulary_size, num_outputs, embedding_dim=32, units=32, cell="gru", mask_zero=True,
+                   dropout=0.0, recurrent_dropout=0.0):
+    """The same text model from plain Keras layers (logits or means out)."""
+    rnn = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[cell]
+    return keras.Sequential([
+        keras.Input((None,), dtype="int32"),
+        keras.layers.Embedding(vocabulary_size + int(mask_zero), embedding_dim, mask_zero=mask_zero, name="embedding"),
+        rnn(units, dropout=dropout, recurrent_dropout=recurrent_dropout, name="rnn"),
+        keras.layers.Dense(num_outputs, name="out"),
+    ], name=f"text_{cell}")
+
+
 def mlp(input_dim, output_dim, hidden=(50, 50), activation="relu", num_particles=10, **model_kwargs):
     """Fully connected BayesianModel: input_dim -> hidden... -> output_dim (logits or means).
 

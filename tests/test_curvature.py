@@ -122,3 +122,19 @@ def test_a_layer_class_declares_its_curvature():
         bk.curvature.CurvatureRequest("kfac")
     with pytest.raises(ValueError, match="labels must be one of"):
         bk.curvature.CurvatureRequest("squared_gradients", "true")
+
+
+def test_embedding_squared_gradients_match_brute_force():
+    rng = np.random.default_rng(1)
+    tokens = keras.Input((4,), dtype="int32")
+    h = bk.layers.Embedding(7, 3, num_particles=3, name="emb")(tokens)
+    h = bk.layers.GlobalAveragePooling1D()(h)
+    model = bk.BayesianModel(tokens, bk.layers.Dense(3, name="out")(h), likelihood="categorical")
+    x, y = rng.integers(0, 7, (6, 4)).astype(np.int32), rng.integers(0, 3, 6)
+    opt = _Recording(1e-3)
+    model.compile(optimizer=opt, dataset_size=60, run_eagerly=True)
+    expected = _brute_force(model, x, y)
+    model.train_on_batch(x, y)
+    assert set(opt.seen) == set(expected)
+    for path, value in expected.items():
+        np.testing.assert_allclose(opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path)

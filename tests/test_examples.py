@@ -13,6 +13,7 @@ CASES = {
     "lenet_digits_vi.py": (["--seeds", "0", "--epochs", "1", "--out", ""], "MeanFieldVI"),
     "regression_intervals.py": (["--epochs", "3", "--plot", ""], "95% interval coverage"),
     "convert_keras_model.py": (["--epochs", "1", "--bayesian-epochs", "1"], "bayesianized, before training"),
+    "text_gru.py": (["--epochs", "1", "--particles", "2"], "Bayesian GRU (GPF, 2 particles)"),
 }
 
 

@@ -35,12 +35,13 @@ def per_example_squared_gradients(record, labels="observed"):
         raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
     rules = layer_curvature(layer)
     if rules is None or rules.squared_gradients is None:
-        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense and Conv2D "
+        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv2D and Embedding "
                                   f"particle layers; got {layer_kind(layer)} ('{layer.name}').")
     kernel, bias = rules.squared_gradients(layer, record.inputs, grads)
-    out = [(layer.kernel, tf.reshape(kernel, layer.kernel.shape))]
-    if layer.bias is not None:
-        out.append((layer.bias, bias))
+    weights = [v for v, _, _ in layer.prior_terms]  # the kernel (or table), then the bias if any
+    out = [(weights[0], tf.reshape(kernel, weights[0].shape))]
+    if bias is not None:
+        out.append((weights[1], bias))
     return out
 
 
@@ -64,6 +65,16 @@ def dense_squared_gradients(layer, x, e):
     a = tf.broadcast_to(a, tf.concat([[batch, n], tf.shape(a)[2:]], 0))
     per_example = tf.einsum("bnli,bnlo->bnio", a, e)
     return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
+
+
+def embedding_squared_gradients(layer, ids, e):
+    """(table, None) squared-gradient sums of an Embedding particle layer: the per-example gradient of the
+    table is sum over positions of onehot(id) e^T."""
+    n, batch = int(layer.num_particles), tf.shape(e)[0]
+    one_hot = tf.one_hot(tf.reshape(tf.cast(ids, tf.int32), (batch, -1)), layer.input_dim, dtype=e.dtype)
+    e = tf.reshape(e, (batch, n, -1, layer.output_dim))
+    per_example = tf.einsum("blv,bnld->bnvd", one_hot, e)
+    return tf.reduce_sum(tf.square(per_example), 0), None
 
 
 def conv2d_squared_gradients(layer, x, e):

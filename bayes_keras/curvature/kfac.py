@@ -38,6 +38,11 @@ Kronecker blocks per layer type (factor names in brackets; `kronecker_spec`):
 - GRU, reset_after=False: input block as above; the recurrent kernel splits by columns into U_zr
   (first 2*units columns, input h_{t-1}, [A_rec] (x) the (z, r) corner of [G]) and U_h (last units
   columns, input r_t * h_{t-1}, [A_reset] (x) the candidate corner of [G]).
+- Embedding: a Dense layer on one-hot inputs, rows = the table (V, D), no bias: [A] (x) [G] with
+  A = the mean over the B*L token positions of onehot onehot^T (diagonal: the token frequencies, kept as
+  a dense V x V factor, so meant for vocabularies of hundreds to a few thousand; a larger table can
+  be deterministic) and G from e = d(-log p)/d(embedding output). The input is the same for every
+  particle (the embedding starts the particle axis).
 Cross-covariances between the blocks of one layer are dropped (block-diagonal within the layer).
 """
 
@@ -48,7 +53,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
-SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU")
+SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding")
 FISHER_TYPES = ("empirical", "true")
 
 
@@ -146,6 +151,17 @@ def dense_spec(layer):
     return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer=layer)
 
 
+def embedding_spec(layer):
+    """Kronecker spec of an Embedding particle layer: one block, the (V, D) table."""
+    return _embedding_spec(layer.embeddings, layer)
+
+
+def _embedding_spec(table, layer=None):
+    rows, out = int(table.shape[1]), int(table.shape[2])
+    return LayerSpec("Embedding", {"A": rows, "G": out}, ((table, (rows, out)),),
+                     (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),), layer=layer)
+
+
 def recurrent_spec(layer):
     """Kronecker spec of a SimpleRNN, LSTM or GRU particle layer: an input and a recurrent block."""
     kind = layer_kind(layer)
@@ -168,6 +184,8 @@ def candidate_specs(variables):
     for v in variables:
         names.setdefault(v.name.split("/")[-1], []).append(v)
     where = ", ".join(v.path for v in variables)
+    if set(names) == {"embeddings"} and len(names["embeddings"]) == 1 and len(names["embeddings"][0].shape) == 3:
+        return [_embedding_spec(names["embeddings"][0])]
     if (any(len(vs) > 1 for vs in names.values()) or "kernel" not in names
             or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
         raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
@@ -287,6 +305,14 @@ def conv_locations(layer, e):
     """A Conv2D's output-shaped tensor (B, H', W', N, F) -> (B, N, H'W', F): the locations of each particle."""
     e = tf.reshape(e, (tf.shape(e)[0], -1, int(layer.num_particles), layer.filters))
     return tf.transpose(e, [0, 2, 1, 3])
+
+
+def embedding_factors(layer, record, e, scale):
+    """{"A", "G"} of an Embedding particle layer (every token position is a location)."""
+    n, batch = int(layer.num_particles), tf.shape(e)[0]
+    one_hot = tf.one_hot(tf.reshape(tf.cast(record.inputs, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype)
+    e = tf.reshape(e, (batch, n, -1, layer.output_dim))
+    return {"A": input_factor(one_hot, False, n), "G": gradient_factor(e, scale)}
 
 
 def recurrent_factors(layer, record, e, scale):

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import ParticleLayer
 
 
@@ -28,6 +29,8 @@ class Embedding(ParticleLayer):
         >>> logits = bayes_keras.layers.Dense(2)(h)
     """
 
+    curvature_rules = rules.EMBEDDING  # KFAC and squared-gradient formulas (curvature/rules.py)
+
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False,
                  embeddings_prior=None, **kwargs):
         kwargs.setdefault("kernel_prior", embeddings_prior)
@@ -52,8 +55,9 @@ class Embedding(ParticleLayer):
         if self.deterministic:
             out = tf.gather(self.embeddings, ids)  # (batch, ..., D)
             return self._broadcast_shared(out) if self.broadcasts else out
-        out = tf.gather(self.embeddings, ids, axis=1)  # (N, batch, ..., D)
-        return tf.experimental.numpy.moveaxis(out, 0, 1)
+        out = tf.experimental.numpy.moveaxis(tf.gather(self.embeddings, ids, axis=1), 0, 1)  # (batch, N, ..., D)
+        capture.record(self, ids, out)  # a Dense layer on one-hot ids: the output is the pre-activation
+        return out
 
     def compute_mask(self, inputs, mask=None):
         return keras.ops.not_equal(inputs, 0) if self.mask_zero else None
