@@ -9,24 +9,38 @@ def initialize_particles(particle_layers, center, noise_std=0.1, seed=None):
     Args:
         particle_layers: the model's particle layers, in the order of its weights
             (`BayesianModel.particle_layers`).
-        center: a Keras model of the same architecture with ordinary layers, or a list of arrays in
-            layer order (kernel, bias per layer). Shared (deterministic) weights are set to it exactly.
+        center: a Keras model of the same architecture with ordinary layers (its `get_weights()`:
+            every weight of every layer, BatchNormalization's moving statistics included), or a list of
+            arrays: either all those weights in layer order, or only the weights that have priors
+            (kernel / bias / gamma / beta ... per layer). Weights with priors get the jitter on every
+            particle; statistics (moving means and variances) are copied to every particle exactly;
+            shared (deterministic) weights are set to the center exactly.
         noise_std: standard deviation of the per-particle Gaussian jitter.
         seed: seed of the jitter (numpy's default_rng).
     """
     arrays = center.get_weights() if hasattr(center, "get_weights") else list(center)
     rng = np.random.default_rng(seed)
-    terms = [t for layer in particle_layers for t in layer.prior_terms]
-    if len(arrays) != len(terms):
-        raise ValueError(f"initialize_particles: expected {len(terms)} arrays (kernel/bias per layer), "
-                         f"got {len(arrays)}.")
-    for (variable, _, _), a in zip(terms, arrays):
+    every = [v for layer in particle_layers for v in layer.weights]
+    with_priors = [v for layer in particle_layers for v, _, _ in layer.prior_terms]
+    jittered = {id(v) for v in with_priors}
+    if len(arrays) == len(every):
+        variables = every
+    elif len(arrays) == len(with_priors):
+        variables = with_priors
+    else:
+        raise ValueError(f"initialize_particles: expected {len(every)} arrays (every weight of the particle layers, "
+                         f"in order: {', '.join(v.path for v in every)}) or {len(with_priors)} (only the weights "
+                         f"with priors), got {len(arrays)}. Pass a Keras model of the same architecture.")
+    for variable, a in zip(variables, arrays):
         a = np.asarray(a, dtype=np.float32)
-        if getattr(variable, "is_particle_variable", False):
+        if getattr(variable, "is_particle_variable", False) or (
+                tuple(variable.shape[1:]) == tuple(a.shape) and tuple(variable.shape) != tuple(a.shape)):
             if tuple(a.shape) != tuple(variable.shape[1:]):
                 raise ValueError(f"initialize_particles: {variable.path} needs per-particle shape "
                                  f"{tuple(variable.shape[1:])}, got {a.shape}.")
-            value = a[None] + noise_std * rng.standard_normal(tuple(variable.shape)).astype(np.float32)
+            value = np.broadcast_to(a[None], tuple(variable.shape)).astype(np.float32)
+            if id(variable) in jittered:
+                value = value + noise_std * rng.standard_normal(tuple(variable.shape)).astype(np.float32)
         else:
             if tuple(a.shape) != tuple(variable.shape):
                 raise ValueError(f"initialize_particles: {variable.path} needs shape {tuple(variable.shape)}, "

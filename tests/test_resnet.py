@@ -58,3 +58,26 @@ def test_curvature_optimizers_say_what_is_missing():
         model.fit(x[:64], y[:64], verbose=0)
     with pytest.raises(ValueError, match="Unknown ResNet-20 parts"):
         bk.zoo.resnet20(deterministic_parts=("stage4",))
+
+
+def test_initialize_particles_from_a_trained_keras_resnet():
+    """The GPF paper's protocol (particles around MAP weights): every weight of the Keras twin, BN moving
+    statistics included, becomes the particles' centre; with no jitter each particle IS the Keras net."""
+    (x, y), _ = bk.datasets.load_digits()
+    keras.utils.set_random_seed(1)
+    twin = bk.zoo.keras_resnet20((8, 8, 1), 10)
+    twin.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    twin.fit(x[:128], y[:128], epochs=1, batch_size=64, verbose=0)  # BN statistics away from 0 / 1
+    model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=3, deterministic_parts=("stem",))
+    model.initialize_particles(twin, noise_std=0.0)
+    expected = twin.predict(x[:16], verbose=0)
+    outputs = model.predict_particles(x[:16])
+    for particle in range(3):
+        np.testing.assert_allclose(outputs[:, particle], expected, rtol=1e-4, atol=1e-4)
+    model.initialize_particles(twin, noise_std=0.01, seed=0)
+    spread = model.get_layer("head").kernel.numpy().std(axis=0)
+    assert 0.005 < spread.mean() < 0.02  # the jitter lands on weights with priors
+    moving = model.get_layer("stage1_block0_bn1").moving_mean.numpy()
+    np.testing.assert_array_equal(moving[0], moving[1])  # statistics are copied, not jittered
+    with pytest.raises(ValueError, match="Pass a Keras model of the same architecture"):
+        model.initialize_particles(twin.get_weights()[:5])
