@@ -189,9 +189,8 @@ def resnet20(input_shape=(32, 32, 3), num_classes=10, num_particles=4, determini
 
     `deterministic_parts` names parts whose weights all particles share (a hybrid network): any of "stem",
     "stage1", "stage2", "stage3", "head" (e.g. ("stem", "stage1", "stage2") keeps only the last stage and
-    the head Bayesian). BatchNormalization has no curvature formulas yet, so the KFAC-based optimizers
-    (MatrixSVGD, PreconditionedParticles with KFAC) and MGVBP's Fisher curvatures do not train it; GPF,
-    SVGD, IndependentParticles, MeanFieldVI and MGVBP(curvature="stein") do.
+    the head Bayesian). Every optimizer trains it; the KFAC-based ones and MGVBP's Fisher curvatures give
+    BatchNormalization's scale and offset diagonal Fisher blocks (bayes_keras/curvature/kfac.py).
 
     Example:
         >>> model = bayes_keras.zoo.resnet20((32, 32, 3), 10, num_particles=4, deterministic_parts=("stem",))

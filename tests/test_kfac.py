@@ -833,3 +833,52 @@ def test_embedding_factors_are_token_frequencies_and_output_gradients():
         g = g_table[p].ravel()
         kron = np.kron(opt.factors["emb"]["A"][p], opt.factors["emb"]["G"][p])
         np.testing.assert_allclose(kron, scale * np.outer(g, g), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("images", [True, False])
+def test_batch_normalization_factors_are_the_diagonal_fisher_of_scale_and_shift(images):
+    """Conv2D (or Dense) -> BatchNormalization -> relu -> global average -> Dense, re-implemented with explicit
+    tensors: xhat from the batch statistics, y = gamma xhat + beta, e = d(-log p)/dy by autodiff. Per example
+    g_gamma = sum over locations of e xhat, g_beta = sum of e; A_gamma = dataset_scale diag(sum_b g_gamma^2)."""
+    rng = np.random.default_rng(5)
+    n, b = 2, 6
+    if images:
+        inputs = keras.Input((4, 4, 2))
+        z_layer = bk.layers.Conv2D(3, 3, padding="same", num_particles=n, name="z")
+        x = rng.standard_normal((b, 4, 4, 2)).astype(np.float32)
+    else:
+        inputs = keras.Input((5,))
+        z_layer = bk.layers.Dense(3, num_particles=n, name="z")
+        x = rng.standard_normal((b, 5)).astype(np.float32)
+    h = bk.layers.BatchNormalization(name="bn")(z_layer(inputs))
+    h = bk.layers.Activation("relu")(h)
+    if images:
+        h = bk.layers.GlobalAveragePooling2D()(h)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2, name="out")(h), likelihood="categorical")
+    y = rng.integers(0, 2, b)
+    bn, out = model.get_layer("bn"), model.get_layer("out")
+    gamma, beta = bn.gamma.numpy(), bn.beta.numpy()
+    z = z_layer(x).numpy().astype(np.float64)  # (B, H, W, N, C) or (B, N, C)
+    axes = (0, 1, 2) if images else (0,)
+    xhat = (z - z.mean(axes)) / np.sqrt(z.var(axes) + bn.epsilon)
+    y_tensor = tf.Variable(xhat * gamma + beta)  # gamma, beta (N, C) broadcast on the last two axes
+    with tf.GradientTape() as tape:
+        a = tf.nn.relu(y_tensor)
+        pooled = tf.reduce_mean(a, axis=(1, 2)) if images else a  # (B, N, C)
+        logits = tf.einsum("bnc,nck->bnk", pooled, out.kernel.numpy().astype(np.float64)) + out.bias.numpy()
+        loss = -tf.reduce_sum(tf.gather(tf.nn.log_softmax(logits), y, axis=2, batch_dims=1))
+    e = tape.gradient(loss, y_tensor).numpy()
+    sum_axes = (1, 2) if images else ()
+    g_gamma = (e * xhat).sum(sum_axes) if images else e * xhat  # (B, N, C)
+    g_beta = e.sum(sum_axes) if images else e
+    opt = _Recorder()
+    scale = _compile_and_step(model, x, y, opt)
+    factors = opt.factors["bn"]
+    for p in range(n):
+        np.testing.assert_allclose(factors["A_gamma"][p], scale * np.diag((g_gamma[:, p] ** 2).sum(0)), rtol=2e-3, atol=1e-6)
+        np.testing.assert_allclose(factors["A_beta"][p], scale * np.diag((g_beta[:, p] ** 2).sum(0)), rtol=2e-3, atol=1e-6)
+        np.testing.assert_array_equal(factors["G_gamma"][p], [[1.0]])
+    record = next(r for r in opt.records if r.layer is bn)
+    squares = dict((v.name, s.numpy()) for v, s in bk.curvature.per_example_squared_gradients(record))
+    np.testing.assert_allclose(squares["gamma"], (g_gamma ** 2).sum(0), rtol=2e-3, atol=1e-7)
+    np.testing.assert_allclose(squares["beta"], (g_beta ** 2).sum(0), rtol=2e-3, atol=1e-7)

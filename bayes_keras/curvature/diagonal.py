@@ -10,7 +10,7 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv_locations, conv_patches
+from bayes_keras.curvature.kfac import conv_locations, conv_patches, scale_shift_gradients
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -35,12 +35,12 @@ def per_example_squared_gradients(record, labels="observed"):
         raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
     rules = layer_curvature(layer)
     if rules is None or rules.squared_gradients is None:
-        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv2D and Embedding "
+        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv2D, Embedding and BatchNormalization "
                                   f"particle layers; got {layer_kind(layer)} ('{layer.name}').")
     kernel, bias = rules.squared_gradients(layer, record.inputs, grads)
     weights = [v for v, _, _ in layer.prior_terms]  # the kernel (or table), then the bias if any
     out = [(weights[0], tf.reshape(kernel, weights[0].shape))]
-    if bias is not None:
+    if len(weights) > 1:  # a bias (or BatchNormalization's beta)
         out.append((weights[1], bias))
     return out
 
@@ -65,6 +65,13 @@ def dense_squared_gradients(layer, x, e):
     a = tf.broadcast_to(a, tf.concat([[batch, n], tf.shape(a)[2:]], 0))
     per_example = tf.einsum("bnli,bnlo->bnio", a, e)
     return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
+
+
+def batch_normalization_squared_gradients(layer, normalized, e):
+    """(first, second) squared-gradient sums of a BatchNormalization particle layer, in its weights' order
+    (gamma then beta; beta alone when scale=False)."""
+    sums = [tf.reduce_sum(tf.square(g), 0) for g in scale_shift_gradients(layer, normalized, e) if g is not None]
+    return sums[0], (sums[1] if len(sums) > 1 else None)
 
 
 def embedding_squared_gradients(layer, ids, e):

@@ -43,6 +43,12 @@ Kronecker blocks per layer type (factor names in brackets; `kronecker_spec`):
   a dense V x V factor, so meant for vocabularies of hundreds to a few thousand; a larger table can
   be deterministic) and G from e = d(-log p)/d(embedding output). The input is the same for every
   particle (the embedding starts the particle axis).
+- BatchNormalization: y = gamma * xhat + beta per particle and channel (xhat the normalised input, taken
+  as given: the batch statistics' dependence on the example is ignored, as K-FAC implementations do for
+  scale-and-shift layers). The per-example gradients are g_gamma = sum_l e_l xhat_l and g_beta = sum_l e_l
+  per channel, and the curvature is their DIAGONAL Fisher: gamma and beta each as a (C, 1) matrix with
+  [A_gamma] = dataset_scale * diag(sum_b g_gamma^2) (C x C) and [G_gamma] = [1] (likewise beta); the
+  pi-split damping then acts as a plain damping of that diagonal.
 Cross-covariances between the blocks of one layer are dropped (block-diagonal within the layer).
 """
 
@@ -53,7 +59,7 @@ import tensorflow as tf
 
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
-SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding")
+SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding", "BatchNormalization")
 FISHER_TYPES = ("empirical", "true")
 
 
@@ -162,6 +168,22 @@ def _embedding_spec(table, layer=None):
                      (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),), layer=layer)
 
 
+def batch_normalization_spec(layer):
+    """Kronecker spec of a BatchNormalization particle layer: a diagonal block for gamma and one for beta."""
+    return _batch_normalization_spec([v for v in (layer.gamma, layer.beta) if v is not None], layer)
+
+
+def _batch_normalization_spec(variables, layer=None):
+    dims, views, blocks = {}, [], []
+    for variable in variables:
+        role = variable.name.split("/")[-1]  # "gamma" or "beta"
+        channels = int(variable.shape[1])
+        dims.update({f"A_{role}": channels, f"G_{role}": 1})
+        views.append((variable, (channels, 1)))
+        blocks.append(KroneckerBlock(role, f"A_{role}", f"G_{role}", (Piece(variable, 0, channels),)))
+    return LayerSpec("BatchNormalization", dims, tuple(views), tuple(blocks), layer=layer)
+
+
 def recurrent_spec(layer):
     """Kronecker spec of a SimpleRNN, LSTM or GRU particle layer: an input and a recurrent block."""
     kind = layer_kind(layer)
@@ -186,6 +208,8 @@ def candidate_specs(variables):
     where = ", ".join(v.path for v in variables)
     if set(names) == {"embeddings"} and len(names["embeddings"]) == 1 and len(names["embeddings"][0].shape) == 3:
         return [_embedding_spec(names["embeddings"][0])]
+    if names and set(names) <= {"gamma", "beta"} and all(len(vs) == 1 and len(vs[0].shape) == 2 for vs in names.values()):
+        return [_batch_normalization_spec([v for v in variables])]
     if (any(len(vs) > 1 for vs in names.values()) or "kernel" not in names
             or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
         raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
@@ -313,6 +337,35 @@ def embedding_factors(layer, record, e, scale):
     one_hot = tf.one_hot(tf.reshape(tf.cast(record.inputs, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype)
     e = tf.reshape(e, (batch, n, -1, layer.output_dim))
     return {"A": input_factor(one_hot, False, n), "G": gradient_factor(e, scale)}
+
+
+def scale_shift_gradients(layer, normalized, e):
+    """Per-example gradients (g_gamma, g_beta), each (B, N, C) or None when the layer has no such weight, of a
+    BatchNormalization particle layer from its normalised input and its output gradient (same layout:
+    images (B, H, W, N, C), else (B, N, ..., C)); sums over the locations."""
+    n, channels = int(layer.num_particles), int(e.shape[-1])
+    batch = tf.shape(e)[0]
+
+    def locations(t):  # -> (B, N, L, C)
+        if len(t.shape) == 5:
+            return tf.transpose(tf.reshape(t, (batch, -1, n, channels)), [0, 2, 1, 3])
+        return tf.reshape(t, (batch, n, -1, channels))
+
+    e = locations(e)
+    g_gamma = tf.reduce_sum(e * locations(tf.cast(normalized, e.dtype)), 2) if layer.gamma is not None else None
+    g_beta = tf.reduce_sum(e, 2) if layer.beta is not None else None
+    return g_gamma, g_beta
+
+
+def batch_normalization_factors(layer, record, e, scale):
+    """{"A_gamma", "G_gamma", "A_beta", "G_beta"} of a BatchNormalization particle layer (diagonal blocks)."""
+    factors = {}
+    for role, g in zip(("gamma", "beta"), scale_shift_gradients(layer, record.inputs, e)):
+        if g is not None:
+            squares = scale * tf.reduce_sum(tf.square(g), 0)  # (N, C)
+            factors[f"A_{role}"] = tf.linalg.diag(squares)
+            factors[f"G_{role}"] = tf.ones((int(layer.num_particles), 1, 1), squares.dtype)
+    return factors
 
 
 def recurrent_factors(layer, record, e, scale):

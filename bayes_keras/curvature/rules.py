@@ -9,5 +9,7 @@ CONV2D = LayerCurvature("Conv2D", kfac.dense_spec, kfac.conv2d_factors, diagonal
 SIMPLE_RNN = LayerCurvature("SimpleRNN", kfac.recurrent_spec, kfac.recurrent_factors)
 LSTM = LayerCurvature("LSTM", kfac.recurrent_spec, kfac.recurrent_factors)
 GRU = LayerCurvature("GRU", kfac.recurrent_spec, kfac.recurrent_factors)
+BATCH_NORMALIZATION = LayerCurvature("BatchNormalization", kfac.batch_normalization_spec,
+                                     kfac.batch_normalization_factors, diagonal.batch_normalization_squared_gradients)
 EMBEDDING = LayerCurvature("Embedding", kfac.embedding_spec, kfac.embedding_factors,
                            diagonal.embedding_squared_gradients)

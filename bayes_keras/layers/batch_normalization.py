@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
+from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis, per_particle_shape
 
 
@@ -36,6 +37,8 @@ class BatchNormalization(ParticleLayer):
         >>> h = bayes_keras.layers.BatchNormalization()(h)          # (batch, H, W, 8, 16)
         >>> h = bayes_keras.layers.Activation("relu")(h)
     """
+
+    curvature_rules = rules.BATCH_NORMALIZATION  # diagonal Fisher blocks for gamma, beta (curvature/kfac.py)
 
     def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True, beta_initializer=None,
                  gamma_initializer=None, moving_mean_initializer="zeros", moving_variance_initializer="ones",
@@ -114,7 +117,11 @@ class BatchNormalization(ParticleLayer):
         count = tf.cast(shape[0] * shape[1] * shape[2], tf.float32)
         variance = variance * (count - 1.0) / tf.maximum(count, 1.0)
         self._update_moving(tf.reshape(mean, (n, c)), tf.reshape(variance, (n, c)))
-        return tf.reshape(y, shape)
+        y = tf.reshape(y, shape)
+        if capture.is_capturing():  # the normalised input (biased batch variance, as the op normalises with)
+            normalized = (grouped - mean) * tf.math.rsqrt(variance + self.epsilon)
+            capture.record(self, tf.stop_gradient(tf.reshape(normalized, shape)), y)
+        return y
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
@@ -133,11 +140,15 @@ class BatchNormalization(ParticleLayer):
             mean = tf.cast(self.moving_mean, x32.dtype)
             variance = tf.cast(self.moving_variance, x32.dtype)
         y = (x32 - self._per_particle(mean, rank)) * tf.math.rsqrt(self._per_particle(variance, rank) + self.epsilon)
+        normalized = y
         if self.gamma is not None:
             y = y * self._per_particle(tf.cast(self.gamma, y.dtype), rank)
         if self.beta is not None:
             y = y + self._per_particle(tf.cast(self.beta, y.dtype), rank)
-        return tf.cast(y, compute)
+        y = tf.cast(y, compute)
+        if capture.is_capturing():
+            capture.record(self, tf.stop_gradient(normalized), y)
+        return y
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

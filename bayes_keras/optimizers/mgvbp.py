@@ -387,6 +387,8 @@ def _fisher_diagonal(view, block, records, curvature, dtype):
     labels = "sampled" if curvature == "fisher" else "observed"
     fisher = {}
     for r in records:
+        if getattr(r.layer, "deterministic", False):  # shared weights: a point estimate, no q to curve
+            continue
         for variable, squares in per_example_squared_gradients(r, labels):
             flat = tf.reshape(tf.cast(squares, dtype), (view.num_particles, -1))
             fisher[view.index(variable)] = tf.cast(r.dataset_scale, dtype) * tf.reduce_mean(flat, 0)
@@ -394,7 +396,7 @@ def _fisher_diagonal(view, block, records, curvature, dtype):
     for i in block:
         if i not in fisher:
             raise ValueError(f"MGVBP curvature={curvature!r}: no curvature was captured for {view.variables[i].path} "
-                             "(supported: Dense and Conv2D particle layers).")
+                             "(supported: Dense, Conv2D, Embedding and BatchNormalization particle layers).")
         pieces.append(fisher[i])
     return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
 
