@@ -14,6 +14,11 @@ CASES = {
     "regression_intervals.py": (["--epochs", "3", "--plot", ""], "95% interval coverage"),
     "convert_keras_model.py": (["--epochs", "1", "--bayesian-epochs", "1"], "bayesianized, before training"),
     "text_gru.py": (["--epochs", "1", "--particles", "2"], "Bayesian GRU (GPF, 2 particles)"),
+    "lenet_digits_svgd.py": (["--epochs", "1", "--particles", "2"], "MatrixSVGD (KFAC)"),
+    "lenet_digits_refinement.py": (["--epochs", "1", "--stages", "2", "--steps", "5"], "ELBO_aux per example"),
+    "lenet_digits_sequential.py": (["--epochs", "1", "--iterations", "1", "--batches", "2"],
+                                   "held-out accuracy after each batch"),
+    "resnet20_digits.py": (["--epochs", "1", "--particles", "2", "--hybrid"], "hybrid ResNet-20 (GPF, 2 particles)"),
 }
 
 
