@@ -9,7 +9,7 @@ stages 1-2 shared, stage 3 and the head Bayesian). Held-out accuracy / NLL / ECE
 seeds.
 
 Usage:
-    python benchmarks/resnet_digits.py [--seeds 0 1 2] [--epochs 40] [--particles 4] [--lr 1e-3]
+    python benchmarks/resnet_digits.py [--seeds 0 1 2] [--epochs 40] [--particles 8] [--lr 1e-3]
 Writes benchmarks/results/resnet_digits.{json,md}.
 """
 
@@ -34,7 +34,7 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--particles", type=int, default=4)
+    parser.add_argument("--particles", type=int, default=8)
     parser.add_argument("--out", default="resnet_digits")
     args = parser.parse_args()
     (x, y), (xt, yt) = bk.datasets.load_digits(test_fraction=0.25, seed=0)
