@@ -1,5 +1,7 @@
 """Model zoo: standard architectures as BayesianModels (and their deterministic Keras twins)."""
 
+import numbers
+
 import keras
 
 from bayes_keras import layers
@@ -105,11 +107,11 @@ def text_rnn(vocabulary_size, num_outputs, embedding_dim=32, units=32, cell="gru
     cells = {"gru": layers.GRU, "lstm": layers.LSTM}
     if cell not in cells:
         raise ValueError(f"text_rnn cell must be one of {sorted(cells)}; got {cell!r}.")
-    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or vocabulary_size < 1:
+    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, numbers.Integral) or vocabulary_size < 1:
         raise ValueError(f"text_rnn vocabulary_size must be a positive integer; got {vocabulary_size!r}.")
     model_kwargs.setdefault("likelihood", "categorical")
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    h = layers.Embedding(vocabulary_size + int(mask_zero), embedding_dim, mask_zero=mask_zero,
+    h = layers.Embedding(int(vocabulary_size) + int(mask_zero), embedding_dim, mask_zero=mask_zero,
                          num_particles=num_particles, deterministic="embedding" in det, name="embedding")(tokens)
     h = cells[cell](units, dropout=dropout, recurrent_dropout=recurrent_dropout, deterministic="rnn" in det,
                     name="rnn")(h)

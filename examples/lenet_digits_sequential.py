@@ -30,6 +30,8 @@ def main():
     parser.add_argument("--batches", type=int, default=10, help="labelled batches streamed to the head")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.batches < 1 or args.epochs < 1:
+        parser.error("--batches and --epochs must be at least 1")
     (x, y), (x_test, y_test) = bk.datasets.load_digits()
     keras.utils.set_random_seed(args.seed)
     other = ~np.isin(y, (6, 8))

@@ -97,3 +97,19 @@ def test_bayesian_model_from_a_sequential():
     model.fit(x, np.arange(5) % 3, verbose=0)
     with pytest.raises(ValueError, match="no defined input"):
         bk.BayesianModel(keras.Sequential([bk.layers.Dense(3, num_particles=2)]), likelihood="categorical")
+
+
+@pytest.mark.parametrize("likelihood", ["normal", "categorical"])
+def test_a_later_fit_on_targets_of_another_shape_is_refused(likelihood):
+    """Keras retraces the step with relaxed shapes when the data's shape changes between fits; the
+    likelihood's shape check then runs on the values instead of being skipped (it used to train silently
+    on (n, 2) targets for one output, or crash while writing its message)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 3)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) if likelihood == "categorical" else x[:, 0]
+    model = bk.zoo.mlp(3, 2 if likelihood == "categorical" else 1, (4,), num_particles=2, likelihood=likelihood)
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, y, epochs=1, verbose=0)
+    with pytest.raises(Exception, match="likelihood expects"):
+        model.fit(x, np.stack([y, y, y], 1), epochs=1, verbose=0)
+    model.fit(x, y[:, None], epochs=1, verbose=0)  # (n, 1) is still fine after the retrace

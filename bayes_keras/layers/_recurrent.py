@@ -39,6 +39,8 @@ Deterministic layers with a particle input fold the particle axis into the batch
 shared weights once; a deterministic first layer runs once and then broadcasts.
 """
 
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -142,7 +144,7 @@ class _ParticleRNN(ParticleLayer):
         self.go_backwards = bool(go_backwards)
         self.unroll = bool(unroll)
         for key, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
+            if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
                 raise ValueError(f"{name} {key} must be a number in [0, 1); got {rate!r}.")
         self.dropout = float(dropout)
         self.recurrent_dropout = float(recurrent_dropout)

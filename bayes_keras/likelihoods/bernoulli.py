@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
+from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition, label_vector
 
 tfd = tfp.distributions
 
@@ -34,11 +34,7 @@ class Bernoulli(Likelihood):
         return outputs[..., 0] if outputs.shape.rank == 3 else outputs
 
     def log_prob(self, y, outputs):
-        y = tf.convert_to_tensor(y)
-        if y.shape.rank == 2 and y.shape[-1] == 1:
-            y = y[:, 0]
-        if y.shape.rank != 1:
-            raise ValueError(f"Bernoulli likelihood expects labels of shape (batch,) or (batch, 1); got {tuple(y.shape)}.")
+        y = label_vector(tf.convert_to_tensor(y), "Bernoulli likelihood expects labels of shape (batch,) or (batch, 1)")
         y = tf.cast(y, outputs.dtype)
         with tf.control_dependencies([tf.debugging.assert_equal(
                 tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)), True,

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition
+from bayes_keras.likelihoods.likelihood import Likelihood, entropy_decomposition, label_vector, shape_text
 
 tfd = tfp.distributions
 
@@ -33,15 +33,9 @@ class Categorical(Likelihood):
             )
 
     def _labels(self, y, outputs):
-        y = tf.convert_to_tensor(y)
-        if y.shape.rank == 2 and y.shape[-1] == 1:
-            y = y[:, 0]
-        if y.shape.rank != 1:
-            raise ValueError(
-                "Categorical likelihood expects integer labels of shape (batch,) or (batch, 1); got "
-                f"labels of shape {tuple(y.shape)} for outputs {tuple(outputs.shape)}. "
-                "(One-hot labels: pass argmax(y, -1).)"
-            )
+        y = label_vector(tf.convert_to_tensor(y),
+                         "Categorical likelihood expects integer labels of shape (batch,) or (batch, 1) (one-hot "
+                         f"labels: pass argmax(y, -1)) for outputs {shape_text(outputs.shape)}")
         if y.dtype.is_floating:
             y = tf.cast(tf.round(y), tf.int32)
         y = tf.cast(y, tf.int32)

@@ -115,3 +115,36 @@ def entropy_decomposition(probs):
 
 
 LOG_2PI = math.log(2.0 * math.pi)
+
+
+def shape_text(shape):
+    """A tensor shape for an error message, also when its rank is unknown."""
+    return "(unknown rank)" if shape.rank is None else str(tuple(shape))
+
+
+def label_vector(y, message):
+    """Labels (batch,) or (batch, 1) -> (batch,). A retraced step (Keras relaxes shapes when the data's shape
+    changes between fits) may see an unknown rank or last axis; the check then runs on the values' shape."""
+    if y.shape.rank == 2 and y.shape[-1] == 1:
+        return y[:, 0]
+    if y.shape.rank is None or (y.shape.rank == 2 and y.shape[-1] is None):
+        shape = tf.shape(y)
+        with tf.control_dependencies([tf.debugging.assert_equal(tf.size(y), shape[0], message=message)]):
+            return tf.reshape(y, [-1])
+    if y.shape.rank != 1:
+        raise ValueError(f"{message}; got labels of shape {shape_text(y.shape)}.")
+    return y
+
+
+def target_matrix(y, width, message):
+    """Targets (batch, width), or (batch,) when width is 1 -> (batch, width), checked at run time when a
+    retraced step sees an unknown rank or last axis (see `label_vector`)."""
+    if y.shape.rank == 1:
+        y = y[:, None]
+    if y.shape.rank is None or (y.shape.rank == 2 and y.shape[-1] is None):
+        shape = tf.shape(y)
+        with tf.control_dependencies([tf.debugging.assert_equal(tf.size(y), shape[0] * width, message=message)]):
+            return tf.reshape(y, [-1, width])
+    if y.shape.rank != 2 or y.shape[-1] != width:
+        raise ValueError(f"{message}; got targets of shape {shape_text(y.shape)}.")
+    return y

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_keras._config import check_number
-from bayes_keras.likelihoods.likelihood import LOG_2PI, Likelihood
+from bayes_keras.likelihoods.likelihood import LOG_2PI, Likelihood, shape_text, target_matrix
 from bayes_keras.likelihoods.particle_mixture import ParticleMixture
 
 tfd = tfp.distributions
@@ -153,14 +153,8 @@ class Normal(Likelihood):
     def _targets(self, y, outputs):
         y = tf.cast(tf.convert_to_tensor(y), outputs.dtype)
         d = self.output_dim(outputs.shape)
-        if y.shape.rank == 1:
-            y = y[:, None]
-        if y.shape.rank != 2 or (y.shape[-1] is not None and y.shape[-1] != d):
-            raise ValueError(
-                f"{type(self).__name__} likelihood expects targets (batch, {d}) (or (batch,) when the "
-                f"output dimension is 1) for outputs {tuple(outputs.shape)}; got targets of shape {tuple(y.shape)}."
-            )
-        return y
+        return target_matrix(y, d, f"{type(self).__name__} likelihood expects targets (batch, {d}) (or (batch,) when "
+                                   f"the output dimension is 1) for outputs {shape_text(outputs.shape)}")
 
     def log_prob(self, y, outputs):
         y = self._targets(y, outputs)

@@ -328,8 +328,10 @@ def _check_block_sizes(view, blocks, structure, max_block_size):
             names = ", ".join(view.variables[i].path for i in g)
             raise ValueError(
                 f"MGVBP structure='{structure}' needs a {dim} x {dim} precision block for [{names}], above "
-                f"max_block_size={max_block_size} (O(D^3) per step). Use structure='layer' (one block per layer) "
-                "or structure='diagonal' for a model this large, or raise max_block_size.")
+                f"max_block_size={max_block_size} (O(D^3) per step). Use "
+                + ("structure='layer' (one block per layer), " if structure == "full" else "")
+                + "structure='kronecker' (Dense and Conv2D layers) or structure='diagonal' for a model this large, "
+                "or raise max_block_size.")
 
 
 def _kronecker_shapes(view, blocks, max_block_size):
