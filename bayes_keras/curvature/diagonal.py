@@ -10,7 +10,7 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv_locations, conv_patches, scale_shift_gradients
+from bayes_keras.curvature.kfac import conv_locations, conv_patches, embedding_locations, scale_shift_gradients
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -77,10 +77,8 @@ def batch_normalization_squared_gradients(layer, normalized, e):
 def embedding_squared_gradients(layer, ids, e):
     """(table, None) squared-gradient sums of an Embedding particle layer: the per-example gradient of the
     table is sum over positions of onehot(id) e^T."""
-    n, batch = int(layer.num_particles), tf.shape(e)[0]
-    one_hot = tf.one_hot(tf.reshape(tf.cast(ids, tf.int32), (batch, -1)), layer.input_dim, dtype=e.dtype)
-    e = tf.reshape(e, (batch, n, -1, layer.output_dim))
-    per_example = tf.einsum("blv,bnld->bnvd", one_hot, e)
+    one_hot, e = embedding_locations(layer, ids, e)
+    per_example = tf.einsum("blv,bnld->bnvd", one_hot[:, 0], e)
     return tf.reduce_sum(tf.square(per_example), 0), None
 
 

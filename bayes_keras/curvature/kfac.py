@@ -209,7 +209,7 @@ def candidate_specs(variables):
     if set(names) == {"embeddings"} and len(names["embeddings"]) == 1 and len(names["embeddings"][0].shape) == 3:
         return [_embedding_spec(names["embeddings"][0])]
     if names and set(names) <= {"gamma", "beta"} and all(len(vs) == 1 and len(vs[0].shape) == 2 for vs in names.values()):
-        return [_batch_normalization_spec([v for v in variables])]
+        return [_batch_normalization_spec(list(variables))]
     if (any(len(vs) > 1 for vs in names.values()) or "kernel" not in names
             or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
         raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
@@ -331,12 +331,17 @@ def conv_locations(layer, e):
     return tf.transpose(e, [0, 2, 1, 3])
 
 
+def embedding_locations(layer, ids, e):
+    """An Embedding's token ids and output gradient as locations: (one-hot ids (B, 1, L, V), e (B, N, L, D))."""
+    batch = tf.shape(e)[0]
+    one_hot = tf.one_hot(tf.reshape(tf.cast(ids, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype)
+    return one_hot, tf.reshape(e, (batch, int(layer.num_particles), -1, layer.output_dim))
+
+
 def embedding_factors(layer, record, e, scale):
     """{"A", "G"} of an Embedding particle layer (every token position is a location)."""
-    n, batch = int(layer.num_particles), tf.shape(e)[0]
-    one_hot = tf.one_hot(tf.reshape(tf.cast(record.inputs, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype)
-    e = tf.reshape(e, (batch, n, -1, layer.output_dim))
-    return {"A": input_factor(one_hot, False, n), "G": gradient_factor(e, scale)}
+    one_hot, e = embedding_locations(layer, record.inputs, e)
+    return {"A": input_factor(one_hot, False, int(layer.num_particles)), "G": gradient_factor(e, scale)}
 
 
 def scale_shift_gradients(layer, normalized, e):
