@@ -44,8 +44,7 @@ def initialize_particles(particle_layers, center, noise_std=0.1, seed=None):
         variables = with_priors
     else:
         paths = [v.path for v in every]
-        listed = ", ".join(paths[:4]) + (f", ... ({len(paths) - 6} more) ..., " + ", ".join(paths[-2:]) if len(paths) > 6
-                                         else ", " + ", ".join(paths[4:]) if len(paths) > 4 else "")
+        listed = ", ".join(paths if len(paths) <= 6 else paths[:4] + [f"... ({len(paths) - 6} more) ..."] + paths[-2:])
         raise ValueError(f"initialize_particles: expected {len(every)} arrays (every weight of the particle layers, "
                          f"in order: {listed}) or {len(with_priors)} (only the weights with priors), got "
                          f"{len(arrays)}. Pass a Keras model of the same architecture.")

@@ -123,22 +123,14 @@ def shape_text(shape):
 
 
 def label_vector(y, message):
-    """Labels (batch,) or (batch, 1) -> (batch,). A retraced step (Keras relaxes shapes when the data's shape
-    changes between fits) may see an unknown rank or last axis; the check then runs on the values' shape."""
-    if y.shape.rank == 2 and y.shape[-1] == 1:
-        return y[:, 0]
-    if y.shape.rank is None or (y.shape.rank == 2 and y.shape[-1] is None):
-        shape = tf.shape(y)
-        with tf.control_dependencies([tf.debugging.assert_equal(tf.size(y), shape[0], message=message)]):
-            return tf.reshape(y, [-1])
-    if y.shape.rank != 1:
-        raise ValueError(f"{message}; got labels of shape {shape_text(y.shape)}.")
-    return y
+    """Labels (batch,) or (batch, 1) -> (batch,), checked as `target_matrix` checks one-column targets."""
+    return target_matrix(y, 1, message, what="labels")[:, 0]
 
 
-def target_matrix(y, width, message):
-    """Targets (batch, width), or (batch,) when width is 1 -> (batch, width), checked at run time when a
-    retraced step sees an unknown rank or last axis (see `label_vector`)."""
+def target_matrix(y, width, message, what="targets"):
+    """Targets (batch, width), or (batch,) when width is 1 -> (batch, width). A retraced step (Keras relaxes
+    shapes when the data's shape changes between fits) may see an unknown rank or last axis; the check then
+    runs on the values' shape."""
     if y.shape.rank == 1:
         y = y[:, None]
     if y.shape.rank is None or (y.shape.rank == 2 and y.shape[-1] is None):
@@ -146,5 +138,5 @@ def target_matrix(y, width, message):
         with tf.control_dependencies([tf.debugging.assert_equal(tf.size(y), shape[0] * width, message=message)]):
             return tf.reshape(y, [-1, width])
     if y.shape.rank != 2 or y.shape[-1] != width:
-        raise ValueError(f"{message}; got targets of shape {shape_text(y.shape)}.")
+        raise ValueError(f"{message}; got {what} of shape {shape_text(y.shape)}.")
     return y
