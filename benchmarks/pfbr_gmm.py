@@ -69,6 +69,13 @@ def main():
     parser.add_argument("--train-particles", type=int, default=128)
     parser.add_argument("--train-length", type=int, default=30)
     parser.add_argument("--segment-length", type=int, default=10)
+    parser.add_argument("--train-truth-std", type=float, default=1.0,
+                        help="spread of the training tasks' latents x* (the prior stays N(0, I))")
+    parser.add_argument("--likelihood-value", type=int, default=1,
+                        help="1: the operator also sees the centred log-likelihood values (ParticleFlowBayesRule's "
+                             "likelihood_value), which tell it which mode an observation favours")
+    parser.add_argument("--standardize", default="full", choices=["full", "diagonal"],
+                        help="the operator's coordinates: whitened by the particles' covariance, or per-coordinate sd")
     parser.add_argument("--sequences", type=int, default=10)
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--particles", type=int, default=512)
@@ -78,13 +85,14 @@ def main():
     parser.add_argument("--save", default=None, help="where to save the meta-trained operator (.keras)")
     args = parser.parse_args()
 
-    problem = pfbr.GaussianMixtureProblem()
+    problem = pfbr.GaussianMixtureProblem(truth_std=args.train_truth_std)
     start = time.time()
     if args.load:
         import keras
         operator, history = keras.models.load_model(args.load), None
     else:
-        operator = pfbr.ParticleFlowBayesRule(latent_dim=2)
+        operator = pfbr.ParticleFlowBayesRule(latent_dim=2, likelihood_value=bool(args.likelihood_value),
+                                              standardize="full" if args.standardize == "full" else True)
         history = operator.meta_fit(problem, iterations=args.iterations, tasks_per_iteration=args.tasks,
                                     num_particles=args.train_particles, sequence_length=args.train_length,
                                     segment_length=args.segment_length, seed=args.seed)["loss"]

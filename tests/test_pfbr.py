@@ -29,55 +29,80 @@ class _BananaProblem(pfbr.SequentialProblem):
         return -0.5 * tf.square(observations[:, None, :, 0] - curve) - 0.1 * tf.reduce_sum(tf.square(x), -1, keepdims=True)
 
 
-def test_forward_mode_divergence_equals_the_brute_force_jacobian_trace():
-    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=3))
+@pytest.mark.parametrize("likelihood_value", [False, True])
+def test_forward_mode_divergence_equals_the_brute_force_jacobian_trace(likelihood_value):
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=3, likelihood_value=likelihood_value))
     rng = np.random.default_rng(1)
     z = tf.constant(rng.normal(size=(7, 3)), tf.float32)
     g = tf.constant(rng.normal(size=(7, 3)), tf.float32)
     g_jacobian = tf.constant(rng.normal(size=(7, 3, 3)), tf.float32)
+    value = tf.constant(rng.normal(size=(7, 1)), tf.float32) if likelihood_value else None
     embedding = tf.constant(rng.normal(size=(7, 64)), tf.float32)
     t = tf.constant(0.37)
-    _, divergence = operator.velocity_and_divergence(z, g, g_jacobian, embedding, t)
+    _, divergence = operator.velocity_and_divergence(z, g, g_jacobian, embedding, t, value)
     z0 = tf.constant(z.numpy())
-    # g moves with z through its Jacobian: g(z') = g + (z' - z) J.
-    reference = pfbr.brute_force_divergence(
-        lambda zz, tt: operator.velocity(zz, g + tf.einsum("mi,mij->mj", zz - z0, g_jacobian), embedding, tt), z, t)
+
+    def velocity(zz, tt):
+        # g moves with z through its Jacobian, g(z') = g + (z' - z) J, and the value (whose gradient in z is g)
+        # to second order: v(z') = v + (z' - z) . g + (z' - z)^T J (z' - z) / 2.
+        step = zz - z0
+        moved_value = None if value is None else (
+            value + tf.reduce_sum(step * g, -1, keepdims=True)
+            + 0.5 * tf.einsum("mi,mij,mj->m", step, g_jacobian, step)[:, None])
+        return operator.velocity(zz, g + tf.einsum("mi,mij->mj", step, g_jacobian), embedding, tt, moved_value)
+
+    reference = pfbr.brute_force_divergence(velocity, z, t)
     np.testing.assert_allclose(divergence.numpy(), reference.numpy(), rtol=1e-4, atol=1e-5)
     assert np.std(reference.numpy()) > 1e-3
 
 
-@pytest.mark.parametrize("divergence", ["exact", "hutchinson"])
-def test_carried_log_density_of_a_whole_update_matches_brute_force(divergence):
+@pytest.mark.parametrize("divergence,likelihood_value,standardize", [
+    ("exact", False, True), ("hutchinson", False, True), ("exact", True, True), ("hutchinson", True, True),
+    ("exact", True, "full"), ("hutchinson", False, "full")])
+def test_carried_log_density_of_a_whole_update_matches_brute_force(divergence, likelihood_value, standardize):
     """The update's log density (closed-form or autodiff Hessian, forward-mode tangents or Hutchinson
-    probes averaged) against the flow integrated with a full batch_jacobian of the composed field."""
+    probes averaged) against the flow integrated with a full batch_jacobian of the composed field, in
+    coordinates x = m + L z built here (L = diag(sd), or the Cholesky factor of the covariance for
+    standardize="full") and differentiated in z by autodiff."""
     problem = _BananaProblem()
-    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=2, divergence=divergence, steps=4))
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=2, divergence=divergence, steps=4,
+                                                      likelihood_value=likelihood_value, standardize=standardize))
     observation = tf.constant([[[0.7]]])
-    particles = tf.constant(np.random.default_rng(2).normal(size=(1, 32, 2)), tf.float32)
+    # Correlated particles, so that whitening and per-coordinate scaling differ.
+    start = np.random.default_rng(2).normal(size=(32, 2)) @ np.array([[1.0, 0.8], [0.0, 0.5]])
+    particles = tf.constant(start[None], tf.float32)
     log_q0 = tf.zeros([1, 32])
     log_likelihood = lambda x: problem.log_likelihood(x, observation, {})  # noqa: E731
     # The reference: the same flow with the divergence of the whole composed field by batch_jacobian.
-    center = tf.reduce_mean(particles, 1, keepdims=True)
-    scale = tf.math.reduce_std(particles, 1, keepdims=True)
-    with tf.GradientTape() as tape:
-        tape.watch(particles)
-        value = tf.reduce_sum(log_likelihood(particles))
-    embedding = operator.embed((particles - center) / scale, tape.gradient(value, particles) * scale)
+    mean = start.mean(0)
+    covariance = (start - mean).T @ (start - mean) / 32
+    factor = (np.linalg.cholesky(covariance + 1e-6 * np.trace(covariance) / 2 * np.eye(2)) if standardize == "full"
+              else np.diag(np.sqrt(np.diag(covariance))))
+    center, factor_t = tf.constant(mean, tf.float32), tf.constant(factor.T, tf.float32)
+
+    def likelihood_in_z(z_rows):
+        """(values (32,), gradients in z (32, 2)) at x = m + L z."""
+        with tf.GradientTape() as tape:
+            tape.watch(z_rows)
+            values = log_likelihood(tf.reshape(tf.matmul(z_rows, factor_t) + center, [1, 32, 2]))[0]
+        return values, tape.gradient(values, z_rows)
+
+    z_start = tf.constant(np.linalg.solve(factor, (start - mean).T).T, tf.float32)
+    start_values, start_gradient = likelihood_in_z(z_start)
+    value_center = tf.reduce_mean(start_values)
+    embedding = operator.embed(z_start[None], start_gradient[None],
+                               (start_values - value_center)[None, :, None] if likelihood_value else None)
     embedding = tf.repeat(embedding, 32, axis=0)
 
     def velocity(z_rows, t):
-        x = tf.reshape(z_rows, [1, 32, 2]) * scale + center
-        with tf.GradientTape() as inner:
-            inner.watch(x)
-            v = tf.reduce_sum(log_likelihood(x))
-        g = tf.reshape(inner.gradient(v, x) * scale, [-1, 2])
-        return operator.velocity(z_rows, g, embedding, t)
+        values, g = likelihood_in_z(z_rows)
+        value = (values - value_center)[:, None] if likelihood_value else None
+        return operator.velocity(z_rows, g, embedding, t, value)
 
     def field(z_rows, t, with_divergence):
         return velocity(z_rows, t), pfbr.brute_force_divergence(velocity, z_rows, t)
 
-    z_end, log_q_ref = pfbr.integrate_flow(field, tf.reshape((particles - center) / scale, [-1, 2]), tf.zeros([32]),
-                                           steps=4)
+    z_end, log_q_ref = pfbr.integrate_flow(field, z_start, tf.zeros([32]), steps=4)
     if divergence == "exact":
         moved, log_q = operator.update(particles, log_likelihood, log_q0)
         np.testing.assert_allclose(log_q.numpy()[0], log_q_ref.numpy(), rtol=1e-4, atol=1e-4)
@@ -93,8 +118,7 @@ def test_carried_log_density_of_a_whole_update_matches_brute_force(divergence):
         standard_error = np.std(runs, 0) / np.sqrt(copies)
         assert np.all(error < 4 * standard_error + 1e-4), (error, standard_error)
         assert np.max(np.std(runs, 0)) > 1e-3   # the estimator is random, so this check means something
-    np.testing.assert_allclose(moved.numpy()[0], (tf.reshape(z_end, [1, 32, 2]) * scale + center).numpy()[0],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(moved.numpy()[0], (tf.matmul(z_end, factor_t) + center).numpy(), rtol=1e-4, atol=1e-5)
     assert np.abs(log_q_ref.numpy()).max() > 1e-2
 
 
@@ -239,6 +263,31 @@ def test_operator_round_trips_through_a_keras_file(trained_gaussian_operator, tm
                                   loaded.filter(problem, task, observations, seed=1))
 
 
+def test_likelihood_value_operator_round_trips_and_reads_the_values(tmp_path):
+    """An operator that sees the log-likelihood values saves and loads, and its flow depends on them: two
+    likelihoods with the same gradients whose values differ between particles move them differently."""
+    problem = pfbr.GaussianMixtureProblem()
+    operator = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=2, likelihood_value=True))
+    path = str(tmp_path / "pfbr_value.keras")
+    operator.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.get_config()["likelihood_value"] and loaded.get_config() == operator.get_config()
+    task, observations = problem.sample_tasks(2, 3, np.random.default_rng(12), truth=(-1.0, 2.0))
+    np.testing.assert_array_equal(operator.filter(problem, task, observations, seed=1),
+                                  loaded.filter(problem, task, observations, seed=1))
+    particles = tf.constant(np.random.default_rng(3).normal(size=(1, 16, 2)), tf.float32)
+    linear = lambda x: tf.reduce_sum(x, -1)  # noqa: E731
+    bumped = lambda x: tf.reduce_sum(x, -1) + 3.0 * tf.cast(tf.range(16) < 8, tf.float32)  # same gradient  # noqa: E731
+    moved_linear, _ = operator.update(particles, linear)
+    moved_bumped, _ = operator.update(particles, bumped)
+    assert np.abs(moved_linear.numpy() - moved_bumped.numpy()).max() > 1e-3
+    gradient_only = _randomised(pfbr.ParticleFlowBayesRule(latent_dim=2))
+    np.testing.assert_allclose(gradient_only.update(particles, linear)[0].numpy(),
+                               gradient_only.update(particles, bumped)[0].numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="needs the centred log-likelihood values"):
+        operator.velocity(particles[0], particles[0], tf.zeros([16, 64]), 0.0)
+
+
 def test_bad_input_is_refused_with_what_was_expected():
     problem = pfbr.GaussianMeanProblem(dim=2)
     operator = pfbr.ParticleFlowBayesRule(latent_dim=2)
@@ -266,6 +315,8 @@ def test_bad_input_is_refused_with_what_was_expected():
         pfbr.ParticleFlowBayesRule(latent_dim=2, divergence="trace")
     with pytest.raises(ValueError, match="latent_dim must be a positive integer"):
         pfbr.ParticleFlowBayesRule(latent_dim=0)
+    with pytest.raises(ValueError, match="standardize must be one of"):
+        pfbr.ParticleFlowBayesRule(latent_dim=2, standardize="whiten")
 
 
 def test_gaussian_mixture_references_agree_on_the_two_modes():
@@ -281,6 +332,18 @@ def test_gaussian_mixture_references_agree_on_the_two_modes():
         assert min(exact) > 0.2
         smc = problem.mode_masses(particles[-1, k], (-1.0, 2.0))
         assert abs(smc[0] - exact[0]) < 0.1, (smc, exact)
+
+
+def test_gaussian_mixture_training_spread_is_separate_from_the_prior():
+    problem = pfbr.GaussianMixtureProblem(truth_std=3.0)
+    task, _ = problem.sample_tasks(4000, 1, np.random.default_rng(0))
+    assert abs(np.std(task["truth"]) - 3.0) < 0.1
+    x = tf.constant([[[0.0, 0.0], [1.0, 2.0]]])
+    np.testing.assert_allclose(problem.log_prior(x, task).numpy(),
+                               pfbr.GaussianMixtureProblem().log_prior(x, task).numpy())   # the prior stays N(0, I)
+    assert problem.get_config()["truth_std"] == 3.0
+    with pytest.raises(ValueError, match="truth_std must be positive"):
+        pfbr.GaussianMixtureProblem(truth_std=0.0)
 
 
 def test_logistic_likelihood_and_hessian_against_tfp_and_autodiff():

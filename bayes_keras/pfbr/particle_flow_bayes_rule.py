@@ -9,6 +9,7 @@ from bayes_keras.pfbr.integrator import hutchinson_divergence, integrate_flow
 from bayes_keras.pfbr.problem import SequentialProblem, autodiff_hessian
 
 DIVERGENCES = ("exact", "hutchinson")
+STANDARDIZATIONS = (True, False, "full")
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -30,7 +31,17 @@ class ParticleFlowBayesRule(keras.Model):
     particles' mean m and per-coordinate standard deviation s (the gradient enters as s * g): Bayes' rule
     commutes with such affine maps, so one operator serves posteriors of every width a long sequence
     reaches (the divergence, and hence log q, is the same in both coordinates up to the constant
-    sum(log s), which cancels within a stage).
+    sum(log s), which cancels within a stage). `standardize="full"` whitens instead: z = L^-1 (x - m) with
+    L the Cholesky factor of the particles' covariance (the gradient enters as L^T g). Per-coordinate
+    scaling leaves correlations: a posterior stretched along a diagonal (the bimodal mixture's ridge)
+    keeps its narrow direction a few hundredths of a unit wide in z, below what the tanh layers resolve;
+    whitened, every direction has unit spread.
+
+    With `likelihood_value=True` the velocity and the embedding also see each particle's log-likelihood
+    value, centred by its mean over the stage's starting particles: l(x(t)) - mean_j l(x_j). Bayes' rule
+    reweights separated modes by their likelihood values, which the gradient does not show (it is about
+    zero at every mode), so an operator that only sees gradients cannot tell which of two modes a new
+    observation favours; with the values it can move the right share of particles between them.
 
     Architecture (Section 3.2 and the authors' released code): phi = Dense(embedding_units, tanh) on
     (z_j, s g_j) averaged over particles (its inputs detached, as in the released code); z, s g and the
@@ -54,7 +65,7 @@ class ParticleFlowBayesRule(keras.Model):
     """
 
     def __init__(self, latent_dim, hidden_units=64, embedding_units=64, body_layers=3, time_length=1.0, steps=5,
-                 divergence="exact", standardize=True, **kwargs):
+                 divergence="exact", standardize=True, likelihood_value=False, **kwargs):
         super().__init__(**kwargs)
         for name, value in (("latent_dim", latent_dim), ("hidden_units", hidden_units),
                             ("embedding_units", embedding_units), ("steps", steps)):
@@ -64,6 +75,8 @@ class ParticleFlowBayesRule(keras.Model):
             raise ValueError(f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}.")
         if not (isinstance(time_length, (int, float)) and np.isfinite(time_length) and time_length > 0):
             raise ValueError(f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}.")
+        if standardize not in STANDARDIZATIONS:
+            raise ValueError(f"ParticleFlowBayesRule: standardize must be one of {STANDARDIZATIONS}; got {standardize!r}.")
         if divergence not in DIVERGENCES:
             raise ValueError(f"ParticleFlowBayesRule: divergence must be one of {DIVERGENCES}; got {divergence!r}.")
         self.latent_dim = int(latent_dim)
@@ -73,10 +86,13 @@ class ParticleFlowBayesRule(keras.Model):
         self.time_length = float(time_length)
         self.steps = int(steps)
         self.divergence = divergence
-        self.standardize = bool(standardize)
+        self.standardize = standardize if isinstance(standardize, str) else bool(standardize)
+        self.likelihood_value = bool(likelihood_value)
         self.embedding_layer = keras.layers.Dense(self.embedding_units, activation="tanh", name="embedding")
         self.position_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="position")
         self.gradient_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="gradient")
+        self.value_layer = (keras.layers.Dense(self.hidden_units, activation="tanh", name="value")
+                            if self.likelihood_value else None)
         self.context_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="context")
         self.body = [ConcatSquashDense(self.hidden_units, name=f"body_{i}") for i in range(self.body_layers)]
         self.output_layer = ConcatSquashDense(self.latent_dim, kernel_initializer="zeros", name="velocity")
@@ -90,10 +106,13 @@ class ParticleFlowBayesRule(keras.Model):
 
     def build(self, input_shape=None):
         d, h = self.latent_dim, self.hidden_units
-        self.embedding_layer.build((None, 2 * d))
+        values = int(self.likelihood_value)
+        self.embedding_layer.build((None, 2 * d + values))
         self.position_layer.build((None, d))
         self.gradient_layer.build((None, d))
-        self.context_layer.build((None, 2 * h + self.embedding_units))
+        if self.likelihood_value:
+            self.value_layer.build((None, 1))
+        self.context_layer.build((None, (2 + values) * h + self.embedding_units))
         for layer in self.body:
             layer.build(((None, h), ()))
         self.output_layer.build(((None, h), ()))
@@ -102,32 +121,52 @@ class ParticleFlowBayesRule(keras.Model):
         self.built = True
 
     # ---- the velocity field ------------------------------------------------------------------------
-    def embed(self, z, g):
-        """DeepSet embedding of a particle set and the likelihood gradient at its particles: (B, N, d) x 2 -> (B, E)."""
-        return tf.reduce_mean(self.embedding_layer(tf.concat([z, g], axis=-1)), axis=-2)
+    def _check_value(self, value):
+        if self.likelihood_value and value is None:
+            raise ValueError("ParticleFlowBayesRule(likelihood_value=True) needs the centred log-likelihood values "
+                             "(value=...); got None.")
 
-    def velocity(self, z, g, embedding, t):
-        """dz/dt for rows z, g (M, d) with their task's embedding (M, E) at time t (scalar)."""
-        h = self.context_layer(tf.concat([self.position_layer(z), self.gradient_layer(g), embedding], axis=-1))
+    def _features(self, z, g, value):
+        features = [self.position_layer(z), self.gradient_layer(g)]
+        if self.likelihood_value:
+            features.append(self.value_layer(value))
+        return features
+
+    def embed(self, z, g, value=None):
+        """DeepSet embedding of a particle set and the likelihood gradient at its particles: (B, N, d) x 2
+        (and, with likelihood_value, the centred log-likelihood values (B, N, 1)) -> (B, E)."""
+        self._check_value(value)
+        inputs = [z, g] + ([value] if self.likelihood_value else [])
+        return tf.reduce_mean(self.embedding_layer(tf.concat(inputs, axis=-1)), axis=-2)
+
+    def velocity(self, z, g, embedding, t, value=None):
+        """dz/dt for rows z, g (M, d) (and centred log-likelihood values (M, 1) with likelihood_value)
+        with their task's embedding (M, E) at time t (scalar)."""
+        self._check_value(value)
+        h = self.context_layer(tf.concat(self._features(z, g, value) + [embedding], axis=-1))
         for layer in self.body:
             h = tf.tanh(layer([h, t]))
         return self.output_layer([h, t]) + self.linear_position(z) + self.linear_gradient(g)
 
-    def velocity_and_divergence(self, z, g, g_jacobian, embedding, t):
+    def velocity_and_divergence(self, z, g, g_jacobian, embedding, t, value=None):
         """dz/dt and its exact divergence trace(d velocity / dz) per row, by carrying the d tangents
         d/dz_i through the layers (forward mode, one pass): `g_jacobian` (M, d, d) holds dg_j / dz_i,
-        the likelihood term's own dependence on the particle's position."""
+        the likelihood term's own dependence on the particle's position; the value's tangent is g
+        itself (g is the gradient of the value in z)."""
         def rows(tangent, kernel):
             return tf.einsum("mih,hk->mik", tangent, kernel)
+        self._check_value(value)
         hidden = self.hidden_units
-        position = self.position_layer(z)
-        d_position = (1.0 - tf.square(position))[:, None, :] * self.position_layer.kernel[None]
-        gradient = self.gradient_layer(g)
-        d_gradient = (1.0 - tf.square(gradient))[:, None, :] * rows(g_jacobian, self.gradient_layer.kernel)
-        h = self.context_layer(tf.concat([position, gradient, embedding], axis=-1))
+        features = self._features(z, g, value)
+        position, gradient = features[:2]
+        d_features = [(1.0 - tf.square(position))[:, None, :] * self.position_layer.kernel[None],
+                      (1.0 - tf.square(gradient))[:, None, :] * rows(g_jacobian, self.gradient_layer.kernel)]
+        if self.likelihood_value:
+            d_features.append((1.0 - tf.square(features[2]))[:, None, :] * g[:, :, None] * self.value_layer.kernel[None])
+        h = self.context_layer(tf.concat(features + [embedding], axis=-1))
         context_kernel = self.context_layer.kernel
-        d_h = (1.0 - tf.square(h))[:, None, :] * (rows(d_position, context_kernel[:hidden])
-                                                 + rows(d_gradient, context_kernel[hidden:2 * hidden]))
+        d_h = (1.0 - tf.square(h))[:, None, :] * tf.add_n(
+            [rows(d, context_kernel[i * hidden:(i + 1) * hidden]) for i, d in enumerate(d_features)])
         for layer in self.body:
             gate = tf.sigmoid(layer.gate_kernel * t + layer.gate_bias)
             h = tf.tanh(layer([h, t]))
@@ -139,8 +178,7 @@ class ParticleFlowBayesRule(keras.Model):
         return f, tf.linalg.trace(jacobian)
 
     def call(self, inputs):
-        z, g, embedding, t = inputs
-        return self.velocity(z, g, embedding, t)
+        return self.velocity(*inputs)
 
     # ---- one Bayes update ----------------------------------------------------------------------------
     def update(self, particles, log_likelihood, log_density=None, seed=None, log_likelihood_hessian=None):
@@ -177,26 +215,29 @@ class ParticleFlowBayesRule(keras.Model):
         if log_likelihood_hessian is None:
             log_likelihood_hessian = lambda x: autodiff_hessian(log_likelihood, x)  # noqa: E731
 
-        def likelihood_gradient(x):
+        def likelihood_value_and_gradient(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
-                value = tf.reduce_sum(log_likelihood(x))
-            return tape.gradient(value, x)
+                value = log_likelihood(x)
+            return value, tape.gradient(value, x)
 
         start = tf.stop_gradient(particles)
-        if self.standardize:
-            center = tf.reduce_mean(start, axis=1, keepdims=True)
-            scale = tf.sqrt(tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12)
-        else:
-            center = tf.zeros_like(start[:, :1])
-            scale = tf.ones_like(start[:, :1])
-        start_gradient = tf.stop_gradient(likelihood_gradient(start)) * scale
-        embedding = self.embed((start - center) / scale, start_gradient)
+        coordinates = _StandardCoordinates(start, self.standardize)
+        start_value, start_gradient = likelihood_value_and_gradient(start)
+        start_value = tf.stop_gradient(start_value)
+        start_gradient = coordinates.gradient(tf.stop_gradient(start_gradient))
+        # The values enter centred by the starting particles' mean (fixed during the flow, as the embedding).
+        value_center = tf.reduce_mean(start_value, axis=1, keepdims=True)
+        start_value = (start_value - value_center)[..., None] if self.likelihood_value else None
+        embedding = self.embed(coordinates.to_z(start), start_gradient, start_value)
         embedding = tf.reshape(tf.repeat(embedding[:, None, :], num_particles, axis=1), [-1, self.embedding_units])
 
         def scaled_gradient(z_rows):
-            x = tf.reshape(z_rows, shape) * scale + center
-            return x, tf.reshape(likelihood_gradient(x) * scale, [-1, d])
+            """x, the gradient in z (L^T grad log p(o | x)) (M, d) and the centred value (M, 1) or None."""
+            x = coordinates.to_x(tf.reshape(z_rows, shape))
+            value, gradient = likelihood_value_and_gradient(x)
+            value = tf.reshape(value - value_center, [-1, 1]) if self.likelihood_value else None
+            return x, tf.reshape(coordinates.gradient(gradient), [-1, d]), value
 
         probe = None
         if log_density is not None and self.divergence == "hutchinson":
@@ -206,19 +247,20 @@ class ParticleFlowBayesRule(keras.Model):
 
         def field(z_rows, t, with_divergence):
             if with_divergence and self.divergence == "hutchinson":
-                return hutchinson_divergence(lambda z, t: self.velocity(z, scaled_gradient(z)[1], embedding, t),
-                                             z_rows, t, probe)
-            x, g = scaled_gradient(z_rows)
+                def velocity(z, t):
+                    _, g, value = scaled_gradient(z)
+                    return self.velocity(z, g, embedding, t, value)
+                return hutchinson_divergence(velocity, z_rows, t, probe)
+            x, g, value = scaled_gradient(z_rows)
             if not with_divergence:
-                return self.velocity(z_rows, g, embedding, t), None
-            # dg_j / dz_i = s_i H_ij s_j for g = s * grad_x log p(o | x), x = m + s z.
-            hessian = log_likelihood_hessian(x) * scale[..., :, None] * scale[..., None, :]
-            return self.velocity_and_divergence(z_rows, g, tf.reshape(hessian, [-1, d, d]), embedding, t)
+                return self.velocity(z_rows, g, embedding, t, value), None
+            hessian = coordinates.hessian(log_likelihood_hessian(x))
+            return self.velocity_and_divergence(z_rows, g, tf.reshape(hessian, [-1, d, d]), embedding, t, value)
 
-        z = tf.reshape((particles - center) / scale, [-1, d])
+        z = tf.reshape(coordinates.to_z(particles), [-1, d])
         flat_log_density = None if log_density is None else tf.reshape(log_density, [-1])
         z, flat_log_density = integrate_flow(field, z, flat_log_density, time_length=self.time_length, steps=self.steps)
-        new = tf.reshape(z, shape) * scale + center
+        new = coordinates.to_x(tf.reshape(z, shape))
         new_log_density = None if flat_log_density is None else tf.reshape(flat_log_density, [num_tasks, num_particles])
         return new, new_log_density
 
@@ -383,7 +425,51 @@ class ParticleFlowBayesRule(keras.Model):
         return {**super().get_config(), "latent_dim": self.latent_dim, "hidden_units": self.hidden_units,
                 "embedding_units": self.embedding_units, "body_layers": self.body_layers,
                 "time_length": self.time_length, "steps": self.steps, "divergence": self.divergence,
-                "standardize": self.standardize}
+                "standardize": self.standardize, "likelihood_value": self.likelihood_value}
+
+
+class _StandardCoordinates:
+    """x = m + L z for a stage's starting particles (B, N, d): L = diag(per-coordinate sd) (True), the
+    Cholesky factor of their covariance ("full"), or the identity with m = 0 (False). Gradients in z are
+    L^T g, Hessians L^T H L. Bayes' rule commutes with the map, and a flow's divergence is the same in
+    both coordinates (log |det L| is constant within the stage)."""
+
+    def __init__(self, start, mode):
+        self.mode = mode
+        if mode is False:
+            self.center, self.scale = tf.zeros_like(start[:, :1]), tf.ones_like(start[:, :1])
+            return
+        self.center = tf.reduce_mean(start, axis=1, keepdims=True)
+        if mode is True:
+            self.scale = tf.sqrt(tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12)   # (B, 1, d)
+            return
+        deviations = start - self.center
+        d = start.shape[-1]
+        covariance = tf.matmul(deviations, deviations, transpose_a=True) / tf.cast(tf.shape(start)[1], start.dtype)
+        # A relative jitter keeps the factor finite for particles on a line (or a single repeated point).
+        jitter = 1e-6 * tf.linalg.trace(covariance)[:, None, None] / d + 1e-12
+        self.factor = tf.linalg.cholesky(covariance + jitter * tf.eye(d, dtype=start.dtype))          # (B, d, d)
+
+    def to_z(self, x):
+        if self.mode != "full":
+            return (x - self.center) / self.scale
+        solved = tf.linalg.triangular_solve(self.factor, tf.linalg.matrix_transpose(x - self.center), lower=True)
+        return tf.linalg.matrix_transpose(solved)
+
+    def to_x(self, z):
+        if self.mode != "full":
+            return z * self.scale + self.center
+        return tf.matmul(z, self.factor, transpose_b=True) + self.center
+
+    def gradient(self, g):
+        return g * self.scale if self.mode != "full" else tf.matmul(g, self.factor)
+
+    def hessian(self, h):
+        """(B, N, d, d) Hessians in x -> in z."""
+        if self.mode != "full":
+            return h * self.scale[..., :, None] * self.scale[..., None, :]
+        factor = self.factor[:, None]
+        return tf.matmul(tf.matmul(factor, h, transpose_a=True), factor)
 
 
 def gaussian_kde_log_prob(x, centers):
