@@ -12,14 +12,20 @@ from targets import keras_round_trip
 def test_dense_equals_loop_over_particles():
     x = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
     first = bk.layers.Dense(5, num_particles=3, activation="tanh")
-    second = bk.layers.Dense(2)
+    second = bk.layers.Dense(4, activation="sigmoid")
+    third = bk.layers.Dense(2)
+    third(second(first(x)))
+    rng = np.random.default_rng(1)
+    for layer in (first, second, third):  # nonzero biases, so a bias added to the wrong particle shows
+        layer.bias.assign(rng.standard_normal(layer.bias.shape).astype(np.float32))
     h = first(x)
-    y = second(h).numpy()
+    y = third(second(h)).numpy()
     k1, b1, k2, b2 = first.kernel.numpy(), first.bias.numpy(), second.kernel.numpy(), second.bias.numpy()
+    k3, b3 = third.kernel.numpy(), third.bias.numpy()
     assert h.shape == (7, 3, 5) and y.shape == (7, 3, 2)
     for n in range(3):
-        ref = np.tanh(x @ k1[n] + b1[n]) @ k2[n] + b2[n]
-        np.testing.assert_allclose(y[:, n], ref, rtol=1e-5, atol=1e-5)
+        hidden = 1 / (1 + np.exp(-(np.tanh(x @ k1[n] + b1[n]) @ k2[n] + b2[n])))
+        np.testing.assert_allclose(y[:, n], hidden @ k3[n] + b3[n], rtol=1e-5, atol=1e-5)
     # particles are initialised independently
     assert not np.allclose(k1[0], k1[1])
 

@@ -88,8 +88,15 @@ class Dense(ParticleLayer):
             y = tf.tensordot(x, k, axes=[[-1], [0]])
             y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [n, self.units]], 0))
             y = tf.experimental.numpy.moveaxis(y, -2, 1)
+        elif len(x.shape) == 3 and not capture.is_capturing():
+            # (batch, N, in): the particle axis as the matmul batch axis. Bias and activation are applied
+            # particle-major, before the transpose back: between two Dense layers the graph then holds
+            # transpose(transpose(h)), which Grappler removes, forward and backward.
+            y = tf.matmul(tf.transpose(x, [1, 0, 2]), self.kernel)
+            if self.bias is not None:
+                y = y + self.bias[:, None, :]
+            return tf.transpose(self.activation(y), [1, 0, 2])
         elif len(x.shape) == 3:
-            # (batch, N, in): the particle axis as the matmul batch axis, static permutations only.
             y = tf.transpose(tf.matmul(tf.transpose(x, [1, 0, 2]), self.kernel), [1, 0, 2])
         else:
             # Particle axis as the matmul batch axis: (N, batch*..., in) @ (N, in, out).
