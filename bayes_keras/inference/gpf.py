@@ -94,8 +94,14 @@ def gaussian_entropy(particles, groups):
         size = dim if small else n_int
 
         def log_det(dtype):
-            z = _centre([tf.cast(_concat(particles, group), dtype)])[0]
-            gram = tf.cast(tf.matmul(z, z, transpose_a=small, transpose_b=not small), tf.float64) / tf.cast(n, tf.float64)
+            if small:
+                z = _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                gram = tf.matmul(z, z, transpose_a=True)
+            else:
+                # K = sum_v Z_v Z_v^T block by block: concatenating the group first copied every weight.
+                zs = _centre([tf.cast(particles[v], dtype) for v in group])
+                gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs])
+            gram = tf.cast(gram, tf.float64) / tf.cast(n, tf.float64)
             finite = tf.reduce_all(tf.math.is_finite(gram))
             # eigvalsh in float64: float32 eigensolvers fail to converge on the near-singular Grams of
             # tight clouds. A diverged (non-finite) cloud gives NaN, not an eigensolver error.
