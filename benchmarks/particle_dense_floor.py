@@ -1,0 +1,173 @@
+"""How close can N particles of an MLP get to one MLP on an N-times-larger batch? The arithmetic floor of
+issue #11's (a)/(f) ratio, measured with hand-written TensorFlow.
+
+step_time.py's (f) runs ONE weight set on N copies of the batch: a single GEMM per layer. N particles
+have N weight sets, so each layer is N GEMMs, at best one batched matmul. This script times forward +
+backward (the summed cross-entropy and its gradients in all weights) of the step_time MLP (64-50-50-10,
+batch 64) four ways, inside tf.function, back to back in shuffled order:
+
+- shared: one weight set on the (N * 64)-row batch: (f)'s arithmetic, the floor (f) measures.
+- particle_major: N weight sets in the layout with the fewest ops: the first layer one GEMM against the
+  concatenated kernels, then (N, batch, features) batched matmuls, one transpose in and one out.
+- batch_major: the same in bayes_keras' (batch, N, features) layout (a transpose before and after each
+  batched matmul).
+- bayes_keras: the same loss through bk.zoo.mlp (the particle layers as users build them).
+
+Plus one hidden layer alone (50 -> 50, forward + backward): one (N * 64) x 50 GEMM against N batched
+64 x 50 GEMMs. The ratios to `shared` are the floor for (a)/(f) that no particle implementation built on
+TensorFlow's kernels can beat on this CPU.
+
+Usage:
+    python benchmarks/particle_dense_floor.py                          # ~1 min; oneDNN as TF decides
+    TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/particle_dense_floor.py  # the Eigen kernels
+Writes benchmarks/results/particle_dense_floor[_onednn_on|_onednn_off].{json,md}.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+import bayes_keras as bk  # noqa: E402
+
+BATCH, INPUTS, HIDDEN, CLASSES = 64, 64, 50, 10
+
+
+def variants(n, rng):
+    """The timed callables for n particles: name -> zero-argument tf.function returning gradients."""
+    x = tf.constant(rng.normal(size=(BATCH, INPUTS)), tf.float32)
+    y = tf.constant(rng.integers(0, CLASSES, BATCH), tf.int32)
+    y_particles = tf.tile(y[:, None], [1, n])
+    x_tiled, y_tiled = tf.tile(x, [n, 1]), tf.tile(y, [n])
+
+    def weights(shapes):
+        return [tf.Variable(rng.normal(size=s) * 0.1, dtype=tf.float32) for s in shapes]
+
+    shared = weights([(INPUTS, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, CLASSES), (HIDDEN,), (HIDDEN,), (CLASSES,)])
+    particle = weights([(INPUTS, n * HIDDEN), (n, HIDDEN, HIDDEN), (n, HIDDEN, CLASSES),
+                        (n * HIDDEN,), (n, 1, HIDDEN), (n, 1, CLASSES)])
+    layer_shared = weights([(HIDDEN, HIDDEN)])
+    layer_particle = weights([(n, HIDDEN, HIDDEN)])
+    h_tiled = tf.constant(rng.normal(size=(n * BATCH, HIDDEN)), tf.float32)
+    h_particles = tf.reshape(h_tiled, [n, BATCH, HIDDEN])
+
+    def cross_entropy(labels, logits):
+        return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+
+    @tf.function
+    def shared_step():
+        w1, w2, w3, b1, b2, b3 = shared
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.matmul(x_tiled, w1) + b1)
+            h = tf.nn.relu(tf.matmul(h, w2) + b2)
+            loss = cross_entropy(y_tiled, tf.matmul(h, w3) + b3)
+        return tape.gradient(loss, shared)
+
+    @tf.function
+    def particle_major_step():
+        w1, w2, w3, b1, b2, b3 = particle
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.matmul(x, w1) + b1)                                # (batch, N * hidden)
+            h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])      # (N, batch, hidden)
+            h = tf.nn.relu(tf.matmul(h, w2) + b2)
+            logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])             # (batch, N, classes)
+            loss = cross_entropy(y_particles, logits)
+        return tape.gradient(loss, particle)
+
+    @tf.function
+    def batch_major_step():
+        w1, w2, w3, b1, b2, b3 = particle
+        with tf.GradientTape() as tape:
+            h = tf.reshape(tf.nn.relu(tf.matmul(x, w1) + b1), [BATCH, n, HIDDEN])
+            h = tf.nn.relu(tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w2) + b2, [1, 0, 2]))
+            logits = tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w3) + b3, [1, 0, 2])
+            loss = cross_entropy(y_particles, logits)
+        return tape.gradient(loss, particle)
+
+    model = bk.zoo.mlp(INPUTS, CLASSES, (HIDDEN, HIDDEN), num_particles=n, likelihood="categorical")
+    model(x)
+
+    @tf.function
+    def bayes_keras_step():
+        with tf.GradientTape() as tape:
+            loss = cross_entropy(y_particles, model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    @tf.function
+    def layer_gemm():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(tf.matmul(h_tiled, layer_shared[0])))
+        return tape.gradient(loss, layer_shared)
+
+    @tf.function
+    def layer_batched_gemm():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(tf.matmul(h_particles, layer_particle[0])))
+        return tape.gradient(loss, layer_particle)
+
+    return {"shared": shared_step, "particle_major": particle_major_step, "batch_major": batch_major_step,
+            "bayes_keras": bayes_keras_step, "layer_gemm": layer_gemm, "layer_batched_gemm": layer_batched_gemm}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--particles", type=int, nargs="+", default=[5, 10, 20])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for n in args.particles:
+        fns = variants(n, rng)
+        for fn in fns.values():
+            for _ in range(5):
+                fn()
+        times = {k: [] for k in fns}
+        for _ in range(args.rounds):
+            for name in rng.permutation(list(fns)):
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    out = fns[name]()
+                out[0].numpy()
+                times[name].append((time.perf_counter() - start) / args.steps * 1e6)
+        median = {k: float(np.median(v)) for k, v in times.items()}
+        # Paired ratios: within a round the variants ran back to back.
+        paired = {k: float(np.median(np.array(times[k]) / np.array(times["shared"])))
+                  for k in ("particle_major", "batch_major", "bayes_keras")}
+        paired["layer_batched_gemm"] = float(np.median(np.array(times["layer_batched_gemm"])
+                                                       / np.array(times["layer_gemm"])))
+        rows.append({"num_particles": n, "median_us": median, "ratio": paired})
+        print(n, {k: round(v, 1) for k, v in median.items()}, {k: round(v, 2) for k, v in paired.items()}, flush=True)
+
+    setting = harness.onednn_setting()
+    stem = "particle_dense_floor" + ("" if setting == "default" else f"_onednn_{setting}")
+    lines = ["# The arithmetic floor of N particles of an MLP against one MLP on an N-times-larger batch", "",
+             f"Machine: {harness.machine_info()['processor']}, {os.cpu_count()} CPU cores; oneDNN: {setting} "
+             "(TF_ENABLE_ONEDNN_OPTS). Forward + backward of the summed cross-entropy, MLP 64-50-50-10, batch 64, "
+             "inside tf.function; microseconds (median of rounds); ratios are medians of within-round ratios to "
+             "`shared` (one weight set on the N x 64 batch: the arithmetic step_time.py's (f) runs).", "",
+             "| N | shared us | particle-major us | batch-major us | bayes_keras us | particle-major / shared | "
+             "batch-major / shared | bayes_keras / shared | one layer: N batched GEMMs / one GEMM |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        m, r = row["median_us"], row["ratio"]
+        lines.append(f"| {row['num_particles']} | {m['shared']:.0f} | {m['particle_major']:.0f} | {m['batch_major']:.0f} | "
+                     f"{m['bayes_keras']:.0f} | {r['particle_major']:.2f} | {r['batch_major']:.2f} | "
+                     f"{r['bayes_keras']:.2f} | {r['layer_batched_gemm']:.2f} |")
+    lines += ["", "particle-major / shared is the least any N-weight-set MLP step built on TensorFlow's kernels "
+              "costs relative to (f)'s arithmetic on this machine; step_time.py's (a)/(f) adds the optimizer, the "
+              "log prior and the metrics to both sides.", "", f"Command: `python {' '.join(sys.argv)}`"]
+    print("\n".join(lines))
+    harness.save_results(stem, {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(),
+                                "onednn": setting, "args": vars(args), "rows": rows}, lines)
+
+
+if __name__ == "__main__":
+    main()
