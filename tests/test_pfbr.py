@@ -317,6 +317,52 @@ def test_bad_input_is_refused_with_what_was_expected():
         pfbr.ParticleFlowBayesRule(latent_dim=0)
     with pytest.raises(ValueError, match="standardize must be one of"):
         pfbr.ParticleFlowBayesRule(latent_dim=2, standardize="whiten")
+    with pytest.raises(ValueError, match="likelihood_value must be True or False"):
+        pfbr.ParticleFlowBayesRule(latent_dim=2, likelihood_value="no")
+    assert pfbr.ParticleFlowBayesRule(latent_dim=2, time_length=np.float32(0.5)).time_length == 0.5
+    with pytest.raises(ValueError, match="segment_length must be an integer >= 1"):
+        operator.meta_fit(problem, iterations=1, segment_length=0)
+    with pytest.raises(ValueError, match="weight_decay must be a number >= 0"):
+        operator.meta_fit(problem, iterations=1, weight_decay=-1.0)
+
+
+def test_update_and_filter_refuse_inconsistent_or_non_finite_input():
+    problem = pfbr.GaussianMeanProblem(dim=2)
+    operator = pfbr.ParticleFlowBayesRule(latent_dim=2, divergence="hutchinson")
+    task, observations = problem.sample_tasks(2, 3, np.random.default_rng(0))
+    x = np.random.default_rng(1).normal(size=(16, 2)).astype(np.float32)
+    likelihood = lambda p: -0.5 * tf.reduce_sum(tf.square(p - 1.0), -1)  # noqa: E731
+    with pytest.raises(ValueError, match=r"log_density must have shape \(16,\)"):
+        operator.update(x, likelihood, log_density=np.zeros(15))
+    with pytest.raises(ValueError, match=r"must return a TensorFlow tensor of shape \(16,\).*got \(16, 2\)"):
+        operator.update(x, lambda p: -0.5 * tf.square(p))
+    with pytest.raises(ValueError, match="not a tf tensor"):
+        operator.update(x, lambda p: np.zeros(16, np.float32))
+    with pytest.raises(ValueError, match="does not depend on x"):
+        operator.update(x, lambda p: tf.zeros([16]))
+    with pytest.raises(ValueError, match="particles hold non-finite values"):
+        operator.update(np.where(np.arange(16)[:, None] == 3, np.nan, x), likelihood)
+    with pytest.raises(ValueError, match="not finite at every particle"):
+        operator.update(x, lambda p: -0.5 * tf.reduce_sum(tf.square(p - np.nan), -1))
+    with pytest.raises(ValueError, match="at least 2 particles"):
+        operator.update(x[:1], likelihood)
+    with pytest.raises(ValueError, match="seed must be an int or a shape-\\[2\\] int tensor"):
+        operator.update(x, likelihood, log_density=np.zeros(16), seed=[1, 2, 3])
+    new, log_q = operator.update(x, likelihood, log_density=np.zeros(16), seed=3)   # an int seed works
+    assert new.shape == (16, 2) and log_q.shape == (16,)
+    with pytest.raises(ValueError, match="observations hold 2 tasks, the task's 'prior_mean' 3"):
+        operator.filter(problem, problem.sample_tasks(3, 3, np.random.default_rng(0))[0], observations)
+    with pytest.raises(ValueError, match=r"particles must have shape \(2, num_particles >= 2, 2\)"):
+        operator.filter(problem, task, observations, particles=np.zeros((3, 5, 2)))
+    with pytest.raises(ValueError, match="latent dimension is 3, the operator's is 2"):
+        operator.filter(pfbr.GaussianMeanProblem(dim=3), *pfbr.GaussianMeanProblem(dim=3).sample_tasks(
+            2, 3, np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="length 0"):
+        operator.filter(problem, task, observations[:, :0])
+    with pytest.raises(ValueError, match="num_particles must be an integer >= 2"):
+        operator.filter(problem, task, observations, num_particles=0)
+    with pytest.raises(ValueError, match="observations hold non-finite values"):
+        operator.filter(problem, task, np.where(observations > 0, np.nan, observations))
 
 
 def test_gaussian_mixture_references_agree_on_the_two_modes():
@@ -394,6 +440,10 @@ def test_output_layer_filter_moves_the_heads_particles_by_the_operator():
         head.update(pfbr.ParticleFlowBayesRule(latent_dim=3), x, y)
     with pytest.raises(ValueError, match="one 0/1 label per example"):
         head.update(operator, x, y[:5])
+    with pytest.raises(ValueError, match=r"0/1 labels; got the values \[-1.0\]"):
+        head.update(operator, x, 2 * y - 1)
+    with pytest.raises(ValueError, match="holds no examples"):
+        head.update(operator, x[:0], y[:0])
     particle_body = bk.layers.Dense(3, num_particles=16)(inputs)
     with pytest.raises(ValueError, match="shared by all particles"):
         pfbr.OutputLayerFilter(bk.BayesianModel(inputs, bk.layers.Dense(1)(particle_body), likelihood="bernoulli"))

@@ -92,10 +92,15 @@ class OutputLayerFilter:
             raise ValueError(f"OutputLayerFilter.update: the operator's latent dimension is {operator.latent_dim}; "
                              f"this head has {self.latent_dim} weights per particle.")
         features = self.features(x)
+        if len(features) == 0:
+            raise ValueError("OutputLayerFilter.update: the batch holds no examples; an update needs at least one.")
         y = np.asarray(y, np.float32).reshape(-1)
-        if len(y) != len(features) or not np.all((y == 0) | (y == 1)):
+        if len(y) != len(features):
             raise ValueError(f"OutputLayerFilter.update: y must hold one 0/1 label per example ({len(features)}); "
                              f"got shape {np.shape(y)}.")
+        if not np.all((y == 0) | (y == 1)):
+            raise ValueError(f"OutputLayerFilter.update: y must hold 0/1 labels; got the values "
+                             f"{np.unique(y[(y != 0) & (y != 1)])[:5].tolist()}.")
         observations = tf.constant(np.concatenate([features, y[:, None]], axis=1)[None])
         fit_bias = self.fit_bias
         new, _ = operator.update(

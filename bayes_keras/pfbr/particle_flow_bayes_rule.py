@@ -71,10 +71,12 @@ class ParticleFlowBayesRule(keras.Model):
                             ("embedding_units", embedding_units), ("steps", steps)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ParticleFlowBayesRule: {name} must be a positive integer; got {value!r}.")
-        if not isinstance(body_layers, (int, np.integer)) or body_layers < 0:
+        if not isinstance(body_layers, (int, np.integer)) or isinstance(body_layers, bool) or body_layers < 0:
             raise ValueError(f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}.")
-        if not (isinstance(time_length, (int, float)) and np.isfinite(time_length) and time_length > 0):
+        if not _positive_number(time_length):
             raise ValueError(f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}.")
+        if not isinstance(likelihood_value, (bool, np.bool_)):
+            raise ValueError(f"ParticleFlowBayesRule: likelihood_value must be True or False; got {likelihood_value!r}.")
         if standardize not in STANDARDIZATIONS:
             raise ValueError(f"ParticleFlowBayesRule: standardize must be one of {STANDARDIZATIONS}; got {standardize!r}.")
         if divergence not in DIVERGENCES:
@@ -187,12 +189,39 @@ class ParticleFlowBayesRule(keras.Model):
         (B, N, d) particles to (B, N). With `log_density` ((B, N) or (N,)) the particles' log densities
         are carried along (Theorem 2.1); the exact divergence needs the Hessian of the log likelihood
         in x, `log_likelihood_hessian(x)` -> (B, N, d, d), by automatic differentiation when not given.
-        Returns (particles, log_density or None), shaped as given."""
+        With (N, d) particles the callables see (N, d) and return (N,) (and (N, d, d)). `seed`: the
+        Hutchinson probes' stateless seed, an int or a shape-[2] int tensor (random when None).
+        Returns tensors (particles, log_density or None), shaped as given.
+
+        Called eagerly with log densities, the automatic-differentiation Hessian is traced anew at each
+        of the 4 x steps field evaluations (seconds per update): for a loop of updates, wrap the loop
+        body in one `tf.function` of your own (about 100x faster), or give `log_likelihood_hessian`;
+        `filter` compiles a problem's stages itself.
+
+        Example:
+
+            x = np.random.default_rng(0).normal(size=(256, 2))      # draws of the prior N(0, I)
+            log_q = -0.5 * np.sum(x**2, -1) - np.log(2 * np.pi)     # their log density
+            observation = tf.constant([0.5, -1.0])
+            log_likelihood = lambda x: -0.5 * tf.reduce_sum((x - observation) ** 2, -1)   # (N, 2) -> (N,)
+            x, log_q = operator.update(x, log_likelihood, log_density=log_q)
+        """
         particles = tf.convert_to_tensor(particles, self.compute_dtype)
         single = particles.shape.rank == 2
         if particles.shape.rank not in (2, 3) or particles.shape[-1] != self.latent_dim:
             raise ValueError(f"ParticleFlowBayesRule: particles must have shape (num_particles, {self.latent_dim}) or "
                              f"(tasks, num_particles, {self.latent_dim}); got {tuple(particles.shape)}.")
+        if particles.shape[-2] is not None and particles.shape[-2] < 2:
+            raise ValueError(f"ParticleFlowBayesRule: update needs at least 2 particles per task; got {particles.shape[-2]}.")
+        _check_finite("particles", particles)
+        if log_density is not None:
+            log_density = tf.convert_to_tensor(log_density, self.compute_dtype)
+            if log_density.shape.is_fully_defined() and particles.shape[:-1].is_fully_defined() \
+                    and log_density.shape != particles.shape[:-1]:
+                raise ValueError(f"ParticleFlowBayesRule: log_density must have shape {tuple(particles.shape[:-1])}, one "
+                                 f"value per particle; got {tuple(log_density.shape)}.")
+            _check_finite("log_density", log_density)
+        _check_log_likelihood(log_likelihood, particles)
         if single:
             particles = particles[None]
             inner = log_likelihood
@@ -201,12 +230,19 @@ class ParticleFlowBayesRule(keras.Model):
                 inner_hessian = log_likelihood_hessian
                 log_likelihood_hessian = lambda x: inner_hessian(x[0])[None]  # noqa: E731
         if log_density is not None:
-            log_density = tf.convert_to_tensor(log_density, self.compute_dtype)
             log_density = tf.reshape(log_density, tf.shape(particles)[:2])
+        if seed is not None:
+            seed = tf.convert_to_tensor(seed)
+            if seed.shape.rank == 0:
+                seed = tf.stack([seed, tf.zeros_like(seed)])
+            if seed.shape != (2,) or not seed.dtype.is_integer:
+                raise ValueError(f"ParticleFlowBayesRule: seed must be an int or a shape-[2] int tensor; got {seed!r}.")
         new, new_log_density = self._flow(particles, log_likelihood, log_density, seed, log_likelihood_hessian)
         if single:
             new = new[0]
             new_log_density = None if new_log_density is None else new_log_density[0]
+        _check_finite("the updated particles", new, cause=" from finite inputs: check the log likelihood's "
+                      "values at the particles (an extreme or non-finite observation?)")
         return new, new_log_density
 
     def _flow(self, particles, log_likelihood, log_density, seed, log_likelihood_hessian=None):
@@ -304,15 +340,31 @@ class ParticleFlowBayesRule(keras.Model):
         if observations.shape.rank != 4:
             raise ValueError(f"ParticleFlowBayesRule.filter: observations must have shape (tasks, length, "
                              f"observations_per_update, observation_dim); got {tuple(observations.shape)}.")
+        if problem.latent_dim != self.latent_dim:
+            raise ValueError(f"ParticleFlowBayesRule.filter: the problem's latent dimension is {problem.latent_dim}, "
+                             f"the operator's is {self.latent_dim}.")
+        if observations.shape[1] == 0:
+            raise ValueError("ParticleFlowBayesRule.filter: observations hold no stage (length 0); got shape "
+                             f"{tuple(observations.shape)}.")
         problem.check_observations(observations[:, 0])
+        _check_finite("observations", observations)
+        tasks = {name: value.shape[0] for name, value in task.items() if value.shape.rank}
+        for name, count in tasks.items():
+            if count != observations.shape[0]:
+                raise ValueError(f"ParticleFlowBayesRule.filter: observations hold {observations.shape[0]} tasks, "
+                                 f"the task's '{name}' {count}.")
         seeds = tf.random.split(tf.constant([int(seed), 0], tf.int64), observations.shape[1] + 1)
         if particles is None:
+            if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 2:
+                raise ValueError(f"ParticleFlowBayesRule.filter: num_particles must be an integer >= 2; got {num_particles!r}.")
             particles, density = problem.sample_prior(task, int(num_particles), seeds[-1])
         else:
             particles = tf.convert_to_tensor(particles, tf.float32)
-            if particles.shape.rank != 3 or particles.shape[-1] != self.latent_dim:
-                raise ValueError(f"ParticleFlowBayesRule.filter: particles must have shape (tasks, num_particles, "
-                                 f"{self.latent_dim}); got {tuple(particles.shape)}.")
+            if particles.shape.rank != 3 or particles.shape[-1] != self.latent_dim or particles.shape[1] < 2 \
+                    or particles.shape[0] != observations.shape[0]:
+                raise ValueError(f"ParticleFlowBayesRule.filter: particles must have shape ({observations.shape[0]}, "
+                                 f"num_particles >= 2, {self.latent_dim}), one set per task; got {tuple(particles.shape)}.")
+            _check_finite("particles", particles)
             density = problem.log_prior(particles, task) if log_density else tf.zeros(tf.shape(particles)[:2])
         stage = self._stage_function(problem, bool(log_density))
         out, densities = [], []
@@ -320,6 +372,9 @@ class ParticleFlowBayesRule(keras.Model):
             particles, density = stage(particles, density, observations[:, n], task, seeds[n])
             out.append(particles.numpy())
             densities.append(density.numpy())
+            if not np.all(np.isfinite(out[-1])):
+                raise FloatingPointError(f"ParticleFlowBayesRule.filter: the particles became non-finite at stage {n} "
+                                         "from finite inputs; the operator may not fit this problem's observations.")
         out = np.stack(out)
         return (out, np.stack(densities)) if log_density else out
 
@@ -344,11 +399,13 @@ class ParticleFlowBayesRule(keras.Model):
                              f"the operator's is {self.latent_dim}.")
         for name, value, least in (("iterations", iterations, 1), ("tasks_per_iteration", tasks_per_iteration, 1),
                                    ("num_particles", num_particles, 2), ("sequence_length", sequence_length, 1),
-                                   ("segment_length", segment_length or sequence_length, 1)):
+                                   ("segment_length", sequence_length if segment_length is None else segment_length, 1)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
                 raise ValueError(f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}.")
-        if not (isinstance(learning_rate, (int, float)) and np.isfinite(learning_rate) and learning_rate > 0):
+        if not _positive_number(learning_rate):
             raise ValueError(f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}.")
+        if not (_positive_number(weight_decay) or weight_decay == 0):
+            raise ValueError(f"ParticleFlowBayesRule.meta_fit: weight_decay must be a number >= 0; got {weight_decay!r}.")
         if segment_prior not in ("exact", "kde"):
             raise ValueError(f"ParticleFlowBayesRule.meta_fit: segment_prior must be 'exact' or 'kde'; got {segment_prior!r}.")
         segment_length = int(segment_length or sequence_length)
@@ -483,3 +540,38 @@ def gaussian_kde_log_prob(x, centers):
     z = (x[:, :, None, :] - centers[:, None, :, :]) / h[:, None]
     log_kernel = -0.5 * tf.reduce_sum(tf.square(z), -1) - tf.reduce_sum(tf.math.log(h), -1)[:, None] - 0.5 * d * np.log(2 * np.pi)
     return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(n)
+
+
+def _positive_number(value):
+    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+            and bool(np.isfinite(value)) and value > 0)
+
+
+def _check_finite(name, tensor, cause=""):
+    """Raises on NaN / inf in an eager tensor (no check while tracing: the values do not exist yet)."""
+    if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(tensor))):
+        raise ValueError(f"ParticleFlowBayesRule: {name} hold non-finite values{cause}.")
+
+
+def _check_log_likelihood(log_likelihood, particles):
+    """Evaluates `log_likelihood` once at the particles: one finite value per particle, depending on it."""
+    if not callable(log_likelihood):
+        raise TypeError(f"ParticleFlowBayesRule: log_likelihood must be a callable x -> log p(o | x); got "
+                        f"{type(log_likelihood).__name__}.")
+    if not tf.executing_eagerly():
+        return
+    with tf.GradientTape() as tape:
+        tape.watch(particles)
+        value = log_likelihood(particles)
+    expected = tuple(particles.shape[:-1])
+    if not isinstance(value, (tf.Tensor, tf.Variable)) or tuple(value.shape) != expected:
+        raise ValueError(f"ParticleFlowBayesRule: log_likelihood(x) must return a TensorFlow tensor of shape {expected}, one "
+                         f"value per particle of x {tuple(particles.shape)}; got "
+                         f"{tuple(value.shape) if hasattr(value, 'shape') else type(value).__name__}"
+                         f"{'' if isinstance(value, (tf.Tensor, tf.Variable)) else ' (not a tf tensor: gradients cannot flow)'}.")
+    if tape.gradient(value, particles) is None:
+        raise ValueError("ParticleFlowBayesRule: log_likelihood(x) does not depend on x through TensorFlow ops (its "
+                         "gradient is None); write it with tf ops on x.")
+    if not bool(tf.reduce_all(tf.math.is_finite(value))):
+        raise ValueError("ParticleFlowBayesRule: log_likelihood(x) is not finite at every particle (a NaN or extreme "
+                         "observation?).")
