@@ -22,7 +22,6 @@ Writes benchmarks/results/empirical_fisher_floor[_onednn_on|_onednn_off].{json,m
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -85,20 +84,9 @@ def main():
     rng = np.random.default_rng(args.seed)
     rows = []
     for n in args.particles:
-        fns = variants(n, rng)
-        for fn in fns.values():
-            for _ in range(5):
-                fn()
-        times = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for name in rng.permutation(list(fns)):
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    out = fns[name]()
-                out[0].numpy()
-                times[name].append((time.perf_counter() - start) / args.steps * 1e6)
+        times = harness.interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
         median = {k: float(np.median(v)) for k, v in times.items()}
-        ratio = float(np.median(np.array(times["pass_and_squared"]) / np.array(times["pass"])))
+        ratio = harness.paired_ratio(times, "pass_and_squared", "pass")
         rows.append({"num_particles": n, "median_us": median, "ratio": ratio})
         print(n, {k: round(v, 1) for k, v in median.items()}, round(ratio, 2), flush=True)
 

@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+import time
 
 import numpy as np
 
@@ -92,3 +93,26 @@ def machine_info():
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "onednn": onednn_setting(),
     }
+
+
+def interleaved_microseconds(fns, rounds, steps, rng, warmup=5):
+    """Times zero-argument callables (each returning a list of tensors) in `rounds` rounds; in every round
+    each runs a block of `steps` calls, the blocks back to back in shuffled order. Returns name -> list of
+    microseconds per call, one per round, so that within-round ratios are paired."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name in rng.permutation(list(fns)):
+            start = time.perf_counter()
+            for _ in range(steps):
+                out = fns[name]()
+            out[0].numpy()
+            times[name].append((time.perf_counter() - start) / steps * 1e6)
+    return times
+
+
+def paired_ratio(times, numerator, denominator):
+    """Median over rounds of the within-round ratio of two variants' times."""
+    return float(np.median(np.array(times[numerator]) / np.array(times[denominator])))

@@ -26,7 +26,6 @@ Writes benchmarks/results/particle_dense_floor[_onednn_on|_onednn_off].{json,md}
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -125,24 +124,11 @@ def main():
     rng = np.random.default_rng(args.seed)
     rows = []
     for n in args.particles:
-        fns = variants(n, rng)
-        for fn in fns.values():
-            for _ in range(5):
-                fn()
-        times = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for name in rng.permutation(list(fns)):
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    out = fns[name]()
-                out[0].numpy()
-                times[name].append((time.perf_counter() - start) / args.steps * 1e6)
+        times = harness.interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
         median = {k: float(np.median(v)) for k, v in times.items()}
         # Paired ratios: within a round the variants ran back to back.
-        paired = {k: float(np.median(np.array(times[k]) / np.array(times["shared"])))
-                  for k in ("particle_major", "batch_major", "bayes_keras")}
-        paired["layer_batched_gemm"] = float(np.median(np.array(times["layer_batched_gemm"])
-                                                       / np.array(times["layer_gemm"])))
+        paired = {k: harness.paired_ratio(times, k, "shared") for k in ("particle_major", "batch_major", "bayes_keras")}
+        paired["layer_batched_gemm"] = harness.paired_ratio(times, "layer_batched_gemm", "layer_gemm")
         rows.append({"num_particles": n, "median_us": median, "ratio": paired})
         print(n, {k: round(v, 1) for k, v in median.items()}, {k: round(v, 2) for k, v in paired.items()}, flush=True)
 

@@ -26,6 +26,11 @@ def _centre(xs):
     return [x - tf.reduce_mean(x, axis=0, keepdims=True) for x in xs]
 
 
+def _gram(zs):
+    """K = sum_v Z_v Z_v^T, the N x N Gram of a block given as its variables' (N, d_v) pieces."""
+    return tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs])
+
+
 def _concat(xs, idx):
     return xs[idx[0]] if len(idx) == 1 else tf.concat([xs[i] for i in idx], axis=1)
 
@@ -58,7 +63,7 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False):
         return out
     out = [None] * len(particles)
     for group in groups:
-        gram = tf.add_n([tf.matmul(zs[v], zs[v], transpose_b=True) for v in group])  # (N, N)
+        gram = _gram([zs[v] for v in group])  # (N, N)
         if mean_preconditioning:
             # C g_bar = (1/N) Z^T (Z g_bar), per block.
             s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
@@ -99,8 +104,7 @@ def gaussian_entropy(particles, groups):
                 gram = tf.matmul(z, z, transpose_a=True)
             else:
                 # K = sum_v Z_v Z_v^T block by block: concatenating the group first copied every weight.
-                zs = _centre([tf.cast(particles[v], dtype) for v in group])
-                gram = tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs])
+                gram = _gram(_centre([tf.cast(particles[v], dtype) for v in group]))
             gram = tf.cast(gram, tf.float64) / tf.cast(n, tf.float64)
             finite = tf.reduce_all(tf.math.is_finite(gram))
             # eigvalsh in float64: float32 eigensolvers fail to converge on the near-singular Grams of

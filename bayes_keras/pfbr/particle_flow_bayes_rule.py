@@ -69,9 +69,9 @@ class ParticleFlowBayesRule(keras.Model):
         super().__init__(**kwargs)
         for name, value in (("latent_dim", latent_dim), ("hidden_units", hidden_units),
                             ("embedding_units", embedding_units), ("steps", steps)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            if not _integer_at_least(value, 1):
                 raise ValueError(f"ParticleFlowBayesRule: {name} must be a positive integer; got {value!r}.")
-        if not isinstance(body_layers, (int, np.integer)) or isinstance(body_layers, bool) or body_layers < 0:
+        if not _integer_at_least(body_layers, 0):
             raise ValueError(f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}.")
         if not _positive_number(time_length):
             raise ValueError(f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}.")
@@ -355,7 +355,7 @@ class ParticleFlowBayesRule(keras.Model):
                                  f"the task's '{name}' {count}.")
         seeds = tf.random.split(tf.constant([int(seed), 0], tf.int64), observations.shape[1] + 1)
         if particles is None:
-            if not isinstance(num_particles, (int, np.integer)) or isinstance(num_particles, bool) or num_particles < 2:
+            if not _integer_at_least(num_particles, 2):
                 raise ValueError(f"ParticleFlowBayesRule.filter: num_particles must be an integer >= 2; got {num_particles!r}.")
             particles, density = problem.sample_prior(task, int(num_particles), seeds[-1])
         else:
@@ -400,7 +400,7 @@ class ParticleFlowBayesRule(keras.Model):
         for name, value, least in (("iterations", iterations, 1), ("tasks_per_iteration", tasks_per_iteration, 1),
                                    ("num_particles", num_particles, 2), ("sequence_length", sequence_length, 1),
                                    ("segment_length", sequence_length if segment_length is None else segment_length, 1)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+            if not _integer_at_least(value, least):
                 raise ValueError(f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}.")
         if not _positive_number(learning_rate):
             raise ValueError(f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}.")
@@ -540,6 +540,10 @@ def gaussian_kde_log_prob(x, centers):
     z = (x[:, :, None, :] - centers[:, None, :, :]) / h[:, None]
     log_kernel = -0.5 * tf.reduce_sum(tf.square(z), -1) - tf.reduce_sum(tf.math.log(h), -1)[:, None] - 0.5 * d * np.log(2 * np.pi)
     return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(n)
+
+
+def _integer_at_least(value, least):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= least
 
 
 def _positive_number(value):
