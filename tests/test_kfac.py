@@ -679,7 +679,7 @@ def test_matrix_svgd_with_kfac_trains_and_survives_saving(tmp_path, mode):
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("broadcasts", [True, False])
 def test_conv_patches_equal_extract_patches(padding, broadcasts):
-    """The sliced patches are tf.image.extract_patches' values (strides, dilation, uneven 'same' padding
+    """The gathered patches are tf.image.extract_patches' values (strides, dilation, uneven 'same' padding
     with the odd pixel at the bottom / right), also on the fallback path with unknown spatial sizes."""
     import types
 

@@ -10,7 +10,7 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv_locations, conv_patches, embedding_locations, scale_shift_gradients
+from bayes_keras.curvature.kfac import conv_patches, embedding_locations, scale_shift_gradients
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -85,9 +85,14 @@ def embedding_squared_gradients(layer, ids, e):
 def conv2d_squared_gradients(layer, x, e):
     """(kernel, bias) squared-gradient sums of a Conv2D particle layer (per-example sums over locations)."""
     patches = conv_patches(layer, x)  # (B, N or 1, T, kh*kw*C), T = H' W' locations
-    e = conv_locations(layer, e)  # (B, N, T, F)
+    batch, n, filters = tf.shape(e)[0], int(layer.num_particles), layer.filters
+    locations = tf.reshape(e, (batch, -1, n, filters))  # (B, T, N, F): e's own layout, no transpose
+    bias = tf.reduce_sum(tf.square(tf.reduce_sum(locations, 1)), 0)
     if layer.broadcasts:
-        per_example = tf.einsum("btk,bntf->bnkf", patches[:, 0], e)
-    else:
-        per_example = tf.einsum("bntk,bntf->bnkf", patches, e)
-    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
+        # One patch matrix per example serves every particle: (K x T) (T x N F) per example, and the
+        # particle axis leaves the product only after the batch sum, when it is small.
+        per_example = tf.matmul(patches[:, 0], tf.reshape(locations, (batch, -1, n * filters)), transpose_a=True)
+        kernel = tf.reshape(tf.reduce_sum(tf.square(per_example), 0), (-1, n, filters))  # (K, N, F)
+        return tf.transpose(kernel, [1, 0, 2]), bias
+    per_example = tf.matmul(patches, tf.transpose(locations, [0, 2, 1, 3]), transpose_a=True)  # (B, N, K, F)
+    return tf.reduce_sum(tf.square(per_example), 0), bias
