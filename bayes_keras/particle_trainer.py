@@ -98,8 +98,8 @@ class ParticleTrainer:
         wants_curvature = request is not None
         # True Fisher: a second backward pass (pre-activations only) of labels sampled from the model.
         sampled_labels = wants_curvature and request.samples_labels
-        # Drawn before the forward pass, off its critical path (see GaussianVariationalOptimizer).
-        noise = None if optimizer is None else optimizer.prepare_step()
+        # Computed before the forward pass, off its critical path (see BayesianOptimizer.prepare_step).
+        prepared = None if optimizer is None else optimizer.prepare_step()
         with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
                 outputs = tf.cast(self(x, training=True), self.loss_dtype)
@@ -142,7 +142,7 @@ class ParticleTrainer:
                  for g, v in zip(grads, trainable)]
         step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
                         temperature=self.temperature, dataset_size=float(self.dataset_size),
-                        curvature=tuple(records), noise=noise)
+                        curvature=tuple(records), prepared=prepared)
         return grads, step, outputs, loss
 
     def train_step(self, data):

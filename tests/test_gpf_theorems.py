@@ -171,3 +171,43 @@ def test_entropy_of_an_uneven_float32_cloud_is_computed_in_float64(num_particles
     for pieces in ([x], [x[:, :2], x[:, 2:]]):  # one variable, or two in one block
         got = float(gaussian_entropy([tf.constant(p) for p in pieces], [list(range(len(pieces)))]))
         assert abs(got - exact) < 1e-4, (got, exact)
+
+
+@pytest.mark.parametrize("structure", ["full", "layer", "mean_field"])
+def test_prepared_cloud_gives_the_free_energy_and_update_of_the_particles(structure):
+    """prepare_step computes the particles' centred values, Grams and entropy before the forward pass
+    (StepInfo.prepared). The free energy it reports is -mean(log joint) / D minus the closed-form entropy
+    of the particles' Gaussian (numpy, from the covariance's nonzero eigenvalues), and the update equals
+    the one computed without a prepared step (as a custom loop's apply(grads, variables) does)."""
+    import keras
+
+    inputs = keras.Input((3,))
+    h = bk.layers.Dense(4, activation="tanh", num_particles=6)(inputs)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+    optimizer = bk.optimizers.GaussianParticleFlow(1e-2, structure=structure)
+    model.compile(optimizer=optimizer, dataset_size=50)
+    optimizer.build(model.trainable_variables)
+    flat = [v.numpy().reshape(6, -1).astype(np.float64) for v in model.particle_variables]
+    blocks = {"full": [np.concatenate(flat, 1)], "layer": [np.concatenate(flat[:2], 1), np.concatenate(flat[2:], 1)],
+              "mean_field": [c[:, None] for f in flat for c in f.T]}[structure]
+    entropy = 0.0
+    for x in blocks:
+        z = x - x.mean(0)
+        rank = min(5, x.shape[1])
+        eig = np.linalg.eigvalsh(z.T @ z / 6 if x.shape[1] < 6 else z @ z.T / 6)[-rank:]
+        entropy += 0.5 * np.sum(np.log(eig)) + 0.5 * rank * (np.log(2 * np.pi) + 1)
+    log_likelihood, log_prior = tf.constant(np.linspace(-3, -1, 6), tf.float32), tf.fill((6,), -2.0)
+    expected = (-np.mean(log_likelihood.numpy() - 2.0) - entropy) / 50
+    updated = []
+    for prepared in (optimizer.prepare_step(), None):
+        step = bk.optimizers.StepInfo(log_likelihood, log_prior, dataset_size=50.0, prepared=prepared)
+        assert float(optimizer.report(step)["free_energy"]) == pytest.approx(expected, rel=1e-5)
+        saved = [v.numpy() for v in model.variables + optimizer.variables]
+        grads = [tf.ones_like(v) * 0.1 + tf.cast(v, tf.float32) for v in model.trainable_variables]
+        optimizer.apply(grads, model.trainable_variables, step)
+        updated.append([v.numpy() for v in model.particle_variables])
+        for v, value in zip(model.variables + optimizer.variables, saved):
+            v.assign(value)
+    for a, b in zip(*updated):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(updated[0][0], flat[0].reshape(updated[0][0].shape))  # the update moved them

@@ -370,8 +370,8 @@ def test_steps_per_execution_draws_the_same_stream():
         np.testing.assert_array_equal(a, b)
 
 
-def test_step_noise_is_the_draw_the_update_would_make():
-    """The normals of prepare_step (handed back in the StepInfo) are those the update draws itself when
+def test_prepared_normals_are_the_draw_the_update_would_make():
+    """The normals of prepare_step (handed back in StepInfo.prepared) are those the update draws itself when
     called without a step: same counter, same particles."""
     x, y = class_data()
     model = tiny_classifier()
@@ -380,7 +380,7 @@ def test_step_noise_is_the_draw_the_update_would_make():
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     saved = [v.numpy() for v in optimizer.variables + model.variables]
     grads = [tf.zeros_like(v) for v in model.trainable_variables]
-    step = bk.optimizers.StepInfo(tf.zeros(4), tf.zeros(4), noise=optimizer.prepare_step())
+    step = bk.optimizers.StepInfo(tf.zeros(4), tf.zeros(4), prepared=optimizer.prepare_step())
     optimizer.apply(grads, model.trainable_variables, step)
     with_step = [v.numpy() for v in model.particle_variables]
     for v, value in zip(optimizer.variables + model.variables, saved):

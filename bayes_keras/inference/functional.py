@@ -70,12 +70,12 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped")
 
     def one_step():
-        noise = optimizer.prepare_step()
+        prepared = optimizer.prepare_step()
         with tf.GradientTape() as tape:
             lp = log_prob_fn(x.value)
             loss = -tf.reduce_sum(lp)
         g = tape.gradient(loss, x.value)
-        step = StepInfo(log_likelihood=tf.stop_gradient(lp), log_prior=tf.zeros_like(lp), noise=noise)
+        step = StepInfo(log_likelihood=tf.stop_gradient(lp), log_prior=tf.zeros_like(lp), prepared=prepared)
         fe = optimizer.report(step).get("free_energy", -tf.reduce_mean(lp))
         finite = tf.reduce_all(tf.math.is_finite(g)) & tf.math.is_finite(loss)
 

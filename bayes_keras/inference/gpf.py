@@ -15,6 +15,7 @@ All functions take lists of (N, d_v) float tensors, one per variable, so callers
 """
 
 import math
+from typing import NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -31,11 +32,28 @@ def _gram(zs):
     return tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs])
 
 
+class ParticleCloud(NamedTuple):
+    """What both the flow's direction and the entropy of the particles' Gaussian are built from:
+    the particles, their centred values Z_v and one N x N Gram K = Z Z^T per block (None for
+    "mean_field"). Computed once per step (GaussianParticleFlow.prepare_step) and handed to both."""
+
+    particles: list
+    centred: list
+    grams: Optional[list]
+
+
+def particle_cloud(particles, groups):
+    """The `ParticleCloud` of (N, d_v) particle tensors under `groups` (as in `gpf_direction`)."""
+    zs = _centre(particles)
+    grams = None if groups == "mean_field" else [_gram([zs[v] for v in group]) for group in groups]
+    return ParticleCloud(list(particles), zs, grams)
+
+
 def _concat(xs, idx):
     return xs[idx[0]] if len(idx) == 1 else tf.concat([xs[i] for i in idx], axis=1)
 
 
-def gpf_direction(particles, grads, groups, mean_preconditioning=False):
+def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=None):
     """The GPF pseudo-gradient Delta for every particle (the update is x <- x - step(Delta)).
 
     Args:
@@ -46,11 +64,13 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False):
         mean_preconditioning: replace the mean drift g_bar by C g_bar (C the particles' covariance
             in the block), which makes the mean's convergence independent of the conditioning once
             C approaches the posterior covariance (gpf.md, "natural gradient on the mean only").
+        cloud: the `particle_cloud(particles, groups)` if already computed (it is then not redone).
 
     Returns:
         list of (N, d_v) tensors Delta_v.
     """
-    zs = _centre(particles)
+    cloud = particle_cloud(particles, groups) if cloud is None else cloud
+    zs = cloud.centred
     gbars = [tf.reduce_mean(g, axis=0, keepdims=True) for g in grads]
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
     if groups == "mean_field":
@@ -62,8 +82,7 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False):
             out.append(gbar + z * psi - z)
         return out
     out = [None] * len(particles)
-    for group in groups:
-        gram = _gram([zs[v] for v in group])  # (N, N)
+    for group, gram in zip(groups, cloud.grams):  # gram: (N, N)
         if mean_preconditioning:
             # C g_bar = (1/N) Z^T (Z g_bar), per block.
             s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
@@ -75,23 +94,26 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False):
     return out
 
 
-def gaussian_entropy(particles, groups):
+def gaussian_entropy(particles, groups, cloud=None):
     """Entropy of the Gaussian N(m, C) defined by the particles, C = Z^T Z / N, in its support.
 
     With N <= D the covariance is singular (rank N - 1); the entropy is that of the Gaussian on the
     particles' affine span, from the nonzero eigenvalues of the N x N matrix K / N (the same as
-    those of C; with N > D the D x D covariance is used instead). Block structures sum their blocks' entropies (q factorises over blocks).
+    those of C; with N > D the D x D covariance is used instead). Block structures sum their blocks'
+    entropies (q factorises over blocks). `cloud`: the `particle_cloud(particles, groups)` if already
+    computed (its centred values and Grams are then reused).
     """
+    cloud = particle_cloud(particles, groups) if cloud is None else cloud
     n_int = particles[0].shape[0]
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
     if groups == "mean_field":
         total = 0.0
-        for z in _centre(particles):
+        for z in cloud.centred:
             var = tf.reduce_mean(z * z, axis=0)
             total += 0.5 * tf.reduce_sum(tf.math.log(tf.maximum(var, 1e-30)) + _LOG_2PI_E)
         return total
     total = 0.0
-    for group in groups:
+    for group, particle_gram in zip(groups, cloud.grams):
         dim = sum(int(particles[v].shape[1]) for v in group)
         rank = min(n_int - 1, dim)
         # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
@@ -100,8 +122,11 @@ def gaussian_entropy(particles, groups):
 
         def log_det(dtype):
             if small:
-                z = _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                z = _concat(cloud.centred, group) if dtype == particles[0].dtype else \
+                    _centre([tf.cast(_concat(particles, group), dtype)])[0]
                 gram = tf.matmul(z, z, transpose_a=True)
+            elif dtype == particles[0].dtype:
+                gram = particle_gram  # the direction's K, not recomputed
             else:
                 # K = sum_v Z_v Z_v^T block by block: concatenating the group first copied every weight.
                 gram = _gram(_centre([tf.cast(particles[v], dtype) for v in group]))

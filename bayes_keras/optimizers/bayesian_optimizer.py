@@ -32,7 +32,7 @@ class StepInfo:
         dataset_size: the number of training examples (a Python float).
         curvature: the step's `bayes_keras.curvature.LayerRecord`s when the optimizer's
             `curvature_request` asked for them, else ().
-        noise: what the optimizer's `prepare_step()` returned for this step (None if nothing).
+        prepared: what the optimizer's `prepare_step()` returned for this step (None if nothing).
     """
 
     log_likelihood: Any
@@ -40,7 +40,7 @@ class StepInfo:
     temperature: float = 1.0
     dataset_size: float = 1.0
     curvature: tuple = ()
-    noise: Any = None
+    prepared: Any = None
 
     @property
     def log_joint(self):
@@ -113,8 +113,10 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     - `curvature_request`: None, or a `bayes_keras.curvature.CurvatureRequest` (Kronecker factors or
       squared gradients, observed or sampled labels): what BayesianModel must capture in the forward
       pass; the step's `LayerRecord`s then arrive as `step.curvature`.
-    - `prepare_step()`: tensors drawn before the forward pass (e.g. the normals of the next sample of
-      q, so that they are drawn off the critical path), handed back as `step.noise`.
+    - `prepare_step()`: tensors computed before the forward pass, off its critical path (the normals of
+      q's next sample; the particles' centred values and Grams, which both GPF's free energy and its
+      direction use), handed back as `step.prepared`. They may read the variables: nothing writes them
+      between `prepare_step` and `update`.
     - `report(step) -> dict`: metric values of the step before the update (e.g. "free_energy",
       "elbo", per training example), named in `reported_metrics`.
     - `bind_log_prob(fn)`: the functional door's log density, for methods whose curvature needs it.

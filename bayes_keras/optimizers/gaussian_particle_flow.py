@@ -1,14 +1,22 @@
 """GaussianParticleFlow: the Keras optimizer for GPF (Galy-Fajou et al. 2021)."""
 
 import warnings
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
-from bayes_keras.inference.gpf import gaussian_entropy, gpf_direction
+from bayes_keras.inference.gpf import ParticleCloud, gaussian_entropy, gpf_direction, particle_cloud
 from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 
 _STRUCTURES = ("full", "layer", "mean_field")
+
+
+class _Prepared(NamedTuple):
+    """GaussianParticleFlow.prepare_step's value (`StepInfo.prepared`)."""
+
+    cloud: ParticleCloud
+    entropy: tf.Tensor
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -73,16 +81,40 @@ class GaussianParticleFlow(ParticleOptimizer):
     def direction(self, particles, grads, groups):
         return gpf_direction(particles, grads, self._structure_groups(groups), self.mean_preconditioning)
 
+    def prepare_step(self):
+        """The particles' `ParticleCloud` (centred values, Grams) and the entropy of their Gaussian, before
+        the forward pass. Neither depends on the step's gradients, so the executor computes them beside
+        the forward and backward passes instead of after them, and the direction reuses the Grams (as
+        separate computations after the backward pass they cost 0.04-0.06 of an MLP step)."""
+        if not self.built:
+            return None
+        cloud = self._cloud()
+        return _Prepared(cloud, self._entropy(cloud))
+
+    def _cloud(self):
+        flat = self.view.flatten([v.value for v in self.view.variables])
+        return particle_cloud(flat, self._structure_groups(self.view.layer_groups))
+
+    def _entropy(self, cloud):
+        return gaussian_entropy(cloud.particles, self._structure_groups(self.view.layer_groups), cloud)
+
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        prepared = None if step is None else step.prepared
+        cloud = self._cloud() if prepared is None else prepared.cloud
+        flat_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        directions = gpf_direction(cloud.particles, flat_grads, self._structure_groups(self.view.layer_groups),
+                                   self.mean_preconditioning, cloud)
+        self.step_particles(directions, learning_rate, iteration, writes)
+
     def entropy(self):
         """Entropy of the Gaussian defined by the current particles, under this structure."""
-        flat = self.view.flatten([v.value for v in self.view.variables])
-        return gaussian_entropy(flat, self._structure_groups(self.view.layer_groups))
+        return self._entropy(self._cloud())
 
     def report(self, step):
         """The free energy (negative ELBO of the particles' Gaussian) per training example."""
         log_joint = step.log_joint
-        entropy = tf.cast(self.entropy(), log_joint.dtype)
-        return {"free_energy": (-tf.reduce_mean(log_joint) - entropy) / step.dataset_size}
+        entropy = self.entropy() if step.prepared is None else step.prepared.entropy
+        return {"free_energy": (-tf.reduce_mean(log_joint) - tf.cast(entropy, log_joint.dtype)) / step.dataset_size}
 
     def check_num_particles(self, num_particles):
         if num_particles < 2:

@@ -129,7 +129,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
 
     def prepare_step(self):
         """The normals of this step's resample, drawn before the forward pass (BayesianModel hands them
-        back as `step.noise`). They depend only on the draw counter, not on the step's gradients, so the
+        back as `step.prepared`). They depend only on the draw counter, not on the step's gradients, so the
         executor can generate them on an idle core while the forward and backward passes run; drawn
         inside the update they sat on the critical path after the finiteness check (docs/architecture.md).
         Same key, same numbers: the stream is unchanged."""
@@ -191,7 +191,7 @@ class GaussianVariationalOptimizer(ParticleOptimizer):
             # The model hands over gradients of the NEGATIVE log joint; the methods ascend the log joint.
             log_joint_grads = [-g for g in self._flatten(grads)]
             self._update_blocks(thetas, log_joint_grads, learning_rate, iteration, step, writes)
-        eps = None if step is None else step.noise
+        eps = None if step is None else step.prepared
         for v, value in zip(pvars, self._sample(self.view.num_particles, eps, writes.read)):
             writes.assign(v, value)
         writes.assign(self._sample_counter, self._sample_counter.value + 1)
