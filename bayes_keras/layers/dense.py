@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.curvature import rules
+from bayes_keras.layers._permute import permute
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer, IMAGE_RANK
 
@@ -81,10 +82,10 @@ class Dense(ParticleLayer):
         if self.broadcasts and len(x.shape) == 2:
             # (batch, in) @ (in, N out): one matmul against the concatenated kernels, whose column
             # blocks are the particles, so the result is already (batch, N, out) after a reshape.
-            k = tf.reshape(tf.transpose(self.kernel, [1, 0, 2]), (-1, n * self.units))
+            k = tf.reshape(permute(self.kernel, [1, 0, 2]), (-1, n * self.units))
             y = tf.reshape(tf.matmul(x, k), (-1, n, self.units))
         elif self.broadcasts:
-            k = tf.reshape(tf.transpose(self.kernel, [1, 0, 2]), (-1, n * self.units))
+            k = tf.reshape(permute(self.kernel, [1, 0, 2]), (-1, n * self.units))
             y = tf.tensordot(x, k, axes=[[-1], [0]])
             y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [n, self.units]], 0))
             y = tf.experimental.numpy.moveaxis(y, -2, 1)
