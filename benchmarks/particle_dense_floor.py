@@ -17,6 +17,11 @@ Plus one hidden layer alone (50 -> 50, forward + backward): one (N * 64) x 50 GE
 64 x 50 GEMMs. The ratios to `shared` are the floor for (a)/(f) that no particle implementation built on
 TensorFlow's kernels can beat on this CPU.
 
+And whole training steps, as (a) and (f) run them: `shared_train` is `shared` plus an Adam update of its
+weights; `particle_train` is `particle_major` plus what every Bayesian particle step adds, a N(0, 1)
+log prior on the N weight sets and the same Adam update of N times as many weights (hand-written Adam,
+the same ops on both sides). Their ratio is the floor of (a)/(f) itself.
+
 Usage:
     python benchmarks/particle_dense_floor.py                          # ~1 min; oneDNN as TF decides
     TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/particle_dense_floor.py  # the Eigen kernels
@@ -59,6 +64,22 @@ def variants(n, rng):
     def cross_entropy(labels, logits):
         return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
+    def adam(variables):
+        """A hand-written Adam(1e-3) for `variables`: the same ops for both training steps."""
+        slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
+        count = tf.Variable(0.0)
+
+        def apply(grads):
+            count.assign_add(1.0)
+            scale = 1e-3 * tf.sqrt(1.0 - 0.999 ** count) / (1.0 - 0.9 ** count)
+            for v, g, (m, s) in zip(variables, grads, slots):
+                m.assign(0.9 * m + 0.1 * g)
+                s.assign(0.999 * s + 0.001 * tf.square(g))
+                v.assign_sub(scale * m / (tf.sqrt(s) + 1e-7))
+        return apply
+
+    adam_shared, adam_particle = adam(shared), adam(particle)
+
     @tf.function
     def shared_step():
         w1, w2, w3, b1, b2, b3 = shared
@@ -89,6 +110,28 @@ def variants(n, rng):
             loss = cross_entropy(y_particles, logits)
         return tape.gradient(loss, particle)
 
+    @tf.function
+    def shared_train():
+        w1, w2, w3, b1, b2, b3 = shared
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.matmul(x_tiled, w1) + b1)
+            h = tf.nn.relu(tf.matmul(h, w2) + b2)
+            loss = cross_entropy(y_tiled, tf.matmul(h, w3) + b3)
+        adam_shared(tape.gradient(loss, shared))
+        return [loss]
+
+    @tf.function
+    def particle_train():
+        w1, w2, w3, b1, b2, b3 = particle
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.matmul(x, w1) + b1)
+            h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])
+            h = tf.nn.relu(tf.matmul(h, w2) + b2)
+            logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])
+            loss = cross_entropy(y_particles, logits) + tf.add_n([0.5 * tf.reduce_sum(tf.square(w)) for w in particle])
+        adam_particle(tape.gradient(loss, particle))
+        return [loss]
+
     model = bk.zoo.mlp(INPUTS, CLASSES, (HIDDEN, HIDDEN), num_particles=n, likelihood="categorical")
     model(x)
 
@@ -111,7 +154,8 @@ def variants(n, rng):
         return tape.gradient(loss, layer_particle)
 
     return {"shared": shared_step, "particle_major": particle_major_step, "batch_major": batch_major_step,
-            "bayes_keras": bayes_keras_step, "layer_gemm": layer_gemm, "layer_batched_gemm": layer_batched_gemm}
+            "bayes_keras": bayes_keras_step, "layer_gemm": layer_gemm, "layer_batched_gemm": layer_batched_gemm,
+            "shared_train": shared_train, "particle_train": particle_train}
 
 
 def main():
@@ -129,6 +173,7 @@ def main():
         # Paired ratios: within a round the variants ran back to back.
         paired = {k: harness.paired_ratio(times, k, "shared") for k in ("particle_major", "batch_major", "bayes_keras")}
         paired["layer_batched_gemm"] = harness.paired_ratio(times, "layer_batched_gemm", "layer_gemm")
+        paired["train"] = harness.paired_ratio(times, "particle_train", "shared_train")
         rows.append({"num_particles": n, "median_us": median, "ratio": paired})
         print(n, {k: round(v, 1) for k, v in median.items()}, {k: round(v, 2) for k, v in paired.items()}, flush=True)
 
@@ -140,16 +185,20 @@ def main():
              "inside tf.function; microseconds (median of rounds); ratios are medians of within-round ratios to "
              "`shared` (one weight set on the N x 64 batch: the arithmetic step_time.py's (f) runs).", "",
              "| N | shared us | particle-major us | batch-major us | bayes_keras us | particle-major / shared | "
-             "batch-major / shared | bayes_keras / shared | one layer: N batched GEMMs / one GEMM |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "batch-major / shared | bayes_keras / shared | one layer: N batched GEMMs / one GEMM | "
+             "shared_train us | particle_train us | training step: particle / shared |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         m, r = row["median_us"], row["ratio"]
         lines.append(f"| {row['num_particles']} | {m['shared']:.0f} | {m['particle_major']:.0f} | {m['batch_major']:.0f} | "
                      f"{m['bayes_keras']:.0f} | {r['particle_major']:.2f} | {r['batch_major']:.2f} | "
-                     f"{r['bayes_keras']:.2f} | {r['layer_batched_gemm']:.2f} |")
-    lines += ["", "particle-major / shared is the least any N-weight-set MLP step built on TensorFlow's kernels "
-              "costs relative to (f)'s arithmetic on this machine; step_time.py's (a)/(f) adds the optimizer, the "
-              "log prior and the metrics to both sides.", "", f"Command: `python {' '.join(sys.argv)}`"]
+                     f"{r['bayes_keras']:.2f} | {r['layer_batched_gemm']:.2f} | {m['shared_train']:.0f} | "
+                     f"{m['particle_train']:.0f} | {r['train']:.2f} |")
+    lines += ["", "particle-major / shared is the least any N-weight-set MLP forward + backward built on TensorFlow's "
+              "kernels costs relative to (f)'s arithmetic on this machine. The training-step columns add what "
+              "step_time.py's (a) and (f) add: an Adam update (of N weight sets on the particle side) and, for the "
+              "particles, their N(0, 1) log prior; their ratio is the floor of (a)/(f).", "",
+              f"Command: `python {' '.join(sys.argv)}`"]
     print("\n".join(lines))
     harness.save_results(stem, {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(),
                                 "onednn": setting, "args": vars(args), "rows": rows}, lines)

@@ -514,7 +514,7 @@ def lenet_markdown(training, timing, micro):
         lines += [f"| {k} | {v:.2f} |" for k, v in timing["paired_pieces_ms"].items()]
     if micro:
         lines += ["", "Op-level microbenchmarks (compiled tf.function, median ms; one LeNet batch of 64, N = 10). "
-                  "Conv layers: the library's patches (static slices) and A (particle-major matmul), and the "
+                  "Conv layers: the library's patches (one gather of the padded pixels) and A (particle-major matmul), and the "
                   "previous ops (tf.image.extract_patches, einsum) for comparison:", "",
                   "| layer | factor shapes | all factors ms | patches ms (previous) | A ms (previous einsum) | "
                   "max rel. difference of A to previous |", "|---|---|---|---|---|---|"]
