@@ -116,3 +116,21 @@ def interleaved_microseconds(fns, rounds, steps, rng, warmup=5):
 def paired_ratio(times, numerator, denominator):
     """Median over rounds of the within-round ratio of two variants' times."""
     return float(np.median(np.array(times[numerator]) / np.array(times[denominator])))
+
+
+def hand_written_adam(variables, learning_rate=1e-3):
+    """Adam for a list of tf.Variables, written out in TensorFlow ops: the floor benchmarks give both sides
+    of a ratio (one weight set, N weight sets) the same update ops. Returns apply(grads)."""
+    import tensorflow as tf
+
+    slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
+    count = tf.Variable(0.0)
+
+    def apply(grads):
+        count.assign_add(1.0)
+        scale = learning_rate * tf.sqrt(1.0 - 0.999 ** count) / (1.0 - 0.9 ** count)
+        for v, g, (m, s) in zip(variables, grads, slots):
+            m.assign(0.9 * m + 0.1 * g)
+            s.assign(0.999 * s + 0.001 * tf.square(g))
+            v.assign_sub(scale * m / (tf.sqrt(s) + 1e-7))
+    return apply

@@ -64,21 +64,8 @@ def variants(n, rng):
     def cross_entropy(labels, logits):
         return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
-    def adam(variables):
-        """A hand-written Adam(1e-3) for `variables`: the same ops for both training steps."""
-        slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
-        count = tf.Variable(0.0)
 
-        def apply(grads):
-            count.assign_add(1.0)
-            scale = 1e-3 * tf.sqrt(1.0 - 0.999 ** count) / (1.0 - 0.9 ** count)
-            for v, g, (m, s) in zip(variables, grads, slots):
-                m.assign(0.9 * m + 0.1 * g)
-                s.assign(0.999 * s + 0.001 * tf.square(g))
-                v.assign_sub(scale * m / (tf.sqrt(s) + 1e-7))
-        return apply
-
-    adam_shared, adam_particle = adam(shared), adam(particle)
+    adam_shared, adam_particle = harness.hand_written_adam(shared), harness.hand_written_adam(particle)
 
     @tf.function
     def shared_step():
