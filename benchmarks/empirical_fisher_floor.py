@@ -19,7 +19,6 @@ Usage:
 Writes benchmarks/results/empirical_fisher_floor[_onednn_on|_onednn_off].{json,md}.
 """
 
-import argparse
 import os
 import sys
 
@@ -75,20 +74,8 @@ def variants(n, rng):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--particles", type=int, nargs="+", default=[5, 10, 20])
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    rows = []
-    for n in args.particles:
-        times = harness.interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
-        median = {k: float(np.median(v)) for k, v in times.items()}
-        ratio = harness.paired_ratio(times, "pass_and_squared", "pass")
-        rows.append({"num_particles": n, "median_us": median, "ratio": ratio})
-        print(n, {k: round(v, 1) for k, v in median.items()}, round(ratio, 2), flush=True)
+    args = harness.floor_arguments(__doc__.split("\n")[0], rounds=40, steps=50)
+    rows = harness.floor_rows(variants, args, lambda times: harness.paired_ratio(times, "pass_and_squared", "pass"))
 
     setting = harness.onednn_setting()
     stem = "empirical_fisher_floor" + ("" if setting == "default" else f"_onednn_{setting}")

@@ -134,3 +134,30 @@ def hand_written_adam(variables, learning_rate=1e-3):
             s.assign(0.999 * s + 0.001 * tf.square(g))
             v.assign_sub(scale * m / (tf.sqrt(s) + 1e-7))
     return apply
+
+
+def floor_arguments(description, rounds, steps):
+    """The command line the floor benchmarks share: --particles, --rounds, --steps, --seed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--particles", type=int, nargs="+", default=[5, 10, 20])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def floor_rows(variants, args, ratios):
+    """One row per particle count: `variants(n, rng)`'s callables timed by `interleaved_microseconds`,
+    their medians and `ratios(times)` (paired ratios: within a round the variants ran back to back)."""
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for n in args.particles:
+        times = interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
+        median = {k: float(np.median(v)) for k, v in times.items()}
+        ratio = ratios(times)
+        rows.append({"num_particles": n, "median_us": median, "ratio": ratio})
+        shown = {k: round(v, 2) for k, v in ratio.items()} if isinstance(ratio, dict) else round(ratio, 2)
+        print(n, {k: round(v, 1) for k, v in median.items()}, shown, flush=True)
+    return rows

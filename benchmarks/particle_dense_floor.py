@@ -28,7 +28,6 @@ Usage:
 Writes benchmarks/results/particle_dense_floor[_onednn_on|_onednn_off].{json,md}.
 """
 
-import argparse
 import os
 import sys
 
@@ -146,23 +145,15 @@ def variants(n, rng):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--particles", type=int, nargs="+", default=[5, 10, 20])
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    rows = []
-    for n in args.particles:
-        times = harness.interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
-        median = {k: float(np.median(v)) for k, v in times.items()}
-        # Paired ratios: within a round the variants ran back to back.
+    args = harness.floor_arguments(__doc__.split("\n")[0], rounds=40, steps=50)
+
+    def ratios(times):
         paired = {k: harness.paired_ratio(times, k, "shared") for k in ("particle_major", "batch_major", "bayes_keras")}
         paired["layer_batched_gemm"] = harness.paired_ratio(times, "layer_batched_gemm", "layer_gemm")
         paired["train"] = harness.paired_ratio(times, "particle_train", "shared_train")
-        rows.append({"num_particles": n, "median_us": median, "ratio": paired})
-        print(n, {k: round(v, 1) for k, v in median.items()}, {k: round(v, 2) for k, v in paired.items()}, flush=True)
+        return paired
+
+    rows = harness.floor_rows(variants, args, ratios)
 
     setting = harness.onednn_setting()
     stem = "particle_dense_floor" + ("" if setting == "default" else f"_onednn_{setting}")

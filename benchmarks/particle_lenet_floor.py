@@ -24,7 +24,6 @@ Usage:
 Writes benchmarks/results/particle_lenet_floor[_onednn_on|_onednn_off].{json,md}.
 """
 
-import argparse
 import os
 import sys
 
@@ -116,21 +115,10 @@ def variants(n, rng):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--particles", type=int, nargs="+", default=[5, 10, 20])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    rows = []
-    for n in args.particles:
-        times = harness.interleaved_microseconds(variants(n, rng), args.rounds, args.steps, rng)
-        median = {k: float(np.median(v)) for k, v in times.items()}
-        paired = {"pass": harness.paired_ratio(times, "particle_pass", "shared_pass"),
-                  "train": harness.paired_ratio(times, "particle_train", "shared_train")}
-        rows.append({"num_particles": n, "median_us": median, "ratio": paired})
-        print(n, {k: round(v, 1) for k, v in median.items()}, {k: round(v, 2) for k, v in paired.items()}, flush=True)
+    args = harness.floor_arguments(__doc__.split("\n")[0], rounds=30, steps=20)
+    rows = harness.floor_rows(variants, args, lambda times: {
+        "pass": harness.paired_ratio(times, "particle_pass", "shared_pass"),
+        "train": harness.paired_ratio(times, "particle_train", "shared_train")})
 
     setting = harness.onednn_setting()
     stem = "particle_lenet_floor" + ("" if setting == "default" else f"_onednn_{setting}")
