@@ -20,6 +20,16 @@ def _rel(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
+def _span_entropy(x):
+    """Entropy of the Gaussian of the rows of x on their affine span (numpy, float64): from the
+    min(N - 1, D) largest eigenvalues of the covariance."""
+    x = np.asarray(x, np.float64)
+    z = x - x.mean(0)
+    rank = min(x.shape[0] - 1, x.shape[1])
+    eig = np.linalg.eigvalsh(z.T @ z / x.shape[0])[-rank:]
+    return 0.5 * np.sum(np.log(eig)) + 0.5 * rank * (np.log(2 * np.pi) + 1)
+
+
 def test_theorem1_d_plus_one_particles_recover_gaussian_exactly():
     mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=0)
     x0 = np.random.default_rng(1).standard_normal((D + 1, D))
@@ -164,10 +174,7 @@ def test_entropy_of_an_uneven_float32_cloud_is_computed_in_float64(num_particles
     rotation, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
     x = ((rng.standard_normal((num_particles, dim)) * np.array([1e3, 10.0, 1.0, 1e-1, 1e-2])) @ rotation.T
          + 1.0).astype(np.float32)
-    z = x.astype(np.float64) - x.astype(np.float64).mean(0)
-    rank = min(num_particles - 1, dim)
-    eig = np.linalg.eigvalsh(z.T @ z / num_particles)[-rank:]
-    exact = 0.5 * np.sum(np.log(eig)) + 0.5 * rank * (np.log(2 * np.pi) + 1)
+    exact = _span_entropy(x)
     for pieces in ([x], [x[:, :2], x[:, 2:]]):  # one variable, or two in one block
         got = float(gaussian_entropy([tf.constant(p) for p in pieces], [list(range(len(pieces)))]))
         assert abs(got - exact) < 1e-4, (got, exact)
@@ -190,12 +197,7 @@ def test_prepared_cloud_gives_the_free_energy_and_update_of_the_particles(struct
     flat = [v.numpy().reshape(6, -1).astype(np.float64) for v in model.particle_variables]
     blocks = {"full": [np.concatenate(flat, 1)], "layer": [np.concatenate(flat[:2], 1), np.concatenate(flat[2:], 1)],
               "mean_field": [c[:, None] for f in flat for c in f.T]}[structure]
-    entropy = 0.0
-    for x in blocks:
-        z = x - x.mean(0)
-        rank = min(5, x.shape[1])
-        eig = np.linalg.eigvalsh(z.T @ z / 6 if x.shape[1] < 6 else z @ z.T / 6)[-rank:]
-        entropy += 0.5 * np.sum(np.log(eig)) + 0.5 * rank * (np.log(2 * np.pi) + 1)
+    entropy = sum(_span_entropy(x) for x in blocks)
     log_likelihood, log_prior = tf.constant(np.linspace(-3, -1, 6), tf.float32), tf.fill((6,), -2.0)
     expected = (-np.mean(log_likelihood.numpy() - 2.0) - entropy) / 50
     updated = []
