@@ -161,3 +161,30 @@ def floor_rows(variants, args, ratios):
         shown = {k: round(v, 2) for k, v in ratio.items()} if isinstance(ratio, dict) else round(ratio, 2)
         print(n, {k: round(v, 1) for k, v in median.items()}, shown, flush=True)
     return rows
+
+
+def gradient_pass(loss, variables):
+    """A compiled zero-argument callable: forward + backward of `loss()`, returning the gradients."""
+    import tensorflow as tf
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            value = loss()
+        return tape.gradient(value, variables)
+    return step
+
+
+def training_step(loss, variables):
+    """A compiled zero-argument callable: `gradient_pass` plus a `hand_written_adam` update of `variables`."""
+    import tensorflow as tf
+
+    adam = hand_written_adam(variables)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            value = loss()
+        adam(tape.gradient(value, variables))
+        return [value]
+    return step

@@ -63,85 +63,50 @@ def variants(n, rng):
     def cross_entropy(labels, logits):
         return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
 
-
-    adam_shared, adam_particle = harness.hand_written_adam(shared), harness.hand_written_adam(particle)
-
-    @tf.function
-    def shared_step():
+    def shared_loss():
         w1, w2, w3, b1, b2, b3 = shared
-        with tf.GradientTape() as tape:
-            h = tf.nn.relu(tf.matmul(x_tiled, w1) + b1)
-            h = tf.nn.relu(tf.matmul(h, w2) + b2)
-            loss = cross_entropy(y_tiled, tf.matmul(h, w3) + b3)
-        return tape.gradient(loss, shared)
+        h = tf.nn.relu(tf.matmul(x_tiled, w1) + b1)
+        h = tf.nn.relu(tf.matmul(h, w2) + b2)
+        return cross_entropy(y_tiled, tf.matmul(h, w3) + b3)
 
-    @tf.function
-    def particle_major_step():
+    def particle_major_loss():
         w1, w2, w3, b1, b2, b3 = particle
-        with tf.GradientTape() as tape:
-            h = tf.nn.relu(tf.matmul(x, w1) + b1)                                # (batch, N * hidden)
-            h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])      # (N, batch, hidden)
-            h = tf.nn.relu(tf.matmul(h, w2) + b2)
-            logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])             # (batch, N, classes)
-            loss = cross_entropy(y_particles, logits)
-        return tape.gradient(loss, particle)
+        h = tf.nn.relu(tf.matmul(x, w1) + b1)                                # (batch, N * hidden)
+        h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])      # (N, batch, hidden)
+        h = tf.nn.relu(tf.matmul(h, w2) + b2)
+        logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])             # (batch, N, classes)
+        return cross_entropy(y_particles, logits)
 
-    @tf.function
-    def batch_major_step():
+    def batch_major_loss():
         w1, w2, w3, b1, b2, b3 = particle
-        with tf.GradientTape() as tape:
-            h = tf.reshape(tf.nn.relu(tf.matmul(x, w1) + b1), [BATCH, n, HIDDEN])
-            h = tf.nn.relu(tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w2) + b2, [1, 0, 2]))
-            logits = tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w3) + b3, [1, 0, 2])
-            loss = cross_entropy(y_particles, logits)
-        return tape.gradient(loss, particle)
+        h = tf.reshape(tf.nn.relu(tf.matmul(x, w1) + b1), [BATCH, n, HIDDEN])
+        h = tf.nn.relu(tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w2) + b2, [1, 0, 2]))
+        logits = tf.transpose(tf.matmul(tf.transpose(h, [1, 0, 2]), w3) + b3, [1, 0, 2])
+        return cross_entropy(y_particles, logits)
 
-    @tf.function
-    def shared_train():
-        w1, w2, w3, b1, b2, b3 = shared
-        with tf.GradientTape() as tape:
-            h = tf.nn.relu(tf.matmul(x_tiled, w1) + b1)
-            h = tf.nn.relu(tf.matmul(h, w2) + b2)
-            loss = cross_entropy(y_tiled, tf.matmul(h, w3) + b3)
-        adam_shared(tape.gradient(loss, shared))
-        return [loss]
-
-    @tf.function
-    def particle_train():
-        w1, w2, w3, b1, b2, b3 = particle
-        with tf.GradientTape() as tape:
-            h = tf.nn.relu(tf.matmul(x, w1) + b1)
-            h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])
-            h = tf.nn.relu(tf.matmul(h, w2) + b2)
-            logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])
-            loss = cross_entropy(y_particles, logits) + tf.add_n([0.5 * tf.reduce_sum(tf.square(w)) for w in particle])
-        adam_particle(tape.gradient(loss, particle))
-        return [loss]
+    def particle_major_loss_and_prior():
+        return particle_major_loss() + tf.add_n([0.5 * tf.reduce_sum(tf.square(w)) for w in particle])
 
     model = bk.zoo.mlp(INPUTS, CLASSES, (HIDDEN, HIDDEN), num_particles=n, likelihood="categorical")
     model(x)
 
-    @tf.function
-    def bayes_keras_step():
-        with tf.GradientTape() as tape:
-            loss = cross_entropy(y_particles, model(x, training=True))
-        return tape.gradient(loss, model.trainable_variables)
+    def bayes_keras_loss():
+        return cross_entropy(y_particles, model(x, training=True))
 
-    @tf.function
-    def layer_gemm():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(tf.matmul(h_tiled, layer_shared[0])))
-        return tape.gradient(loss, layer_shared)
+    def layer_loss():
+        return tf.reduce_sum(tf.square(tf.matmul(h_tiled, layer_shared[0])))
 
-    @tf.function
-    def layer_batched_gemm():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(tf.matmul(h_particles, layer_particle[0])))
-        return tape.gradient(loss, layer_particle)
+    def layer_batched_loss():
+        return tf.reduce_sum(tf.square(tf.matmul(h_particles, layer_particle[0])))
 
-    return {"shared": shared_step, "particle_major": particle_major_step, "batch_major": batch_major_step,
-            "bayes_keras": bayes_keras_step, "layer_gemm": layer_gemm, "layer_batched_gemm": layer_batched_gemm,
-            "shared_train": shared_train, "particle_train": particle_train}
+    return {"shared": harness.gradient_pass(shared_loss, shared),
+            "particle_major": harness.gradient_pass(particle_major_loss, particle),
+            "batch_major": harness.gradient_pass(batch_major_loss, particle),
+            "bayes_keras": harness.gradient_pass(bayes_keras_loss, model.trainable_variables),
+            "layer_gemm": harness.gradient_pass(layer_loss, layer_shared),
+            "layer_batched_gemm": harness.gradient_pass(layer_batched_loss, layer_particle),
+            "shared_train": harness.training_step(shared_loss, shared),
+            "particle_train": harness.training_step(particle_major_loss_and_prior, particle)}
 
 
 def main():

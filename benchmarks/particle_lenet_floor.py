@@ -82,36 +82,10 @@ def variants(n, rng):
             loss += tf.add_n([0.5 * tf.reduce_sum(tf.square(w)) for w in particle])
         return loss
 
-    adam_shared, adam_particle = harness.hand_written_adam(shared), harness.hand_written_adam(particle)
-
-    @tf.function
-    def shared_pass():
-        with tf.GradientTape() as tape:
-            loss = shared_loss()
-        return tape.gradient(loss, shared)
-
-    @tf.function
-    def particle_pass():
-        with tf.GradientTape() as tape:
-            loss = particle_loss(False)
-        return tape.gradient(loss, particle)
-
-    @tf.function
-    def shared_train():
-        with tf.GradientTape() as tape:
-            loss = shared_loss()
-        adam_shared(tape.gradient(loss, shared))
-        return [loss]
-
-    @tf.function
-    def particle_train():
-        with tf.GradientTape() as tape:
-            loss = particle_loss(True)
-        adam_particle(tape.gradient(loss, particle))
-        return [loss]
-
-    return {"shared_pass": shared_pass, "particle_pass": particle_pass, "shared_train": shared_train,
-            "particle_train": particle_train}
+    return {"shared_pass": harness.gradient_pass(shared_loss, shared),
+            "particle_pass": harness.gradient_pass(lambda: particle_loss(False), particle),
+            "shared_train": harness.training_step(shared_loss, shared),
+            "particle_train": harness.training_step(lambda: particle_loss(True), particle)}
 
 
 def main():
