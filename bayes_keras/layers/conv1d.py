@@ -109,8 +109,15 @@ class Conv1D(ParticleLayer):
             xg = tf.transpose(x, [0, 2, 3, 1, 4])
             xg = tf.reshape(xg, tf.stack([shape[0], 1, shape[3], n * x.shape[-1]]))
             y = grouped_conv2d(xg, kernel, n, strides, self._padding(), dilations)
+        capturing = capture.is_capturing()
+        if not capturing:  # bias and activation before the transpose, on (B, 1, T', N*F) (see Conv2D)
+            if self.bias is not None:
+                y = y + tf.reshape(self.bias, (n * f,))
+            y = self.activation(y)
         ys = tf.shape(y)  # (B, 1, T', N*F)
         y = tf.transpose(tf.reshape(y, tf.stack([ys[0], ys[2], n, f])), [0, 2, 1, 3])
+        if not capturing:
+            return y
         if self.bias is not None:
             y = y + tf.reshape(self.bias, (1, n, 1, f))
         capture.record(self, inputs, y)

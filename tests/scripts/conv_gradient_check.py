@@ -127,6 +127,8 @@ def train_one_step():
     y = np.arange(16) % 10
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]), history.history
+    # inference graph: Grappler may fuse a convolution with the bias add and relu that follow it
+    assert np.all(np.isfinite(model.predict(x, verbose=0)))
     # grouped conv -> batch norm -> relu, trained and then predicted: in inference Grappler folds a fused batch
     # norm after a convolution into _FusedConv2D, which the Eigen CPU kernels refuse for groups > 1
     inputs = keras.Input((8, 8, 1))
