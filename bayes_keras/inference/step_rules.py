@@ -73,9 +73,11 @@ class Adam(StepRule):
         m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
         v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * self._squared(direction)
         t = tf.cast(step, direction.dtype)
-        m_hat = m / (1.0 - tf.pow(tf.constant(self.beta_1, t.dtype), t))
-        v_hat = v / (1.0 - tf.pow(tf.constant(self.beta_2, t.dtype), t))
-        return learning_rate * m_hat / (tf.sqrt(v_hat) + self.epsilon), {"m": m, "v": v}
+        # m_hat / (sqrt(v_hat) + eps) with m_hat = m / c1, v_hat = v / c2^2 is (c2 / c1) m / (sqrt(v) + eps c2):
+        # the bias corrections become scalars instead of two passes over every (N, ...) slot.
+        c1 = 1.0 - tf.pow(tf.constant(self.beta_1, t.dtype), t)
+        c2 = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, t.dtype), t))
+        return (learning_rate * c2 / c1) * m / (tf.sqrt(v) + self.epsilon * c2), {"m": m, "v": v}
 
     def get_config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
