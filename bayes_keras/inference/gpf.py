@@ -71,25 +71,30 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
     """
     cloud = particle_cloud(particles, groups) if cloud is None else cloud
     zs = cloud.centred
-    gbars = [tf.reduce_mean(g, axis=0, keepdims=True) for g in grads]
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    gbars = [tf.reduce_mean(g, axis=0, keepdims=True) for g in grads] if groups == "mean_field" or \
+        mean_preconditioning else None
     if groups == "mean_field":
         out = []
         for z, g, gbar in zip(zs, grads, gbars):
             if mean_preconditioning:
                 gbar = tf.reduce_mean(z * z, axis=0, keepdims=True) * gbar
             psi = tf.reduce_mean(g * z, axis=0, keepdims=True)  # diagonal of E[g z^T]
-            out.append(gbar + z * psi - z)
+            out.append(gbar + z * (psi - 1.0))  # psi and gbar have no particle axis
         return out
     out = [None] * len(particles)
     for group, gram in zip(groups, cloud.grams):  # gram: (N, N)
-        if mean_preconditioning:
-            # C g_bar = (1/N) Z^T (Z g_bar), per block.
-            s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
+        if not mean_preconditioning:
+            # g_bar = (1/N) 1 1^T G, so Delta = ((K + 1 1^T) / N) G - Z: one matmul by an N x N matrix and one
+            # subtraction per variable, no separate passes for the mean, the 1/N and the sum.
+            mixing = (gram + 1.0) / n
+            for v in group:
+                out[v] = tf.matmul(mixing, grads[v]) - zs[v]
+            continue
+        # C g_bar = (1/N) Z^T (Z g_bar), per block.
+        s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
         for v in group:
-            gbar = gbars[v]
-            if mean_preconditioning:
-                gbar = tf.matmul(s, zs[v], transpose_a=True) / n
+            gbar = tf.matmul(s, zs[v], transpose_a=True) / n
             out[v] = gbar + tf.matmul(gram, grads[v]) / n - zs[v]
     return out
 

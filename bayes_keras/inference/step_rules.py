@@ -46,7 +46,7 @@ class DimWiseRMSProp(StepRule):
 
     def apply(self, direction, state, learning_rate, step):
         v = self.rho * state["v"] + (1.0 - self.rho) * tf.reduce_mean(tf.square(direction), axis=0)
-        return learning_rate * direction / (tf.sqrt(v) + self.epsilon), {"v": v}
+        return direction * (learning_rate / (tf.sqrt(v) + self.epsilon)), {"v": v}  # one pass over (N, ...)
 
     def get_config(self):
         return {"rho": self.rho, "epsilon": self.epsilon}
@@ -77,7 +77,8 @@ class Adam(StepRule):
         # the bias corrections become scalars instead of two passes over every (N, ...) slot.
         c1 = 1.0 - tf.pow(tf.constant(self.beta_1, t.dtype), t)
         c2 = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, t.dtype), t))
-        return (learning_rate * c2 / c1) * m / (tf.sqrt(v) + self.epsilon * c2), {"m": m, "v": v}
+        # (a dimension-wise v has no particle axis: the division is then on the small tensor)
+        return m * ((learning_rate * c2 / c1) / (tf.sqrt(v) + self.epsilon * c2)), {"m": m, "v": v}
 
     def get_config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
