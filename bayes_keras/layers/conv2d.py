@@ -131,7 +131,9 @@ class Conv2D(ParticleLayer):
             return self.activation(self._broadcast_shared(y))
         if not self.deterministic and not capture.is_capturing():
             # bias and activation on the (B, H', W', N*F) output: a rank-4 add of the flattened (N*F,) biases
-            # is one vectorised kernel; the (N, F) broadcast over rank 5 is not (~4% of a LeNet step)
+            # is one vectorised kernel; the (N, F) broadcast over rank 5 is not (~4% of a LeNet step). An AddV2,
+            # not tf.nn.bias_add: without oneDNN Grappler fuses conv + BiasAdd (+ relu) into _FusedConv2D,
+            # whose Eigen kernel refuses grouped convolutions.
             if self.bias is not None:
                 y = y + tf.reshape(self.bias, (n * f,))
             return _particle_images(self.activation(y), n, f)
