@@ -224,6 +224,9 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None, **kwargs):
         """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from
         compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset."""
+        if not getattr(self, "compiled", False):
+            raise ValueError("You must call compile() before fit(): e.g. "
+                             "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
             self._dataset_size_given = True

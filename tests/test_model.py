@@ -179,6 +179,29 @@ def test_labels_out_of_range_are_reported():
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
         model.fit(x, y + 3, epochs=1, verbose=0)
+    bad = y.copy()
+    bad[1] = 12  # the message names the offending label, not the batch's first few
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_classes =\] \[3\].*from\] \[0\] \[to\] \[12\]"):
+        model.fit(x, bad, epochs=1, verbose=0)
+
+
+def test_fractional_labels_are_refused():
+    x, y = class_data()
+    model = tiny_classifier()
+    model.compile(optimizer=bk.optimizers.IndependentParticles())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must be whole numbers"):
+        model.fit(x, y + 0.3, epochs=1, verbose=0)
+    model.fit(x, y.astype(np.float32), epochs=1, verbose=0)  # whole-number floats are class indices
+
+
+def test_fit_before_compile_and_negative_schedules_are_refused():
+    x, y = class_data()
+    with pytest.raises(ValueError, match=r"call compile\(\) before fit"):
+        tiny_classifier().fit(x, y, epochs=1, verbose=0)
+    for optimizer in (bk.optimizers.IndependentParticles, bk.optimizers.GaussianParticleFlow, bk.optimizers.MGVBP):
+        with pytest.raises(ValueError, match="finite non-negative rate"):
+            optimizer(keras.optimizers.schedules.CosineDecay(-1e-3, 100))
+    bk.optimizers.GaussianParticleFlow(keras.optimizers.schedules.CosineDecay(1e-3, 100))
 
 
 def test_labels_of_wrong_shape_are_reported():

@@ -36,14 +36,23 @@ class Categorical(Likelihood):
         y = label_vector(tf.convert_to_tensor(y),
                          "Categorical likelihood expects integer labels of shape (batch,) or (batch, 1) (one-hot "
                          f"labels: pass argmax(y, -1)) for outputs {shape_text(outputs.shape)}")
-        if y.dtype.is_floating:
-            y = tf.cast(tf.round(y), tf.int32)
+        checks = []
+        if y.dtype.is_floating:  # float class indices (e.g. a float array of labels) must be whole numbers
+            fractional = tf.not_equal(y, tf.round(y))
+            checks.append(tf.debugging.Assert(
+                tf.logical_not(tf.reduce_any(fractional)),
+                ["Categorical labels are class indices and must be whole numbers; got labels such as",
+                 tf.boolean_mask(y, fractional)], summarize=3))
+            y = tf.round(y)
         y = tf.cast(y, tf.int32)
         k = tf.shape(outputs)[-1]
-        with tf.control_dependencies([
-            tf.debugging.assert_non_negative(y, message="Categorical labels must be in [0, num_classes)"),
-            tf.debugging.assert_less(y, k, message="Categorical labels must be in [0, num_classes)"),
-        ]):
+        low, high = tf.reduce_min(y), tf.reduce_max(y)
+        # the batch's smallest and largest label in the message, not its first few labels
+        checks.append(tf.debugging.Assert(
+            tf.logical_and(low >= 0, high < k),
+            ["Categorical labels must be in [0, num_classes) with num_classes =", k, "; got labels from", low,
+             "to", high]))
+        with tf.control_dependencies(checks):
             return tf.identity(y)
 
     def log_prob(self, y, outputs):

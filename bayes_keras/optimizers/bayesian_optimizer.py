@@ -10,6 +10,7 @@ only when every one of them is finite; otherwise nothing changes, and the skip i
 """
 
 import dataclasses
+import math
 from typing import Any
 
 import keras
@@ -148,6 +149,8 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
                                  "optimizer's update is its inference method (the prior plays the role of weight "
                                  "decay; the particles or q already average over weights).")
             kwargs.pop(key, None)
+        if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            _check_schedule(learning_rate, f"{type(self).__name__} learning_rate")
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
         self.view = None
 
@@ -235,3 +238,13 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if self.global_clipnorm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
         return list(grads)
+
+
+def _check_schedule(schedule, what):
+    """A learning-rate schedule must start at a finite, non-negative rate (a float is checked by the
+    constructors; a negative schedule would ascend the loss without any error, its updates finite)."""
+    with tf.init_scope():
+        first = float(tf.convert_to_tensor(schedule(0)))
+    if not math.isfinite(first) or first < 0:
+        raise ValueError(f"{what}: the schedule must give a finite non-negative rate; {type(schedule).__name__} "
+                         f"gives {first!r} at step 0.")
