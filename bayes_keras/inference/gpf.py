@@ -72,11 +72,10 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
     cloud = particle_cloud(particles, groups) if cloud is None else cloud
     zs = cloud.centred
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
-    gbars = [tf.reduce_mean(g, axis=0, keepdims=True) for g in grads] if groups == "mean_field" or \
-        mean_preconditioning else None
     if groups == "mean_field":
         out = []
-        for z, g, gbar in zip(zs, grads, gbars):
+        for z, g in zip(zs, grads):
+            gbar = tf.reduce_mean(g, axis=0, keepdims=True)
             if mean_preconditioning:
                 gbar = tf.reduce_mean(z * z, axis=0, keepdims=True) * gbar
             psi = tf.reduce_mean(g * z, axis=0, keepdims=True)  # diagonal of E[g z^T]
@@ -92,6 +91,7 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
                 out[v] = tf.matmul(mixing, grads[v]) - zs[v]
             continue
         # C g_bar = (1/N) Z^T (Z g_bar), per block.
+        gbars = {v: tf.reduce_mean(grads[v], axis=0, keepdims=True) for v in group}
         s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
         for v in group:
             gbar = tf.matmul(s, zs[v], transpose_a=True) / n
