@@ -49,6 +49,26 @@ def flop_ratio(model="mlp"):
     return (passes + sum(gemms)) / passes
 
 
+def passes(forward, weights, squared):
+    """The two timed callables: forward + backward of `forward()`'s loss in `weights`, and the same plus
+    `squared(layer inputs, pre-activation gradients)`, the per-example squared-gradient sums."""
+
+    @tf.function
+    def pass_only():
+        with tf.GradientTape() as tape:
+            _, _, loss = forward()
+        return tape.gradient(loss, weights)
+
+    @tf.function
+    def pass_and_squared():
+        with tf.GradientTape() as tape:
+            inputs, pre, loss = forward()
+        grads = tape.gradient(loss, weights + pre)
+        return grads[:len(weights)] + squared(inputs, grads[len(weights):])
+
+    return {"pass": pass_only, "pass_and_squared": pass_and_squared}
+
+
 def variants(n, rng):
     x = tf.constant(rng.normal(size=(BATCH, SIZES[0])), tf.float32)
     y = tf.constant(rng.integers(0, SIZES[-1], BATCH), tf.int32)
@@ -66,22 +86,10 @@ def variants(n, rng):
             h = tf.nn.relu(z) if i < len(kernels) - 1 else z
         return inputs, pre, tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, h))
 
-    @tf.function
-    def pass_only():
-        with tf.GradientTape() as tape:
-            _, _, loss = forward()
-        return tape.gradient(loss, kernels)
+    def squared(inputs, pre_grads):
+        return [tf.matmul(tf.square(a), tf.square(e), transpose_a=True) for a, e in zip(inputs, pre_grads)]
 
-    @tf.function
-    def pass_and_squared():
-        with tf.GradientTape() as tape:
-            inputs, pre, loss = forward()
-        grads = tape.gradient(loss, kernels + pre)
-        weight_grads, pre_grads = grads[:len(kernels)], grads[len(kernels):]
-        squared = [tf.matmul(tf.square(a), tf.square(e), transpose_a=True) for a, e in zip(inputs, pre_grads)]
-        return weight_grads + squared
-
-    return {"pass": pass_only, "pass_and_squared": pass_and_squared}
+    return passes(forward, kernels, squared)
 
 
 def lenet_variants(n, rng):
@@ -131,20 +139,7 @@ def lenet_variants(n, rng):
             out += [tf.matmul(tf.square(a), tf.square(e), transpose_a=True), tf.reduce_sum(tf.square(e), 1)]
         return out
 
-    @tf.function
-    def pass_only():
-        with tf.GradientTape() as tape:
-            _, _, loss = forward()
-        return tape.gradient(loss, weights)
-
-    @tf.function
-    def pass_and_squared():
-        with tf.GradientTape() as tape:
-            inputs, pre, loss = forward()
-        grads = tape.gradient(loss, weights + pre)
-        return grads[:len(weights)] + squared(inputs, grads[len(weights):])
-
-    return {"pass": pass_only, "pass_and_squared": pass_and_squared}
+    return passes(forward, weights, squared)
 
 
 def main():
