@@ -70,6 +70,19 @@ def particle_axis(rank):
     return IMAGE_RANK - 2 if rank == IMAGE_RANK else 1
 
 
+def merge_particle_channels(x, num_particles):
+    """Particle images (B, H, W, N, C) -> their (B, H, W, N*C) view (channel block n is particle n): a reshape,
+    no copy. The view particle convolutions, pooling and batch normalization run on."""
+    shape = tf.shape(x)
+    return tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], num_particles * x.shape[-1]]))
+
+
+def split_particle_channels(y, num_particles, channels):
+    """Inverse of `merge_particle_channels`: (B, H, W, N*C) -> (B, H, W, N, C), a reshape, no copy."""
+    shape = tf.shape(y)
+    return tf.reshape(y, tf.stack([shape[0], shape[1], shape[2], num_particles, channels]))
+
+
 def per_particle_shape(rank, num_particles, channels):
     """Shape that broadcasts an (N, C) parameter against a particle activation of `rank`."""
     shape = [1] * rank

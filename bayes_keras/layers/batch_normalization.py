@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture, rules
-from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis, per_particle_shape
+from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, merge_particle_channels, particle_axis,
+                                     per_particle_shape)
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -108,7 +109,7 @@ class BatchNormalization(ParticleLayer):
         """Training on images (B, H, W, N, C): one FusedBatchNorm over the N*C channels of the (B, H, W, N*C) view."""
         n, c = self.num_particles, x.shape[-1]
         shape = tf.shape(x)
-        grouped = tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], n * c]))
+        grouped = merge_particle_channels(x, n)
         scale = self._channel_blocks(self.gamma) if self.gamma is not None else tf.ones((n * c,), tf.float32)
         offset = self._channel_blocks(self.beta) if self.beta is not None else tf.zeros((n * c,), tf.float32)
         y, mean, variance = tf.compat.v1.nn.fused_batch_norm(grouped, scale, offset, epsilon=self.epsilon,

@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, merge_particle_channels,
+                                     split_particle_channels)
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
@@ -17,12 +18,6 @@ def _pair(value, name):
     if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
         raise ValueError(f"Conv2D {name} must be an int or a pair of positive ints; got {value!r}.")
     return value
-
-
-def _particle_images(y, n, f):
-    """(B, H, W, N*F) -> (B, H, W, N, F): a reshape, no copy."""
-    shape = tf.shape(y)
-    return tf.reshape(y, tf.stack([shape[0], shape[1], shape[2], n, f]))
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -112,9 +107,7 @@ class Conv2D(ParticleLayer):
         if self.broadcasts:
             grouped = x  # (B, H, W, C), shared by the particles
         else:
-            # (B, H, W, N, C) -> (B, H, W, N*C): a reshape, no copy; channel block n is particle n.
-            shape = tf.shape(x)
-            grouped = tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], n * x.shape[-1]]))
+            grouped = merge_particle_channels(x, n)  # (B, H, W, N*C)
         if self.deterministic:
             if self.broadcasts:
                 y = self._conv(grouped, self.kernel)
@@ -136,8 +129,8 @@ class Conv2D(ParticleLayer):
             # whose Eigen kernel refuses grouped convolutions.
             if self.bias is not None:
                 y = y + tf.reshape(self.bias, (n * f,))
-            return _particle_images(self.activation(y), n, f)
-        y = _particle_images(y, n, f)  # (B, H', W', N, F)
+            return split_particle_channels(self.activation(y), n, f)
+        y = split_particle_channels(y, n, f)  # (B, H', W', N, F)
         if self.bias is not None:
             y = y + self.bias  # (N, F) or shared (F,): broadcasts over (B, H', W', N, F)
         if not self.deterministic:

@@ -1,7 +1,8 @@
 """Pooling layers for particle images (batch, H, W, N, C): Keras' pooling over the (batch, H, W, N*C) view."""
 
 import keras
-import tensorflow as tf
+
+from bayes_keras.layers.base import merge_particle_channels, split_particle_channels
 
 
 class _ParticlePooling2D(keras.layers.Layer):
@@ -19,10 +20,8 @@ class _ParticlePooling2D(keras.layers.Layer):
                 f"channels; got shape {tuple(inputs.shape)}."
             )
         n, c = inputs.shape[-2], inputs.shape[-1]
-        shape = tf.shape(inputs)
-        y = self._pool(tf.reshape(inputs, tf.stack([shape[0], shape[1], shape[2], n * c])))  # pools each channel
-        ys = tf.shape(y)
-        return tf.reshape(y, tf.stack([ys[0], ys[1], ys[2], n, c]))
+        y = self._pool(merge_particle_channels(inputs, n))  # pools each channel
+        return split_particle_channels(y, n, c)
 
     def compute_output_shape(self, input_shape):
         inner = self._pool.compute_output_shape(tuple(input_shape[:3]) + (input_shape[-1],))
