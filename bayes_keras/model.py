@@ -237,7 +237,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if self.optimizer is not None and not self.optimizer.built and self.built and self.trainable_variables:
             # Build before tracing, so optimizers that initialise from the weights see their values
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
-            self.optimizer.build(self.trainable_variables)
+            with self.distribute_strategy.scope():  # mirrored state under tf.distribute, as the model's
+                self.optimizer.build(self.trainable_variables)
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
 
@@ -318,7 +319,8 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
                 f"BayesianModel: {steps} training step(s) skipped because the loss or a gradient "
                 "was NaN/Inf; the particles were left unchanged. Check the data and lower the learning rate.",
                 RuntimeWarning, stacklevel=2)
-        if updates:
+        updates -= steps  # a step refused for its loss is also refused by the optimizer's guard
+        if updates > 0:
             optimizer = self._bayesian_model.optimizer
             warnings.warn(
                 f"{type(optimizer).__name__}: {updates} update(s) skipped because the new particles or posterior "

@@ -10,8 +10,9 @@ import contextlib
 import keras
 import tensorflow as tf
 
+from bayes_keras import distribute
 from bayes_keras.curvature import capture
-from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo
+from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo, step_is_finite
 
 
 class ParticleTrainer:
@@ -37,11 +38,12 @@ class ParticleTrainer:
         mixed policies, whose low-precision outputs are cast to it as Keras casts its losses)."""
         return tf.as_dtype(self.dtype_policy.variable_dtype)
 
-    def _log_joint(self, y, outputs, sample_weight, parts=False):
+    def _log_joint(self, y, outputs, sample_weight, parts=False, global_batch=None):
+        """`global_batch`: the number of examples of the step over all replicas (default: this batch's)."""
         loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
         if sample_weight is not None:
             loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
-        batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
+        batch = tf.cast(tf.shape(loglik)[0] if global_batch is None else global_batch, loglik.dtype)
         scale = float(self.dataset_size) / batch
         particle_prior, shared_prior = self.log_prior()
         scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
@@ -76,22 +78,28 @@ class ParticleTrainer:
                              f"{optimizer!r}.")
         return self._gradients(x, y, sample_weight, optimizer)[:2]
 
-    def _objective(self, y, outputs, sample_weight):
+    def _objective(self, y, outputs, sample_weight, global_batch=None, replicas=1):
         """(loss, scaled log likelihood (N,), tempered particle log prior (N,)) with loss = -sum_n log_joint_n
         - N log p(shared weights) / T + N sum(model.losses): its gradient gives each particle slice
-        -grad log_joint_n and shared weights N times the particle mean (rescaled in _gradients)."""
+        -grad log_joint_n and shared weights N times the particle mean (rescaled in _gradients).
+
+        Under tf.distribute (`replicas` > 1) each replica's loss scales its examples by the global batch
+        and carries 1 / replicas of the prior terms, so that the sum over replicas is the loss above."""
         if self.dataset_size is None:
             raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
-        log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(y, outputs, sample_weight,
-                                                                                     parts=True)
+        log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
+            y, outputs, sample_weight, parts=True, global_batch=global_batch)
         n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
-        loss = -tf.reduce_sum(log_joint) - n * shared_log_prior
+        loss = -tf.reduce_sum(scaled_loglik) - (tf.reduce_sum(particle_prior) + n * shared_log_prior) / replicas
         if self.losses:
-            loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses])
+            loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
         return loss, scaled_loglik, particle_prior
 
-    def _gradients(self, x, y, sample_weight, optimizer):
-        """(grads, step, outputs, loss): see bayesian_gradients and _objective."""
+    def _gradients(self, x, y, sample_weight, optimizer, reduce_gradients=True):
+        """(grads, step, outputs, loss): see bayesian_gradients and _objective. Under tf.distribute the step
+        (log likelihoods, curvature records) and the loss are those of the global batch, and so are the
+        gradients unless `reduce_gradients=False` (a Keras optimizer sums the replicas' gradients itself)."""
+        replicas = distribute.num_replicas()
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
         request = None if optimizer is None else optimizer.curvature_request
@@ -108,11 +116,14 @@ class ParticleTrainer:
             # A subclassed model's first call also builds it through a symbolic call, whose records are
             # not part of this step.
             records = [r for r in records if _of_this_graph(r.preactivations)]
-            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight)
+            local_batch = tf.shape(outputs)[0]
+            global_batch, first_row = (local_batch, 0) if replicas == 1 else distribute.batch_rows(local_batch)
+            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight,
+                                                                  None if replicas == 1 else global_batch, replicas)
             n = tf.cast(tf.shape(scaled_loglik)[0], loss.dtype)
             if sampled_labels and records:
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = self.likelihood.sampled_negative_log_likelihood(outputs, seed)  # (batch, N)
+                sampled_nll = _sampled_nll(self.likelihood, outputs, seed, global_batch, first_row, replicas)
                 if sample_weight is not None:
                     sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
                 sampled_nll = tf.reduce_sum(sampled_nll)
@@ -131,7 +142,7 @@ class ParticleTrainer:
                 sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
                 if scale is not None:
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
-            finish_records(records, preactivation_grads, tf.shape(outputs)[0], self.loss_dtype, self.dataset_size,
+            finish_records(records, preactivation_grads, global_batch, self.loss_dtype, self.dataset_size,
                            self.temperature, sampled_grads)
         del tape
         if optimizer is not None and not optimizer.built:
@@ -140,6 +151,8 @@ class ParticleTrainer:
                 optimizer.build(trainable)
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
+        if replicas > 1:  # the one place where a step's batch quantities become the global batch's
+            grads, scaled_loglik, loss = _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients)
         step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
                         temperature=self.temperature, dataset_size=float(self.dataset_size),
                         curvature=tuple(records), prepared=prepared)
@@ -147,45 +160,59 @@ class ParticleTrainer:
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        grads, step, outputs, loss = self._gradients(x, y, sample_weight, self._bayesian_optimizer)
         optimizer = self._bayesian_optimizer
-        finite_loss = tf.math.is_finite(loss)
-        finite = finite_loss
-        # A BayesianOptimizer's guard refuses the non-finite new values that non-finite gradients give, so
-        # the gradients are checked here only where no guard follows (a plain Keras optimizer) or where a
-        # finite loss with non-finite gradients must be told apart (float16 loss scaling, below).
-        if optimizer is None or self._loss_scale is not None:
-            for g in grads:
-                if g is not None:
-                    finite = finite & tf.reduce_all(tf.math.is_finite(g))
-        for r in step.curvature:
-            finite = finite & tf.reduce_all(tf.math.is_finite(r.output_gradients))
-            if r.sampled_output_gradients is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(r.sampled_output_gradients))
+        if self._loss_scale is not None and distribute.num_replicas() > 1:
+            raise NotImplementedError(
+                "mixed_float16 (dynamic loss scaling) is not supported under tf.distribute with several replicas "
+                "yet; use the 'mixed_bfloat16' policy (no loss scaling) or float32 (docs/distributed.md).")
+        grads, step, outputs, loss = self._gradients(x, y, sample_weight, optimizer,
+                                                     reduce_gradients=optimizer is not None)
         if optimizer is not None:
             self._bayesian_metrics.update_method(optimizer.report(step), tf.shape(outputs)[0])
         trainable = self.trainable_variables
+        if optimizer is not None and self._loss_scale is None:
+            # The optimizer's guard refuses a step whose loss, curvature records or new values are not
+            # finite; the model counts the steps refused for their loss or records (skipped_steps).
+            self._skipped.assign_add(tf.cast(tf.logical_not(step_is_finite(step)), self._skipped.dtype))
+            optimizer.apply(grads, trainable, step)
+            return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
+        # A plain Keras optimizer (no guard of its own), or float16 loss scaling, where a finite loss with
+        # non-finite gradients (an overflow) must be told apart: checked here.
+        finite_loss = tf.math.is_finite(loss)
+        finite = finite_loss
+        for g in grads:
+            if g is not None:
+                finite = finite & tf.reduce_all(tf.math.is_finite(g))
+        if optimizer is not None:
+            finite = finite & step_is_finite(step)
+        # One decision for all replicas (a Keras optimizer's gradients are this replica's own).
+        finite = distribute.all_replicas_agree(finite)
+        present = [i for i, g in enumerate(grads) if g is not None]
 
-        def apply():
+        # What the branches use is passed through (each replica's own tensors, see distribute.guarded).
+        def apply(finite_loss, *present_grads):
+            given = [None] * len(grads)
+            for i, g in zip(present, present_grads):
+                given[i] = g
             if optimizer is None:
-                self.optimizer.apply(grads, trainable)
-                return tf.constant(True)
-            return optimizer.apply(grads, trainable, step)
+                self.optimizer.apply(given, trainable)
+            else:
+                optimizer.apply(given, trainable, step)
 
-        def skip():
+        def skip(finite_loss, *present_grads):
             if self._loss_scale is None:
-                self._skipped.assign_add(1)
-                return tf.constant(False)
+                return  # counted below
             # A finite loss with non-finite gradients is a float16 overflow of the scaled backward
             # pass: halve the scale and retry on the next batch (not counted as a NaN step).
             self._loss_scale.assign(tf.where(finite_loss, self._loss_scale / 2.0, self._loss_scale))
             self._loss_scale_good_steps.assign(0)
             self._skipped.assign_add(tf.where(finite_loss, 0, 1))
-            return tf.constant(False)
 
-        applied = tf.cond(finite, apply, skip)
+        applied = distribute.guarded(finite, apply, skip, args=[finite_loss] + [grads[i] for i in present])
         if self._loss_scale is not None:
             self._grow_loss_scale(applied)
+        else:  # outside the decision: under tf.distribute its branches run in every replica
+            self._skipped.assign_add(tf.cast(tf.logical_not(finite), self._skipped.dtype))
         return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
 
     def _grow_loss_scale(self, applied):
@@ -211,14 +238,20 @@ class ParticleTrainer:
             n = tf.cast(tf.shape(outputs)[1], loss.dtype)
             self._loss_tracker.update_state(loss / (n * float(self.dataset_size)), sample_weight=batch)
         self._bayesian_metrics.update_predictive(y, outputs, self.likelihood, sample_weight)
-        summary = self.likelihood.summary(outputs)
-        if isinstance(summary, dict):
-            summary = summary["mean"]
-        logs = self.compute_metrics(x, y, summary, sample_weight)
+        logs = self.compute_metrics(x, y, outputs, sample_weight)
         if not training:  # the optimizer's bound is a training objective: not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
         return logs
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """As keras.Model.compute_metrics, with `y_pred` the model's per-particle outputs (batch, N, ...): the
+        compiled metrics see the predictive summary (what `predict` returns; the mean for a Normal)."""
+        if len(y_pred.shape) >= 2 and self.likelihood is not None:
+            y_pred = self.likelihood.summary(tf.cast(y_pred, self.loss_dtype))
+            if isinstance(y_pred, dict):
+                y_pred = y_pred["mean"]
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     @property
     def metrics_names(self):
@@ -285,6 +318,36 @@ def finish_records(records, preactivation_grads, batch, dtype, dataset_size, tem
         r.temperature = temperature
         if sampled_grads is not None:
             r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
+
+
+def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
+    """(batch, N) negative log likelihood of labels sampled from the model, keyed by `seed`. Under
+    tf.distribute the labels are drawn for the global batch (this replica's outputs padded to it) and the
+    replica keeps its rows: each example's label is the one a single device draws."""
+    if replicas == 1:
+        return likelihood.sampled_negative_log_likelihood(outputs, seed)
+    local = tf.shape(outputs)[0]
+    padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
+    nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
+    return nll[first_row:first_row + local]
+
+
+def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
+    """Sum the replicas' gradients (unless a Keras optimizer sums them), log likelihoods and losses, and
+    gather the curvature records' per-example tensors along the batch: the global batch's step."""
+    present = [i for i, g in enumerate(grads) if g is not None] if reduce_gradients else []
+    summed = distribute.sum_across_replicas([grads[i] for i in present] + [scaled_loglik, loss])
+    grads = list(grads)
+    for i, g in zip(present, summed):
+        grads[i] = g
+    scaled_loglik, loss = summed[-2:]
+    for r in records:
+        r.inputs = distribute.gather_examples(r.inputs)
+        r.output_gradients = distribute.gather_examples(r.output_gradients)
+        r.sampled_output_gradients = distribute.gather_examples(r.sampled_output_gradients)
+        if r.extras is not None:
+            r.extras = {k: distribute.gather_examples(v) for k, v in r.extras.items()}
+    return grads, scaled_loglik, loss
 
 
 def _of_this_graph(tensor):

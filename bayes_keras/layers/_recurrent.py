@@ -44,6 +44,7 @@ import numbers
 import keras
 import tensorflow as tf
 
+from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
@@ -341,13 +342,17 @@ class _ParticleRNN(ParticleLayer):
         if not training or self.seed_generator is None:
             return None, None
         shape = tf.shape(x)
-        lead = tf.stack([shape[0], self.num_particles])
 
         def keep(rate, width):
             if rate == 0.0:
                 return None
-            return keras.random.dropout(tf.ones(tf.concat([lead, [width]], 0), x.dtype), rate,
-                                        seed=self.seed_generator)
+
+            # Under tf.distribute: drawn for the global batch, this replica's rows kept (as one device draws).
+            def draw(batch):
+                return keras.random.dropout(tf.ones(tf.stack([batch, self.num_particles, width]), x.dtype), rate,
+                                            seed=self.seed_generator)
+
+            return distribute.replica_rows(draw, shape[0])
 
         return keep(self.dropout, x.shape[-1]), keep(self.recurrent_dropout, self.units)
 

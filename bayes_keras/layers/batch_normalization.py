@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, merge_particle_channels, particle_axis,
@@ -32,6 +33,10 @@ class BatchNormalization(ParticleLayer):
         gamma_prior: prior of the scale, default N(1, 1) (centred on the identity scale).
         beta_prior: prior of the offset, default N(0, 1).
         deterministic: share gamma and beta between particles.
+        synchronized: under tf.distribute, normalise with the statistics of the GLOBAL batch (summed over
+            replicas each step, as `keras.layers.BatchNormalization(synchronized=True)`), so that training
+            equals one device's; default False (as Keras): each replica uses its own examples' statistics.
+            Either way the moving averages are averaged over replicas, so every replica keeps the same ones.
 
     Example:
         >>> h = bayes_keras.layers.Conv2D(16, 3, padding="same", num_particles=8)(inputs)
@@ -43,7 +48,7 @@ class BatchNormalization(ParticleLayer):
 
     def __init__(self, axis=-1, momentum=0.99, epsilon=1e-3, center=True, scale=True, beta_initializer=None,
                  gamma_initializer=None, moving_mean_initializer="zeros", moving_variance_initializer="ones",
-                 gamma_prior=None, beta_prior=None, **kwargs):
+                 gamma_prior=None, beta_prior=None, synchronized=False, **kwargs):
         kwargs.setdefault("kernel_prior", gamma_prior if gamma_prior is not None else priors_lib.Normal(1.0, 1.0))
         kwargs.setdefault("bias_prior", beta_prior)
         if kwargs.get("num_particles") is not None:
@@ -57,6 +62,9 @@ class BatchNormalization(ParticleLayer):
                              f"epsilon={epsilon!r}.")
         self.axis, self.momentum, self.epsilon = axis, float(momentum), float(epsilon)
         self.center, self.scale = bool(center), bool(scale)
+        if not isinstance(synchronized, bool):
+            raise ValueError(f"BatchNormalization synchronized must be True or False; got {synchronized!r}.")
+        self.synchronized = synchronized
         # Per particle, ones / zeros plus N(0, 0.01^2): particles equal on a coordinate stay equal under GPF's
         # affine flow and SVGD's kernel (as Dense's default bias initializer).
         spread = 0.0 if self.deterministic else 0.01
@@ -86,9 +94,11 @@ class BatchNormalization(ParticleLayer):
                      if self.center else None)
         n = self.num_particles
         self.moving_mean = self.add_weight(name="moving_mean", shape=(n, channels),
-                                           initializer=self.moving_mean_initializer, trainable=False)
+                                           initializer=self.moving_mean_initializer, trainable=False,
+                                           aggregation="mean")
         self.moving_variance = self.add_weight(name="moving_variance", shape=(n, channels),
-                                               initializer=self.moving_variance_initializer, trainable=False)
+                                               initializer=self.moving_variance_initializer, trainable=False,
+                                               aggregation="mean")
 
     def _per_particle(self, value, rank):
         """(N, C) -> a shape that broadcasts against the input of `rank`; shared (C,) broadcasts as it is."""
@@ -128,14 +138,18 @@ class BatchNormalization(ParticleLayer):
         x = tf.convert_to_tensor(inputs)
         rank = len(x.shape)
         compute = x.dtype
-        if training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32):
+        synchronized = training and self.synchronized and distribute.num_replicas() > 1
+        if training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32) and not synchronized:
             # Training only: in inference Grappler folds a FusedBatchNorm that follows a convolution into
             # a _FusedConv2D, whose Eigen CPU kernel refuses grouped convolutions (TF_ENABLE_ONEDNN_OPTS=0).
             return self._fused_image(x)
         x32 = tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x  # statistics in float32
         if training:
             axes = [a for a in range(rank - 1) if a != particle_axis(rank)]
-            mean, variance = tf.nn.moments(x32, axes=axes)  # (N, C), biased variance as Keras'
+            if synchronized:
+                mean, variance = _global_moments(x32, axes)
+            else:
+                mean, variance = tf.nn.moments(x32, axes=axes)  # (N, C), biased variance as Keras'
             self._update_moving(mean, variance)
         else:
             mean = tf.cast(self.moving_mean, x32.dtype)
@@ -163,6 +177,17 @@ class BatchNormalization(ParticleLayer):
             "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
             "moving_mean_initializer": keras.initializers.serialize(self.moving_mean_initializer),
             "moving_variance_initializer": keras.initializers.serialize(self.moving_variance_initializer),
+            "synchronized": self.synchronized,
         })
         config.pop("num_particles", None)
         return config
+
+
+def _global_moments(x, axes):
+    """Mean and biased variance over `axes` of the examples of every replica (sums all-reduced; the
+    all-reduce is differentiable, so gradients flow to every replica's examples, as on one device)."""
+    count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), x.dtype)
+    total, squares, count = distribute.sum_across_replicas(
+        [tf.reduce_sum(x, axis=axes), tf.reduce_sum(tf.square(x), axis=axes), count])
+    mean = total / count
+    return mean, tf.maximum(squares / count - tf.square(mean), 0.0)

@@ -11,11 +11,13 @@ only when every one of them is finite; otherwise nothing changes, and the skip i
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from bayes_keras import distribute
 from bayes_keras.optimizers.particle_view import ParticleView
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
@@ -93,8 +95,9 @@ class StateWrites:
         return ok
 
     def commit(self):
-        for key, value in self._values.items():
-            self._variables[key].assign(value)
+        """Write the new values (under tf.distribute, in a replica: its copy of each variable)."""
+        for variable, value in zip(self._variables.values(), self._values.values()):
+            variable.assign(value)
 
     def __len__(self):
         return len(self._values)
@@ -126,7 +129,9 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     layers, priors and partitions), whoever calls it: `BayesianModel.fit`, a custom loop's first
     `apply`, or `run_particles`. `apply(grads, variables, step)` clips (clipnorm / clipvalue /
     global_clipnorm), calls `update`, and writes its values only if they are all finite; a step that
-    is not is counted in `skipped_updates` and leaves everything unchanged (iterations included).
+    is not is counted in `skipped_updates` and leaves everything unchanged (iterations included: it counts
+    committed updates; a learning-rate schedule is read at iterations + skipped_updates, every attempted
+    step, so a skip costs one step of the schedule).
 
     Example (a deep ensemble, each particle by gradient descent on its own -log joint):
 
@@ -204,31 +209,44 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             # Built inside a traced step (a custom loop's first apply): create and initialise eagerly.
             with tf.init_scope(), keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
-        if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            raise NotImplementedError(f"{type(self).__name__} couples particles across variables and does not "
-                                      "support tf.distribute with several replicas.")
+        if tf.distribute.has_strategy():
+            distribute.check_strategy()
         pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
         for _, v in pairs:
             self.position(v)
         grads = self._clip([g for g, _ in pairs])
         variables = [v for _, v in pairs]
-        with keras.name_scope(self.name, caller=self):
+        # (A name scope at the root of a traced step must start with a letter, digit or '.')
+        with keras.name_scope(re.sub(r"^[^A-Za-z0-9.]+", "", self.name) or "optimizer", caller=self):
             writes = self.update(grads, variables, self.learning_rate, step)
+            if step is not None:  # a non-finite loss or curvature record (the model counts it in skipped_steps)
+                writes.require(step_is_finite(step))
+            # Under tf.distribute every replica computed the same values from the reduced gradients; the
+            # decision is taken for all at once, and each replica writes its copy (docs/distributed.md).
+            finite = distribute.all_replicas_agree(writes.finite())
 
             def commit():
                 writes.commit()
-                self.iterations.assign_add(1)
                 return tf.constant(True)
 
-            def skip():
-                self.skipped_updates.assign_add(1)
-                return tf.constant(False)
-
-            return tf.cond(writes.finite(), commit, skip)
+            tf.cond(finite, commit, lambda: tf.constant(False))
+            # Counted outside the decision: `iterations` (Keras' "only first replica" variable) would
+            # need a merge_call in it. The learning-rate schedule reads committed + skipped updates.
+            written = tf.cast(finite, self.iterations.dtype)
+            self.iterations.assign_add(written)
+            self.skipped_updates.assign_add(tf.cast(1 - written, self.skipped_updates.dtype))
+            return finite
 
     def apply_gradients(self, grads_and_vars, step=None):
         grads, variables = zip(*grads_and_vars)
         return self.apply(list(grads), list(variables), step)
+
+    def _get_current_learning_rate(self):
+        # A schedule is asked for the step it is at: every attempted update, the skipped ones
+        # included, so that one non-finite rate costs one step, not all later ones.
+        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule) and self.built:
+            return self._learning_rate(self.iterations + tf.cast(self.skipped_updates, self.iterations.dtype))
+        return super()._get_current_learning_rate()
 
     def _clip(self, grads):
         if self.clipvalue is not None:
@@ -238,6 +256,16 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if self.global_clipnorm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
         return list(grads)
+
+
+def step_is_finite(step):
+    """Whether a step's log joint and curvature records (per-example output gradients) are finite."""
+    finite = tf.reduce_all(tf.math.is_finite(step.log_joint))
+    for r in step.curvature:
+        for g in (r.output_gradients, r.sampled_output_gradients):
+            if g is not None:
+                finite = finite & tf.reduce_all(tf.math.is_finite(g))
+    return finite
 
 
 def _check_schedule(schedule, what):

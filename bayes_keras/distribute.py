@@ -1,0 +1,144 @@
+"""Training on several devices and machines with TensorFlow's own engine (tf.distribute).
+
+BayesianModel runs under `tf.distribute.MirroredStrategy` (one machine, several devices) and
+`tf.distribute.MultiWorkerMirroredStrategy` (several machines): create the model and compile it inside
+`strategy.scope()`, then call fit / evaluate / predict as usual (docs/distributed.md).
+
+Data parallel: every replica holds all N weight sets and runs the forward and backward pass of its
+share of the global batch. Everything the update needs from the batch is reduced across replicas in
+one place, `BayesianModel.bayesian_gradients`, before the optimizer sees it: gradients and per-particle
+log likelihoods are summed (each replica's loss is scaled by the GLOBAL batch size, and carries 1 / R
+of the prior, so that the sum is the single-device value), and curvature records (per-example layer
+inputs and output gradients) are gathered along the batch axis. After that every replica holds the
+same inputs, computes the same update, and the guard (`BayesianOptimizer.apply`) decides for all
+replicas at once (`guarded`), so the replicas stay identical.
+
+Random draws inside a step are keyed by (seed, step), never by replica; a draw per example (dropout
+masks, the true Fisher's sampled labels) is made for the global batch and each replica takes its
+rows (`replica_rows`), so the draws equal those of one device on the same global batch.
+"""
+
+import tensorflow as tf
+
+# Strategies whose replicas each run the whole model on their share of the batch, with mirrored
+# variables: what this module's reductions assume.
+SUPPORTED = ("MirroredStrategy", "MultiWorkerMirroredStrategy", "OneDeviceStrategy", "_DefaultDistributionStrategy")
+
+
+def check_strategy(strategy=None):
+    """Raise a clear error for a strategy the library cannot train under (names what works)."""
+    strategy = strategy or tf.distribute.get_strategy()
+    name = type(strategy).__name__
+    if name.endswith("V1"):
+        name = name[:-2]
+    if name in SUPPORTED or any(c.__name__ in SUPPORTED for c in type(strategy).__mro__):
+        return
+    raise NotImplementedError(
+        f"bayes_keras trains under tf.distribute.MirroredStrategy (several devices of one machine), "
+        f"MultiWorkerMirroredStrategy (several machines) and OneDeviceStrategy; got {type(strategy).__name__}. "
+        "Its replicas would not each hold the particles and see the reduced batch (a ParameterServerStrategy "
+        "updates variables on parameter servers; TPUStrategy compiles with XLA, which the grouped particle "
+        "convolutions do not use). See docs/distributed.md.")
+
+
+def replica_context():
+    """The replica context when running in a replica of a strategy with several replicas, else None."""
+    if tf.distribute.in_cross_replica_context():
+        return None
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    return context
+
+
+def num_replicas():
+    context = replica_context()
+    return 1 if context is None else context.num_replicas_in_sync
+
+
+def sum_across_replicas(values):
+    """The sum over replicas of each tensor in the list `values` (unchanged on one replica)."""
+    context = replica_context()
+    if context is None or not values:
+        return list(values)
+    return list(context.all_reduce(tf.distribute.ReduceOp.SUM, list(values)))
+
+
+def batch_rows(local_batch):
+    """(global batch size, first row of this replica's examples in the global batch), as int32 tensors.
+
+    tf.distribute splits a global batch into consecutive pieces in replica order; the pieces may differ
+    in size (the last, partial batch)."""
+    local_batch = tf.cast(local_batch, tf.int32)
+    context = replica_context()
+    if context is None:
+        return local_batch, tf.constant(0, tf.int32)
+    sizes = context.all_gather(tf.reshape(local_batch, (1,)), axis=0)
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    offset = tf.reduce_sum(sizes * tf.cast(tf.range(tf.size(sizes)) < replica, tf.int32))
+    return tf.reduce_sum(sizes), offset
+
+
+def gather_examples(tensor):
+    """`tensor` (batch, ...) of this replica's examples -> (global batch, ...) of all replicas', in the
+    global batch's order (unchanged on one replica)."""
+    context = replica_context()
+    if context is None or tensor is None:
+        return tensor
+    gathered = context.all_gather(tensor, axis=0)
+    gathered.set_shape([None] + tensor.shape[1:])  # all_gather forgets the static shape
+    return gathered
+
+
+def replica_rows(draw, local_batch):
+    """This replica's rows of `draw(global_batch)`, a draw made for the whole global batch (keyed by
+    (seed, step) only), so that each example gets what it would get on one device."""
+    context = replica_context()
+    if context is None:
+        return draw(local_batch)
+    total, offset = batch_rows(local_batch)
+    return draw(total)[offset:offset + local_batch]
+
+
+def all_replicas_agree(condition):
+    """True only where `condition` holds on every replica (a guard's decision, taken once for all)."""
+    context = replica_context()
+    if context is None:
+        return condition
+    failed = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(condition), tf.float32))
+    return tf.equal(failed, 0.0)
+
+
+def guarded(condition, on_true, on_false, args=()):
+    """Run `on_true(*args)` if `condition` else `on_false(*args)`, in every replica; returns `condition`.
+
+    `condition` must be the same on every replica (see `all_replicas_agree`). On one replica: a tf.cond.
+    On several, the branches may write variables whose replica-context updates need a merge_call (an
+    optimizer's `iterations`), which tf.distribute refuses inside a tf.cond taken in a replica: the
+    cond is taken once in cross-replica context and each branch runs in every replica
+    (call_for_each_replica), with `args` (tensors of each replica, e.g. its new values) passed
+    through, as Keras' LossScaleOptimizer does."""
+    context = replica_context()
+    if context is None:
+        def branch(fn):
+            def run():
+                fn(*args)
+                return tf.constant(True)
+            return run
+
+        tf.cond(condition, branch(on_true), branch(on_false))
+        return condition
+
+    def merge(strategy, condition, *args):
+        decided = strategy.experimental_local_results(condition)[0]
+
+        def branch(fn):
+            def run():
+                strategy.extended.call_for_each_replica(fn, args=args)
+                return tf.constant(True)
+            return run
+
+        tf.cond(decided, branch(on_true), branch(on_false))
+
+    context.merge_call(merge, args=(condition,) + tuple(args))
+    return condition

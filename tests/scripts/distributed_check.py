@@ -1,0 +1,179 @@
+"""Trains each optimizer on one device and under a 2-replica MirroredStrategy (2 logical CPU devices) on
+the same global batches, and prints a JSON line per run with the largest difference of every model and
+optimizer variable, of the fit history, of predict and of evaluate, and whether the replicas' copies
+of every variable are identical. Run in a subprocess: the CPU is split before TensorFlow initialises.
+
+    python tests/scripts/distributed_check.py [name ...]     # all runs when no name is given
+"""
+
+import json
+import sys
+
+import tensorflow as tf
+
+_CPU = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(_CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bayes_keras as bk  # noqa: E402
+
+N, BATCH, STEPS = 3, 16, 3
+
+
+def sequence_model(likelihood, outputs):
+    """LSTM with input and recurrent dropout, a synchronized particle BatchNormalization, Dense."""
+    inputs = keras.Input((5, 4))
+    h = bk.layers.LSTM(6, dropout=0.2, recurrent_dropout=0.2, num_particles=N, seed=3)(inputs)
+    h = bk.layers.BatchNormalization(synchronized=True)(h)
+    h = bk.layers.Activation("tanh")(h)
+    return bk.BayesianModel(inputs, bk.layers.Dense(outputs)(h), likelihood=likelihood)
+
+
+def image_model(likelihood, outputs, normalization=True):
+    inputs = keras.Input((6, 6, 1))
+    # No bias before a normalisation (its gradient is zero but for rounding, which the comparison would see).
+    h = bk.layers.Conv2D(3, 3, num_particles=N, use_bias=not normalization)(inputs)
+    if normalization:  # (MGVBP's Kronecker structure takes Dense and Conv2D layers only)
+        h = bk.layers.BatchNormalization(synchronized=True)(h)
+    h = bk.layers.Activation("relu")(h)
+    h = bk.layers.Flatten()(h)
+    return bk.BayesianModel(inputs, bk.layers.Dense(outputs)(h), likelihood=likelihood)
+
+
+def kfac():
+    return bk.preconditioners.KFACPreconditioner(damping=1e-2, inversion_period=2)
+
+
+# name: (model, likelihood, optimizer, metrics)
+RUNS = {
+    "gpf": ("sequence", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
+    "gpf_layer_image": ("image", "categorical",
+                        lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"), ["accuracy"]),
+    "svgd": ("sequence", "categorical", lambda: bk.optimizers.SVGD(1e-2), ["accuracy"]),
+    "matrix_svgd_kfac": ("image", "categorical", lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
+    "matrix_svgd_kfac_sequence": ("sequence", "categorical",
+                                  lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
+    "independent_particles": ("sequence", "bernoulli", lambda: bk.optimizers.IndependentParticles(1e-2),
+                              ["accuracy"]),
+    "preconditioned_particles": ("image", "categorical",
+                                 lambda: bk.optimizers.PreconditionedParticles(0.03, preconditioner=kfac()), []),
+    "mgvbp_diagonal_stein": ("sequence", "categorical",
+                             lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), ["accuracy"]),
+    "mgvbp_full": ("image", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=5), []),
+    "mgvbp_layer": ("image", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="layer", seed=5), []),
+    "mgvbp_kronecker_empirical_fisher": ("image", "categorical",
+                                         lambda: bk.optimizers.MGVBP(1e-2, structure="kronecker",
+                                                                     curvature="empirical_fisher", seed=5), [],
+                                         "plain"),
+    "mgvbp_diagonal_fisher": ("image", "categorical",
+                              lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="fisher", seed=5),
+                              []),
+    "mean_field_vi": ("sequence", "normal", lambda: bk.optimizers.MeanFieldVI(1e-2, seed=5),
+                      ["mae", lambda: bk.metrics.IntervalCoverage()]),
+    "keras_adam": ("image", "categorical", lambda: keras.optimizers.Adam(1e-2), ["accuracy"]),
+}
+
+
+def data(model_kind, likelihood, count=BATCH * STEPS):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(count, 5, 4) if model_kind == "sequence" else (count, 6, 6, 1)).astype("float32")
+    if likelihood == "categorical":
+        y = rng.integers(0, 3, count)
+    elif likelihood == "bernoulli":
+        y = rng.integers(0, 2, count).astype("float32")
+    else:
+        y = rng.normal(size=count).astype("float32")
+    return x, y
+
+
+def build(name):
+    kind, likelihood, optimizer, metrics = RUNS[name][:4]
+    keras.utils.set_random_seed(7)
+    outputs = {"categorical": 3, "bernoulli": 1, "normal": 1}[likelihood]
+    if kind == "sequence":
+        model = sequence_model(likelihood, outputs)
+    else:
+        model = image_model(likelihood, outputs, normalization=RUNS[name][4:] != ("plain",))
+    metrics = [m() if callable(m) else m for m in metrics]
+    model.compile(optimizer=optimizer(), metrics=metrics, dataset_size=BATCH * STEPS * 4)
+    return model
+
+
+def custom_loop(model, strategy, x, y):
+    """The documented loop (bayesian_gradients + apply) under strategy.run, over distributed batches."""
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+
+    @tf.function
+    def train(xb, yb):
+        def step(xb, yb):
+            grads, info = model.bayesian_gradients(xb, yb)
+            model.optimizer.apply(grads, model.trainable_variables, info)
+
+        strategy.run(step, args=(xb, yb))
+
+    for xb, yb in strategy.experimental_distribute_dataset(dataset):
+        train(xb, yb)
+
+
+def train(name, strategy, loop):
+    kind, likelihood = RUNS[name][:2]
+    x, y = data(kind, likelihood)
+    with strategy.scope():
+        model = build(name)
+        if loop == "custom":
+            model.optimizer.build(model.trainable_variables)
+    if loop == "fit":
+        history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    else:
+        custom_loop(model, strategy, x, y)
+        history = {}
+    evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    predictions = model.predict(x, batch_size=BATCH, verbose=0)
+    # In order (layer names differ between two builds in one process: lstm, lstm_1, ...).
+    state = {i: (v.path, np.array(v.numpy())) for i, v in enumerate(model.variables + model.optimizer.variables)}
+    # Under the strategy every variable must be mirrored, and its copies identical.
+    in_sync = all(all(np.array_equal(c.numpy(), v.value.values[0].numpy()) for c in v.value.values)
+                  if hasattr(v.value, "values") else strategy.num_replicas_in_sync == 1
+                  for v in model.variables + model.optimizer.variables)
+    return state, history, evaluation, predictions, in_sync
+
+
+def largest_difference(a, b):
+    """max |a - b| / (1 + max |a|) over arrays."""
+    if isinstance(a, dict):  # a Normal likelihood predicts {"mean", "stddev"}
+        return max(largest_difference(a[k], b[k]) for k in a)
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / (1.0 + np.max(np.abs(a)))) if a.size else 0.0
+
+
+def main(names):
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    for name in names:
+        for loop in ("fit", "custom"):
+            if loop == "custom" and name == "keras_adam":
+                continue
+            one, history1, eval1, pred1, _ = train(name, tf.distribute.get_strategy(), loop)
+            two, history2, eval2, pred2, in_sync = train(name, mirrored, loop)
+            result = {
+                "name": name, "loop": loop, "in_sync": in_sync,
+                "state": max(largest_difference(one[k][1], two[k][1]) for k in one),
+                "worst_variable": one[max(one, key=lambda k: largest_difference(one[k][1], two[k][1]))][0],
+                "history": max([largest_difference(history1[k], history2[k]) for k in history1] + [0.0]),
+                "history_keys": sorted(history2) == sorted(history1),
+                "evaluate": max(largest_difference(eval1[k], eval2[k]) for k in eval1),
+                "predict": largest_difference(pred1, pred2),
+                "moved": moved(name, one),
+            }
+            print(json.dumps(result), flush=True)
+
+
+def moved(name, state):
+    """How far training moved the kernels from their initial values (the comparison is not vacuous)."""
+    model = build(name)
+    return max(largest_difference(v.numpy(), state[i][1]) for i, v in enumerate(model.variables) if "kernel" in v.path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(RUNS))
