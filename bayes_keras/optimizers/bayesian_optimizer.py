@@ -241,11 +241,17 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         grads, variables = zip(*grads_and_vars)
         return self.apply(list(grads), list(variables), step)
 
+    @property
+    def attempted_steps(self):
+        """Updates attempted so far, committed (`iterations`) or skipped: the step a learning-rate schedule
+        is asked for, so that one non-finite rate costs one step, not all later ones."""
+        if not self.built:
+            return self.iterations
+        return self.iterations + tf.cast(self.skipped_updates, self.iterations.dtype)
+
     def _get_current_learning_rate(self):
-        # A schedule is asked for the step it is at: every attempted update, the skipped ones
-        # included, so that one non-finite rate costs one step, not all later ones.
-        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule) and self.built:
-            return self._learning_rate(self.iterations + tf.cast(self.skipped_updates, self.iterations.dtype))
+        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return self._learning_rate(self.attempted_steps)
         return super()._get_current_learning_rate()
 
     def _clip(self, grads):

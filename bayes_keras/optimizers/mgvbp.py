@@ -209,7 +209,7 @@ class MGVBP(GaussianVariationalOptimizer):
             mean_lr = learning_rate
         else:
             if isinstance(mean_lr, keras.optimizers.schedules.LearningRateSchedule):
-                mean_lr = mean_lr(iteration - 1.0)
+                mean_lr = mean_lr(self.attempted_steps)  # as the learning rate's schedule
             mean_lr = tf.cast(mean_lr, self.posterior_dtype)
         omega = tf.where(tf.equal(iteration, 1.0), tf.constant(0.0, self.posterior_dtype),
                          tf.constant(self.momentum, self.posterior_dtype))
