@@ -22,16 +22,16 @@ import tensorflow as tf
 
 # Strategies whose replicas each run the whole model on their share of the batch, with mirrored
 # variables: what this module's reductions assume.
-SUPPORTED = ("MirroredStrategy", "MultiWorkerMirroredStrategy", "OneDeviceStrategy", "_DefaultDistributionStrategy")
+SUPPORTED = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.OneDeviceStrategy)
 
 
 def check_strategy(strategy=None):
     """Raise a clear error for a strategy the library cannot train under (names what works)."""
-    strategy = strategy or tf.distribute.get_strategy()
-    name = type(strategy).__name__
-    if name.endswith("V1"):
-        name = name[:-2]
-    if name in SUPPORTED or any(c.__name__ in SUPPORTED for c in type(strategy).__mro__):
+    if strategy is None:
+        if not tf.distribute.has_strategy():
+            return  # the default strategy: one device
+        strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, SUPPORTED):
         return
     raise NotImplementedError(
         f"bayes_keras trains under tf.distribute.MirroredStrategy (several devices of one machine), "
@@ -49,6 +49,15 @@ def replica_context():
     if context is None or context.num_replicas_in_sync == 1:
         return None
     return context
+
+
+def multi_worker(strategy=None):
+    """Whether `strategy` (default: the current one) is a MultiWorkerMirroredStrategy over several workers."""
+    strategy = strategy or tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    jobs = strategy.cluster_resolver.cluster_spec().as_dict()
+    return sum(len(tasks) for tasks in jobs.values()) > 1
 
 
 def num_replicas():

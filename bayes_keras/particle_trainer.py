@@ -242,7 +242,28 @@ class ParticleTrainer:
         if not training:  # the optimizer's bound is a training objective: not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
+        if distribute.multi_worker(self.distribute_strategy):
+            # Keras' TF trainer averages each worker's logs with strategy.reduce("MEAN", value, axis=0), which
+            # fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions", Keras 3 with
+            # MultiWorkerMirroredStrategy, tensorflow/tensorflow#72388); as (1,) tensors they average to scalars.
+            logs = {name: tf.reshape(value, (1,)) for name, value in logs.items()}
         return logs
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras' TF trainer builds the model, metrics and optimizer from a first batch under a strategy,
+        taking the MEAN over replicas of the batch's values, which MultiWorkerMirroredStrategy refuses for
+        a PerReplica of its one local device ("unsupported type PerReplica"). Only the batch's shapes
+        matter: this takes the first local replica's batch instead."""
+        if iterator is None or getattr(self, "_distribute_strategy", None) is None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        strategy = self.distribute_strategy
+        for _, _, batches in iterator:
+            data_batch = keras.tree.map_structure(
+                lambda v: strategy.experimental_local_results(v)[0]
+                if isinstance(v, tf.distribute.DistributedValues) else v, next(batches))
+            break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """As keras.Model.compute_metrics, with `y_pred` the model's per-particle outputs (batch, N, ...): the

@@ -5,13 +5,16 @@ and recurrent dropout and a synchronized BatchNormalization, for 2 epochs of 3 g
 fit and with the documented custom loop (bayesian_gradients + apply under strategy.run), on one device
 and under a MirroredStrategy over 2 logical CPU devices. The CPU is split before TensorFlow starts, so
 the runs happen in one subprocess (tests/scripts/distributed_check.py), whose results the tests read.
+Two workers of a MultiWorkerMirroredStrategy on localhost are checked the same way (multi_worker_check.py).
 """
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "distributed_check.py")
@@ -43,3 +46,43 @@ def test_two_replicas_equal_one_device(results, name, loop):
     assert r["state"] < TOLERANCE, r  # every model and optimizer variable
     assert r["history"] < TOLERANCE and r["history_keys"], r  # loss, nll, compiled / particle / bound metrics
     assert r["evaluate"] < TOLERANCE and r["predict"] < TOLERANCE, r
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost_equal_one_process(tmp_path):
+    """MultiWorkerMirroredStrategy: two worker processes (TF_CONFIG on 127.0.0.1) train GPF and MGVBP with
+    fit; both end with the single process's weights, optimizer state, loss history and step count."""
+    script = os.path.join(os.path.dirname(__file__), "scripts", "multi_worker_check.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    ports = ",".join(str(p) for p in _free_ports(2))
+    workers = [subprocess.Popen([sys.executable, script, "worker", str(i), ports, str(tmp_path / f"w{i}.npz")],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for i in range(2)]
+    try:
+        single = subprocess.run([sys.executable, script, "single", str(tmp_path / "s.npz")], env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert single.returncode == 0, single.stderr[-3000:]
+        for w in workers:
+            _, err = w.communicate(timeout=300)
+            assert w.returncode == 0, err[-3000:]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    one = np.load(tmp_path / "s.npz")
+    first, second = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    assert int(one["gpf/iterations"]) == int(first["gpf/iterations"]) == 12
+    for key in one.files:
+        a = one[key].astype(np.float64)
+        assert np.max(np.abs(a - first[key])) <= TOLERANCE * (1 + np.max(np.abs(a))), key
+        np.testing.assert_array_equal(first[key], second[key])  # the workers hold the same state
