@@ -161,10 +161,6 @@ class ParticleTrainer:
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         optimizer = self._bayesian_optimizer
-        if self._loss_scale is not None and distribute.num_replicas() > 1:
-            raise NotImplementedError(
-                "mixed_float16 (dynamic loss scaling) is not supported under tf.distribute with several replicas "
-                "yet; use the 'mixed_bfloat16' policy (no loss scaling) or float32 (docs/distributed.md).")
         grads, step, outputs, loss = self._gradients(x, y, sample_weight, optimizer,
                                                      reduce_gradients=optimizer is not None)
         if optimizer is not None:

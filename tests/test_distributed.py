@@ -24,6 +24,8 @@ from distributed_check import RUNS  # noqa: E402
 # Relative to 1 + the largest magnitude of each variable: rounding of sums taken in another order
 # (per replica, then across replicas), through a few steps of training.
 TOLERANCE = 2e-6
+# float16 compute: each step's values are rounded to 11 bits (5e-4), so the runs agree to float16 steps.
+FLOAT16_TOLERANCE = {"state": 3e-2, "history": 1e-3, "evaluate": 1e-3, "predict": 1e-2}
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,14 @@ def test_two_replicas_equal_one_device(results, name, loop):
     if name == "keras_adam" and loop == "custom":
         pytest.skip("a plain Keras optimizer's custom loop is Keras' own")
     r = results[(name, loop)]
+    tolerance = dict.fromkeys(("state", "history", "evaluate", "predict"), TOLERANCE)
+    if r["policy"] == "mixed_float16":
+        tolerance = FLOAT16_TOLERANCE
     assert r["moved"] > 1e-3, r  # training moved the weights: the comparison is not vacuous
     assert r["in_sync"], r  # every variable mirrored, its copies identical
-    assert r["state"] < TOLERANCE, r  # every model and optimizer variable
-    assert r["history"] < TOLERANCE and r["history_keys"], r  # loss, nll, compiled / particle / bound metrics
-    assert r["evaluate"] < TOLERANCE and r["predict"] < TOLERANCE, r
+    assert r["state"] < tolerance["state"], r  # every model and optimizer variable
+    assert r["history"] < tolerance["history"] and r["history_keys"], r  # loss, nll, compiled / particle / bound
+    assert r["evaluate"] < tolerance["evaluate"] and r["predict"] < tolerance["predict"], r
 
 
 def _free_ports(count):

@@ -66,14 +66,21 @@ RUNS = {
     "mgvbp_kronecker_empirical_fisher": ("image", "categorical",
                                          lambda: bk.optimizers.MGVBP(1e-2, structure="kronecker",
                                                                      curvature="empirical_fisher", seed=5), [],
-                                         "plain"),
+                                         {"normalization": False}),
     "mgvbp_diagonal_fisher": ("image", "categorical",
                               lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="fisher", seed=5),
                               []),
     "mean_field_vi": ("sequence", "normal", lambda: bk.optimizers.MeanFieldVI(1e-2, seed=5),
                       ["mae", lambda: bk.metrics.IntervalCoverage()]),
     "keras_adam": ("image", "categorical", lambda: keras.optimizers.Adam(1e-2), ["accuracy"]),
+    # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
+    "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
+                          ["accuracy"], {"policy": "mixed_float16"}),
 }
+
+
+def options(name):
+    return RUNS[name][4] if len(RUNS[name]) > 4 else {}
 
 
 def data(model_kind, likelihood, count=BATCH * STEPS):
@@ -95,7 +102,7 @@ def build(name):
     if kind == "sequence":
         model = sequence_model(likelihood, outputs)
     else:
-        model = image_model(likelihood, outputs, normalization=RUNS[name][4:] != ("plain",))
+        model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True))
     metrics = [m() if callable(m) else m for m in metrics]
     model.compile(optimizer=optimizer(), metrics=metrics, dataset_size=BATCH * STEPS * 4)
     return model
@@ -120,6 +127,7 @@ def custom_loop(model, strategy, x, y):
 def train(name, strategy, loop):
     kind, likelihood = RUNS[name][:2]
     x, y = data(kind, likelihood)
+    keras.mixed_precision.set_global_policy(options(name).get("policy", "float32"))
     with strategy.scope():
         model = build(name)
         if loop == "custom":
@@ -137,6 +145,7 @@ def train(name, strategy, loop):
     in_sync = all(all(np.array_equal(c.numpy(), v.value.values[0].numpy()) for c in v.value.values)
                   if hasattr(v.value, "values") else strategy.num_replicas_in_sync == 1
                   for v in model.variables + model.optimizer.variables)
+    keras.mixed_precision.set_global_policy("float32")
     return state, history, evaluation, predictions, in_sync
 
 
@@ -157,7 +166,7 @@ def main(names):
             one, history1, eval1, pred1, _ = train(name, tf.distribute.get_strategy(), loop)
             two, history2, eval2, pred2, in_sync = train(name, mirrored, loop)
             result = {
-                "name": name, "loop": loop, "in_sync": in_sync,
+                "name": name, "loop": loop, "in_sync": in_sync, "policy": options(name).get("policy", "float32"),
                 "state": max(largest_difference(one[k][1], two[k][1]) for k in one),
                 "worst_variable": one[max(one, key=lambda k: largest_difference(one[k][1], two[k][1]))][0],
                 "history": max([largest_difference(history1[k], history2[k]) for k in history1] + [0.0]),
@@ -171,7 +180,9 @@ def main(names):
 
 def moved(name, state):
     """How far training moved the kernels from their initial values (the comparison is not vacuous)."""
+    keras.mixed_precision.set_global_policy(options(name).get("policy", "float32"))
     model = build(name)
+    keras.mixed_precision.set_global_policy("float32")
     return max(largest_difference(v.numpy(), state[i][1]) for i, v in enumerate(model.variables) if "kernel" in v.path)
 
 
