@@ -18,6 +18,7 @@ CASES = {
     "lenet_digits_refinement.py": (["--epochs", "1", "--stages", "2", "--steps", "5"], "ELBO_aux per example"),
     "lenet_digits_sequential.py": (["--epochs", "1", "--iterations", "1", "--batches", "2"],
                                    "held-out accuracy after each batch"),
+    "distributed_lenet.py": (["--epochs", "1", "--particles", "2", "--cpu-devices", "2"], "on 2 replica(s)"),
     "resnet20_digits.py": (["--epochs", "1", "--particles", "2", "--hybrid"], "hybrid ResNet-20 (GPF, 2 particles)"),
 }
 
