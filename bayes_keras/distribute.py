@@ -18,7 +18,12 @@ masks, the true Fisher's sampled labels) is made for the global batch and each r
 rows (`replica_rows`), so the draws equal those of one device on the same global batch.
 """
 
+import contextlib
+import threading
+
 import tensorflow as tf
+
+_STATE = threading.local()  # the particle slice of the replica running in this thread (particle parallel)
 
 # Strategies whose replicas each run the whole model on their share of the batch, with mirrored
 # variables: what this module's reductions assume.
@@ -88,15 +93,60 @@ def batch_rows(local_batch):
     return tf.reduce_sum(sizes), offset
 
 
-def gather_examples(tensor):
-    """`tensor` (batch, ...) of this replica's examples -> (global batch, ...) of all replicas', in the
-    global batch's order (unchanged on one replica)."""
+def gather(tensor, axis=0):
+    """The replicas' `tensor`s concatenated along `axis`, in replica order (unchanged on one replica)."""
     context = replica_context()
     if context is None or tensor is None:
         return tensor
-    gathered = context.all_gather(tensor, axis=0)
-    gathered.set_shape([None] + tensor.shape[1:])  # all_gather forgets the static shape
+    gathered = context.all_gather(tensor, axis=axis)
+    shape = list(tensor.shape)
+    shape[axis] = None if shape[axis] is None else shape[axis] * context.num_replicas_in_sync
+    gathered.set_shape(shape)  # all_gather forgets the static shape
     return gathered
+
+
+def gather_examples(tensor):
+    """`tensor` (batch, ...) of this replica's examples -> (global batch, ...) of all replicas', in the
+    global batch's order (unchanged on one replica)."""
+    return gather(tensor, axis=0)
+
+
+def gather_batch(data):
+    """A structure of this replica's (batch, ...) tensors -> the whole global batch (particle parallel)."""
+    return tf.nest.map_structure(lambda t: None if t is None else gather_examples(t), data)
+
+
+@contextlib.contextmanager
+def particle_slice(start, total):
+    """Inside: this thread's replica computes particles [start, start + its count) of `total` (particle
+    parallel); per-particle draws are made for all `total` particles and sliced (`particle_columns`)."""
+    previous = getattr(_STATE, "slice", None)
+    _STATE.slice = (start, total)
+    try:
+        yield
+    finally:
+        _STATE.slice = previous
+
+
+def in_particle_slice():
+    return getattr(_STATE, "slice", None) is not None
+
+
+def particles_drawn(count):
+    """How many particles a per-particle draw covers: all of them inside `particle_slice`, else `count`."""
+    current = getattr(_STATE, "slice", None)
+    return count if current is None else current[1]
+
+
+def particle_columns(draw, count, axis=1):
+    """This replica's `count` particles of `draw`, a per-particle draw made for `particles_drawn(count)`."""
+    current = getattr(_STATE, "slice", None)
+    if current is None:
+        return draw
+    begin = [0] * len(draw.shape)
+    size = [-1] * len(draw.shape)
+    begin[axis], size[axis] = current[0], count
+    return tf.slice(draw, tf.stack([tf.cast(b, tf.int32) for b in begin]), size)
 
 
 def replica_rows(draw, local_batch):

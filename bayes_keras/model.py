@@ -17,6 +17,7 @@ from bayes_keras.likelihoods.likelihood import check_output_activation
 from bayes_keras.model_metrics import ModelMetrics, split_metrics
 from bayes_keras.model_serialization import ModelSerialization
 from bayes_keras.particle_initialization import initialize_particles
+from bayes_keras.particle_parallel import ParticleSlices
 from bayes_keras.particle_trainer import ParticleTrainer
 
 
@@ -88,6 +89,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
         self._raw_predict = False
+        self._particle_slices = None  # particle-parallel training (compile(parallel="particles"))
         self._particle_predict_function = None
         self._bayesian_metrics = ModelMetrics()  # nll, ParticleMetrics, the optimizer's reported metrics
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
@@ -111,6 +113,12 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         """Training steps skipped since the model was built because the loss or a gradient was NaN/Inf
         (the particles were left unchanged; fit also warns)."""
         return int(self._skipped.numpy())
+
+    @property
+    def parallel(self):
+        """How training splits over a strategy's replicas: "particles" (compile(parallel="particles") under
+        several replicas) or "data"."""
+        return "data" if self._particle_slices is None else "particles"
 
     @property
     def particle_layers(self):
@@ -172,9 +180,15 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
 
     # -- compile / fit -------------------------------------------------------------------------
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, likelihood=None, dataset_size=None,
-                temperature=None, **kwargs):
+                temperature=None, parallel="data", **kwargs):
         """As keras.Model.compile, with `likelihood=` instead of a loss (a matching Keras loss name,
-        e.g. "sparse_categorical_crossentropy", is accepted and mapped to its likelihood)."""
+        e.g. "sparse_categorical_crossentropy", is accepted and mapped to its likelihood).
+
+        `parallel`: how training splits over the replicas of a tf.distribute strategy (docs/distributed.md):
+        "data" (default) gives each replica a share of the global batch and all particles; "particles"
+        gives each replica the whole batch and N / replicas of the particles (a functional or Sequential
+        model whose particle count the replicas divide, an optimizer without curvature, no float16 loss
+        scaling). One device: no difference."""
         if loss is not None:
             if likelihood is not None:
                 raise ValueError("Pass either likelihood= or loss= to BayesianModel.compile, not both.")
@@ -217,9 +231,29 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                 "approximation. Use a bayes_keras.optimizers method (e.g. GaussianParticleFlow(), SVGD(), MGVBP()), "
                 "or IndependentParticles() to ask for the ensemble explicitly.", UserWarning, stacklevel=2)
         optimizer = self._bayesian_optimizer
+        self._particle_slices = self._particle_parallel(parallel, optimizer)
         self._bayesian_metrics.configure(particle_metrics, () if optimizer is None else optimizer.reported_metrics)
         if optimizer is not None and self.num_particles is not None:
             optimizer.check_num_particles(self.num_particles)
+
+    def _particle_parallel(self, parallel, optimizer):
+        """The model at N / replicas particles that particle-parallel training runs, or None."""
+        if parallel not in ("data", "particles"):
+            raise ValueError(f"parallel must be 'data' or 'particles'; got {parallel!r}.")
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        if parallel == "data" or replicas == 1:
+            return None
+        if optimizer is not None and optimizer.curvature_request is not None:
+            raise ValueError(f"parallel='particles' does not gather curvature records across particles yet; "
+                             f"{type(optimizer).__name__} asks for {optimizer.curvature_request.statistics}. Use "
+                             "parallel='data'.")
+        if self._loss_scale is not None:
+            raise ValueError("parallel='particles' does not support mixed_float16 loss scaling yet; use "
+                             "parallel='data', or the mixed_bfloat16 policy.")
+        if not self.built or self.num_particles is None:
+            raise ValueError("parallel='particles' needs a built model (a functional or Sequential BayesianModel).")
+        with self.distribute_strategy.scope():
+            return ParticleSlices(self, replicas)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None, **kwargs):
         """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from

@@ -76,7 +76,12 @@ class ParticleTrainer:
         elif optimizer is not None and not isinstance(optimizer, BayesianOptimizer):
             raise ValueError(f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
                              f"{optimizer!r}.")
+        if self._particle_parallel_active():
+            x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         return self._gradients(x, y, sample_weight, optimizer)[:2]
+
+    def _particle_parallel_active(self):
+        return self._particle_slices is not None and distribute.num_replicas() > 1
 
     def _objective(self, y, outputs, sample_weight, global_batch=None, replicas=1):
         """(loss, scaled log likelihood (N,), tempered particle log prior (N,)) with loss = -sum_n log_joint_n
@@ -100,6 +105,8 @@ class ParticleTrainer:
         (log likelihoods, curvature records) and the loss are those of the global batch, and so are the
         gradients unless `reduce_gradients=False` (a Keras optimizer sums the replicas' gradients itself)."""
         replicas = distribute.num_replicas()
+        if self._particle_parallel_active():
+            return self._particle_parallel_gradients(x, y, sample_weight, optimizer, replicas)
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
         request = None if optimizer is None else optimizer.curvature_request
@@ -158,8 +165,43 @@ class ParticleTrainer:
                         curvature=tuple(records), prepared=prepared)
         return grads, step, outputs, loss
 
+    def _particle_parallel_gradients(self, x, y, sample_weight, optimizer, replicas):
+        """`_gradients` with each replica computing its slice of the particles on the whole batch (x, y,
+        sample_weight already gathered): its loss carries its particles' log likelihoods and 1 / replicas of
+        the priors; gradients and losses are summed, log likelihoods and outputs gathered along the particles."""
+        if self.dataset_size is None:
+            raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
+        prepared = None if optimizer is None else optimizer.prepare_step()
+        n = self._particle_slices.num_particles
+        with tf.GradientTape() as tape:
+            outputs = tf.cast(self._particle_slices(x, training=True), self.loss_dtype)  # (batch, N / R, ...)
+            trainable = self.trainable_variables
+            loglik = self.likelihood.log_prob(y, outputs)
+            if sample_weight is not None:
+                loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
+            batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
+            scaled_loglik = float(self.dataset_size) / batch * tf.reduce_sum(loglik, axis=0) / self.temperature
+            particle_prior, shared_prior = self.log_prior()
+            particle_prior, shared_prior = particle_prior / self.temperature, shared_prior / self.temperature
+            loss = -tf.reduce_sum(scaled_loglik) - (tf.reduce_sum(particle_prior) + n * shared_prior) / replicas
+            if self.losses:
+                loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
+        grads = tape.gradient(loss, trainable)
+        if optimizer is not None and not optimizer.built:
+            with tf.init_scope():
+                optimizer.build(trainable)
+        grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
+                 for g, v in zip(grads, trainable)]
+        grads, _, loss = _reduce_step(grads, tf.zeros(()), loss, (), reduce_gradients=True)
+        step = StepInfo(log_likelihood=tf.stop_gradient(distribute.gather(scaled_loglik)),
+                        log_prior=tf.stop_gradient(particle_prior), temperature=self.temperature,
+                        dataset_size=float(self.dataset_size), curvature=(), prepared=prepared)
+        return grads, step, distribute.gather(outputs, axis=1), loss
+
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if self._particle_parallel_active():  # every replica takes the whole batch, and a slice of the particles
+            x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         optimizer = self._bayesian_optimizer
         grads, step, outputs, loss = self._gradients(x, y, sample_weight, optimizer,
                                                      reduce_gradients=optimizer is not None)

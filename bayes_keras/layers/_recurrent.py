@@ -347,11 +347,16 @@ class _ParticleRNN(ParticleLayer):
             if rate == 0.0:
                 return None
 
-            # Under tf.distribute: drawn for the global batch, this replica's rows kept (as one device draws).
+            # Under tf.distribute: drawn for the global batch (and every particle), this replica's rows (or
+            # particles) kept, as one device draws.
             def draw(batch):
-                return keras.random.dropout(tf.ones(tf.stack([batch, self.num_particles, width]), x.dtype), rate,
+                particles = distribute.particles_drawn(self.num_particles)
+                mask = keras.random.dropout(tf.ones(tf.stack([batch, particles, width]), x.dtype), rate,
                                             seed=self.seed_generator)
+                return distribute.particle_columns(mask, self.num_particles)
 
+            if distribute.in_particle_slice():  # particle parallel: every replica has the whole batch
+                return draw(shape[0])
             return distribute.replica_rows(draw, shape[0])
 
         return keep(self.dropout, x.shape[-1]), keep(self.recurrent_dropout, self.units)

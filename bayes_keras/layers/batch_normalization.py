@@ -138,7 +138,9 @@ class BatchNormalization(ParticleLayer):
         x = tf.convert_to_tensor(inputs)
         rank = len(x.shape)
         compute = x.dtype
-        synchronized = training and self.synchronized and distribute.num_replicas() > 1
+        # (particle parallel: every replica normalises its own particles over the whole batch already)
+        synchronized = (training and self.synchronized and distribute.num_replicas() > 1
+                        and not distribute.in_particle_slice())
         if training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32) and not synchronized:
             # Training only: in inference Grappler folds a FusedBatchNorm that follows a convolution into
             # a _FusedConv2D, whose Eigen CPU kernel refuses grouped convolutions (TF_ENABLE_ONEDNN_OPTS=0).

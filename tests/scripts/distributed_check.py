@@ -22,19 +22,19 @@ import bayes_keras as bk  # noqa: E402
 N, BATCH, STEPS = 3, 16, 3
 
 
-def sequence_model(likelihood, outputs):
+def sequence_model(likelihood, outputs, n=N):
     """LSTM with input and recurrent dropout, a synchronized particle BatchNormalization, Dense."""
     inputs = keras.Input((5, 4))
-    h = bk.layers.LSTM(6, dropout=0.2, recurrent_dropout=0.2, num_particles=N, seed=3)(inputs)
+    h = bk.layers.LSTM(6, dropout=0.2, recurrent_dropout=0.2, num_particles=n, seed=3)(inputs)
     h = bk.layers.BatchNormalization(synchronized=True)(h)
     h = bk.layers.Activation("tanh")(h)
     return bk.BayesianModel(inputs, bk.layers.Dense(outputs)(h), likelihood=likelihood)
 
 
-def image_model(likelihood, outputs, normalization=True):
+def image_model(likelihood, outputs, normalization=True, n=N):
     inputs = keras.Input((6, 6, 1))
     # No bias before a normalisation (its gradient is zero but for rounding, which the comparison would see).
-    h = bk.layers.Conv2D(3, 3, num_particles=N, use_bias=not normalization)(inputs)
+    h = bk.layers.Conv2D(3, 3, num_particles=n, use_bias=not normalization)(inputs)
     if normalization:  # (MGVBP's Kronecker structure takes Dense and Conv2D layers only)
         h = bk.layers.BatchNormalization(synchronized=True)(h)
     h = bk.layers.Activation("relu")(h)
@@ -73,6 +73,12 @@ RUNS = {
     "mean_field_vi": ("sequence", "normal", lambda: bk.optimizers.MeanFieldVI(1e-2, seed=5),
                       ["mae", lambda: bk.metrics.IntervalCoverage()]),
     "keras_adam": ("image", "categorical", lambda: keras.optimizers.Adam(1e-2), ["accuracy"]),
+    # particle parallel: each replica computes half of the particles on the whole batch
+    "gpf_particle_parallel": ("sequence", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+                              ["accuracy"], {"parallel": "particles", "particles": 4}),
+    "independent_particles_particle_parallel": ("image", "categorical",
+                                                lambda: bk.optimizers.IndependentParticles(1e-2), ["accuracy"],
+                                                {"parallel": "particles", "particles": 4}),
     # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
     "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
                           ["accuracy"], {"policy": "mixed_float16"}),
@@ -99,12 +105,14 @@ def build(name):
     kind, likelihood, optimizer, metrics = RUNS[name][:4]
     keras.utils.set_random_seed(7)
     outputs = {"categorical": 3, "bernoulli": 1, "normal": 1}[likelihood]
+    n = options(name).get("particles", N)
     if kind == "sequence":
-        model = sequence_model(likelihood, outputs)
+        model = sequence_model(likelihood, outputs, n=n)
     else:
-        model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True))
+        model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True), n=n)
     metrics = [m() if callable(m) else m for m in metrics]
-    model.compile(optimizer=optimizer(), metrics=metrics, dataset_size=BATCH * STEPS * 4)
+    model.compile(optimizer=optimizer(), metrics=metrics, dataset_size=BATCH * STEPS * 4,
+                  parallel=options(name).get("parallel", "data"))
     return model
 
 
@@ -146,6 +154,7 @@ def train(name, strategy, loop):
                   if hasattr(v.value, "values") else strategy.num_replicas_in_sync == 1
                   for v in model.variables + model.optimizer.variables)
     keras.mixed_precision.set_global_policy("float32")
+    assert model.parallel == (options(name).get("parallel", "data") if strategy.num_replicas_in_sync > 1 else "data")
     return state, history, evaluation, predictions, in_sync
 
 
