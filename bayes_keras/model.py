@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.models.functional import Functional
 
+from bayes_keras import distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.layers.base import ParticleLayer
@@ -240,6 +241,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         """The model at N / replicas particles that particle-parallel training runs, or None."""
         if parallel not in ("data", "particles"):
             raise ValueError(f"parallel must be 'data' or 'particles'; got {parallel!r}.")
+        distribute.check_strategy(self.distribute_strategy)
         replicas = self.distribute_strategy.num_replicas_in_sync
         if parallel == "data" or replicas == 1:
             return None

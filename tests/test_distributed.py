@@ -91,3 +91,15 @@ def test_two_workers_on_localhost_equal_one_process(tmp_path):
         a = one[key].astype(np.float64)
         assert np.max(np.abs(a - first[key])) <= TOLERANCE * (1 + np.max(np.abs(a))), key
         np.testing.assert_array_equal(first[key], second[key])  # the workers hold the same state
+
+
+def test_what_is_not_supported_is_refused_with_what_works():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, SCRIPT, "--refusals"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    told = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert told["particles_with_curvature"][0] == "ValueError" and "parallel='data'" in told["particles_with_curvature"][1]
+    assert told["particles_not_divisible"][0] == "ValueError" and "multiple of 2" in told["particles_not_divisible"][1]
+    assert told["unknown_parallel"][0] == "ValueError" and "'data' or 'particles'" in told["unknown_parallel"][1]
+    kind, message = told["central_storage"]
+    assert kind == "NotImplementedError" and "MirroredStrategy" in message and "MultiWorkerMirroredStrategy" in message

@@ -195,5 +195,31 @@ def moved(name, state):
     return max(largest_difference(v.numpy(), state[i][1]) for i, v in enumerate(model.variables) if "kernel" in v.path)
 
 
+def refusals():
+    """What a user is told for what is not supported (one JSON line: case -> error type and message)."""
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cases = {
+        "particles_with_curvature": (mirrored, lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), 4, {}),
+        "particles_not_divisible": (mirrored, lambda: bk.optimizers.GaussianParticleFlow(), 3, {}),
+        "unknown_parallel": (mirrored, lambda: bk.optimizers.GaussianParticleFlow(), 4, {"parallel": "model"}),
+        "central_storage": (tf.distribute.experimental.CentralStorageStrategy(),
+                            lambda: bk.optimizers.GaussianParticleFlow(), 4, {"parallel": "data"}),
+    }
+    told = {}
+    for case, (strategy, optimizer, n, kwargs) in cases.items():
+        kwargs = {"parallel": "particles", **kwargs}
+        try:
+            with strategy.scope():
+                model = image_model("categorical", 3, n=n)
+                model.compile(optimizer=optimizer(), **kwargs)
+            told[case] = ["no error", ""]
+        except Exception as error:  # noqa: BLE001 (the test reads the type and the message)
+            told[case] = [type(error).__name__, str(error)]
+    print(json.dumps(told), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(RUNS))
+    if sys.argv[1:] == ["--refusals"]:
+        refusals()
+    else:
+        main(sys.argv[1:] or list(RUNS))
