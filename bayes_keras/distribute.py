@@ -36,7 +36,7 @@ def check_strategy(strategy=None):
         if not tf.distribute.has_strategy():
             return  # the default strategy: one device
         strategy = tf.distribute.get_strategy()
-    if isinstance(strategy, SUPPORTED):
+    if isinstance(strategy, SUPPORTED) or type(strategy).__name__.startswith("_DefaultDistributionStrategy"):
         return
     raise NotImplementedError(
         f"bayes_keras trains under tf.distribute.MirroredStrategy (several devices of one machine), "

@@ -103,3 +103,12 @@ def test_what_is_not_supported_is_refused_with_what_works():
     assert told["unknown_parallel"][0] == "ValueError" and "'data' or 'particles'" in told["unknown_parallel"][1]
     kind, message = told["central_storage"]
     assert kind == "NotImplementedError" and "MirroredStrategy" in message and "MultiWorkerMirroredStrategy" in message
+
+
+def test_refinement_under_two_replicas_equals_one_device():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, SCRIPT, "--refine"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert r["moved"] > 1e-3, r  # refinement changed the particles
+    assert r["refined"] < TOLERANCE and r["predictive"] < TOLERANCE, r

@@ -147,6 +147,9 @@ def train(name, strategy, loop):
         history = {}
     evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
     predictions = model.predict(x, batch_size=BATCH, verbose=0)
+    if likelihood != "normal":  # the per-particle outputs and the uncertainty decomposition too
+        predictions = {"mean": predictions, "particles": model.predict_particles(x, batch_size=BATCH),
+                       "mutual_information": model.uncertainty(x, batch_size=BATCH)["mutual_information"]}
     # In order (layer names differ between two builds in one process: lstm, lstm_1, ...).
     state = {i: (v.path, np.array(v.numpy())) for i, v in enumerate(model.variables + model.optimizer.variables)}
     # Under the strategy every variable must be mirrored, and its copies identical.
@@ -195,6 +198,28 @@ def moved(name, state):
     return max(largest_difference(v.numpy(), state[i][1]) for i, v in enumerate(model.variables) if "kernel" in v.path)
 
 
+def refinement():
+    """bk.refine after MGVBP training, on one device and under 2 replicas: largest difference of the
+    refined particles' outputs and of the predictive (one JSON line)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 6)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+
+    def run(strategy):
+        with strategy.scope():
+            keras.utils.set_random_seed(3)
+            model = bk.zoo.mlp(6, 2, hidden=(8,), num_particles=4)
+            model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=1), likelihood="categorical")
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+        before = model.predict_particles(x)
+        bk.refine(model, x, y, num_stages=2, steps_per_stage=3, batch_size=16, seed=0, verbose=0)
+        return before, model.predict_particles(x), model.predictive(x).probs_parameter().numpy()
+
+    one, two = run(tf.distribute.get_strategy()), run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    print(json.dumps({"refined": largest_difference(one[1], two[1]), "predictive": largest_difference(one[2], two[2]),
+                      "moved": largest_difference(one[0], one[1])}), flush=True)
+
+
 def refusals():
     """What a user is told for what is not supported (one JSON line: case -> error type and message)."""
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -221,5 +246,7 @@ def refusals():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--refusals"]:
         refusals()
+    elif sys.argv[1:] == ["--refine"]:
+        refinement()
     else:
         main(sys.argv[1:] or list(RUNS))
