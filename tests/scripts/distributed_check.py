@@ -52,6 +52,7 @@ RUNS = {
     "gpf_layer_image": ("image", "categorical",
                         lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"), ["accuracy"]),
     "svgd": ("sequence", "categorical", lambda: bk.optimizers.SVGD(1e-2), ["accuracy"]),
+    "svgd_heteroscedastic": ("image", "heteroscedastic_normal", lambda: bk.optimizers.SVGD(1e-2), ["mae"]),
     "matrix_svgd_kfac": ("image", "categorical", lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
     "matrix_svgd_kfac_sequence": ("sequence", "categorical",
                                   lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
@@ -104,7 +105,7 @@ def data(model_kind, likelihood, count=BATCH * STEPS):
 def build(name):
     kind, likelihood, optimizer, metrics = RUNS[name][:4]
     keras.utils.set_random_seed(7)
-    outputs = {"categorical": 3, "bernoulli": 1, "normal": 1}[likelihood]
+    outputs = {"categorical": 3, "bernoulli": 1, "normal": 1, "heteroscedastic_normal": 2}[likelihood]
     n = options(name).get("particles", N)
     if kind == "sequence":
         model = sequence_model(likelihood, outputs, n=n)
@@ -147,7 +148,7 @@ def train(name, strategy, loop):
         history = {}
     evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
     predictions = model.predict(x, batch_size=BATCH, verbose=0)
-    if likelihood != "normal":  # the per-particle outputs and the uncertainty decomposition too
+    if likelihood in ("categorical", "bernoulli"):  # the per-particle outputs and the uncertainty decomposition
         predictions = {"mean": predictions, "particles": model.predict_particles(x, batch_size=BATCH),
                        "mutual_information": model.uncertainty(x, batch_size=BATCH)["mutual_information"]}
     # In order (layer names differ between two builds in one process: lstm, lstm_1, ...).
