@@ -4,6 +4,9 @@ The SavedModel holds the particle weights and the likelihood's constants as vari
 computations as TensorFlow graphs, so `tf.saved_model.load(path)` (or TF-Serving) serves it in a process
 where bayes_keras is not installed.
 
+An export over an existing one is written beside it and swapped in: after a crash the path holds the old
+or the new export, or, if it is missing, `path + ".backup"` holds the old one.
+
 Endpoints (each takes the model's input batch `inputs`; documented in `export_predictive`):
     serving_default / serve   everything below except particle_outputs and quantiles, as one dict
     predictive                what `model.predict` returns: "probabilities", or "mean" and "std"
@@ -14,6 +17,8 @@ Endpoints (each takes the model's input batch `inputs`; documented in `export_pr
 
 import keras
 import tensorflow as tf
+
+from bayes_keras import atomic_files
 
 
 def export_predictive(model, filepath, input_signature=None, verbose=True):
@@ -74,8 +79,9 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
 
         archive.add_endpoint("quantiles", quantiles,
                              input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")])
-    archive.write_out(str(filepath), verbose=verbose)
-    return str(filepath)
+    # Written beside the target, then swapped in: after a crash `filepath` holds the old or the new export, or
+    # (if it is missing) filepath + ".backup" holds the old one (bayes_keras/atomic_files.py).
+    return atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary, verbose=verbose))
 
 
 def _input_signature(model):

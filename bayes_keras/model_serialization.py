@@ -5,8 +5,11 @@ reads the model's likelihood, particle count, dataset size and temperature, whic
 (bayes_keras/model.py) owns and documents.
 """
 
+import os
+
 import keras
 
+from bayes_keras import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 
@@ -65,12 +68,21 @@ class ModelSerialization:
 
     def save(self, filepath, *args, **kwargs):
         """As keras.Model.save, in the .keras format (particles, likelihood, optimizer state); the legacy
-        HDF5 format cannot hold a BayesianModel's configuration and is refused."""
+        HDF5 format cannot hold a BayesianModel's configuration and is refused. Atomic: the file is written
+        beside `filepath` and renamed over it, so a crash or a full disk leaves the previous file intact."""
         if str(filepath).lower().endswith((".h5", ".hdf5")):
             raise ValueError(f"BayesianModel saves in the Keras format: use a path ending in '.keras' (got "
                              f"{str(filepath)!r}; the legacy HDF5 format cannot restore a BayesianModel). For "
                              "serving, model.export(path) writes a SavedModel of the predictive.")
-        return super().save(filepath, *args, **kwargs)
+        if not isinstance(filepath, (str, os.PathLike)) or kwargs.get("zipped") is False or args:
+            return super().save(filepath, *args, **kwargs)
+        if os.path.exists(filepath) and not kwargs.get("overwrite", True):
+            return super().save(filepath, **kwargs)  # Keras asks whether to overwrite
+        kwargs["overwrite"] = True  # the temporary file is new; the rename replaces the target
+        # Written beside the target, then renamed over it: a crash or a full disk leaves the old file or the
+        # new one, never a partial one (bayes_keras/atomic_files.py).
+        atomic_files.replace_file(filepath, lambda temporary: super(ModelSerialization, self).save(temporary, **kwargs),
+                                  suffix=".keras")
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """As keras.Model.export, but a "tf_saved_model" serves the posterior predictive (class

@@ -1,0 +1,129 @@
+"""A save or an export over a good one leaves the old one or the new one after any crash (issue: nothing
+lost). A child process saves in a loop and is killed (SIGKILL) at random moments; a full disk is a
+writer raising ENOSPC half way."""
+
+import errno
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bayes_keras as bk
+from bayes_keras import atomic_files
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "save_loop.py")
+
+
+def _kill_during_saves(mode, target, kills, seed):
+    """Start the save loop `kills` times, SIGKILL it at a random moment after its first save; after each
+    kill yield what is on disk."""
+    rng = random.Random(seed)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    for k in range(kills):
+        ready = f"{target}.ready{k}"
+        child = subprocess.Popen([sys.executable, SCRIPT, mode, target, ready], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 240
+            while not os.path.exists(ready):
+                assert child.poll() is None, child.stderr.read().decode()[-3000:]
+                assert time.time() < deadline, "the save loop did not start"
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5 if mode == "save" else 4.0))  # several saves: a kill mid-write
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        yield
+
+
+def _versions(weights):
+    """The version a saved model holds: all its particle weights equal one number."""
+    values = {float(v) for w in weights if w.ndim for v in np.unique(w)}
+    assert len(values) == 1, values  # one whole version, not a mixture
+    return values.pop()
+
+
+def _check_saves(tmp_path, kills):
+    target = str(tmp_path / "model.keras")
+    seen = []
+    for _ in _kill_during_saves("save", target, kills, seed=kills):
+        model = keras.saving.load_model(target)  # never "File is not a zip file"
+        seen.append(_versions(model.get_weights()))
+    assert all(v >= 1 for v in seen)
+
+
+def test_save_killed_at_random_moments_leaves_a_loadable_file(tmp_path):
+    _check_saves(tmp_path, kills=4)
+
+
+@pytest.mark.slow
+def test_save_killed_twenty_times_leaves_a_loadable_file(tmp_path):
+    _check_saves(tmp_path, kills=20)
+
+
+def test_export_killed_at_random_moments_leaves_a_loadable_export(tmp_path):
+    target = str(tmp_path / "served")
+    for _ in _kill_during_saves("export", target, kills=3, seed=0):
+        path = target if os.path.isdir(target) else target + atomic_files.BACKUP_SUFFIX
+        served = tf.saved_model.load(path)  # the export, or the documented backup of the previous one
+        probs = served.predictive(tf.zeros((2, 4)))["probabilities"].numpy()
+        np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def _model(version):
+    inputs = keras.Input((4,))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.set_weights([np.full(w.shape, version, w.dtype) if w.ndim else w for w in model.get_weights()])
+    return model
+
+
+def test_full_disk_keeps_the_old_file(tmp_path, monkeypatch):
+    target = str(tmp_path / "model.keras")
+    _model(1).save(target)
+    before = sorted(os.listdir(tmp_path))
+
+    def full_disk(self, filepath, *args, **kwargs):
+        with open(filepath, "wb") as f:
+            f.write(b"PK\x03\x04 partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(keras.Model, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        _model(2).save(target)
+    monkeypatch.undo()
+    assert _versions(keras.saving.load_model(target).get_weights()) == 1.0
+    assert sorted(os.listdir(tmp_path)) == before  # the partial temporary file is removed
+
+
+def test_full_disk_during_export_keeps_the_old_export(tmp_path, monkeypatch):
+    target = str(tmp_path / "served")
+    _model(1).export(target, verbose=False)
+
+    def full_disk(root):  # the disk fills while the new export is flushed
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic_files, "_sync_tree", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        _model(2).export(target, verbose=False)
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["served"]
+    tf.saved_model.load(target)
+
+
+def test_save_and_export_still_replace_what_is_there(tmp_path):
+    target = str(tmp_path / "model.keras")
+    _model(1).save(target)
+    _model(2).save(target)
+    assert _versions(keras.saving.load_model(target).get_weights()) == 2.0
+    served = str(tmp_path / "served")
+    _model(1).export(served, verbose=False)
+    _model(2).export(served, verbose=False)
+    assert sorted(os.listdir(tmp_path)) == ["model.keras", "served"]
