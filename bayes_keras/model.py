@@ -89,9 +89,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             self.set_dataset_size(dataset_size)
         self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
-        self._raw_predict = False
         self._particle_slices = None  # particle-parallel training (compile(parallel="particles"))
-        self._particle_predict_function = None
         self._bayesian_metrics = ModelMetrics()  # nll, ParticleMetrics, the optimizer's reported metrics
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the

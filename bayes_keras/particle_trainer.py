@@ -6,9 +6,13 @@ temperature, loss scale and optimizer, which BayesianModel (bayes_keras/model.py
 """
 
 import contextlib
+import threading
+import weakref
 
 import keras
+import numpy as np
 import tensorflow as tf
+from keras.src.trainers import data_adapters
 
 from bayes_keras import distribute
 from bayes_keras.curvature import capture
@@ -325,21 +329,29 @@ class ParticleTrainer:
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         outputs = tf.cast(self(x, training=False), self.loss_dtype)
-        if self._raw_predict:
-            return outputs
         self._build_likelihood(outputs.shape)
         return self.likelihood.summary(outputs)
 
     # -- posterior predictive ------------------------------------------------------------------
-    def predict_particles(self, x, batch_size=None, verbose=0, **kwargs):
-        """Per-particle outputs (batch, N, ...) as a numpy array."""
-        saved = self.predict_function
-        self.predict_function, self._raw_predict = self._particle_predict_function, True
-        try:
-            return self.predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
-        finally:
-            self._particle_predict_function = self.predict_function
-            self.predict_function, self._raw_predict = saved, False
+    def predict_particles(self, x, batch_size=None, verbose=0, steps=None):
+        """Per-particle outputs (batch, N, ...) as a numpy array, for the inputs `predict` takes (arrays, a
+        tf.data.Dataset, a PyDataset or generator; `steps` as in predict). It keeps no per-call state on the
+        model, so threads may call it, `predict`, `predictive` and `uncertainty` on one model at once."""
+        if x is None:
+            raise ValueError("predict_particles needs inputs x (arrays, a tf.data.Dataset, a PyDataset or a "
+                             "generator); got None.")
+        adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
+                                                 steps_per_epoch=steps, shuffle=False)
+        function = _particle_function(self)
+        outputs = []
+        for step, batch in enumerate(adapter.get_tf_dataset()):
+            if steps is not None and step >= steps:
+                break
+            inputs, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
+            outputs.append(function(inputs).numpy())
+        if not outputs:
+            raise ValueError("predict_particles got no examples (an empty x or dataset).")
+        return np.concatenate(outputs, axis=0)
 
     def predictive(self, x, batch_size=None):
         """The posterior predictive p(y | x, D) as a TFP distribution with batch shape (batch,)."""
@@ -407,6 +419,32 @@ def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
         if r.extras is not None:
             r.extras = {k: distribute.gather_examples(v) for k, v in r.extras.items()}
     return grads, scaled_loglik, loss
+
+
+_PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()  # model -> its compiled per-particle forward pass
+_PARTICLE_FUNCTIONS_LOCK = threading.Lock()
+
+
+def _particle_function(model):
+    """The model's compiled inference pass (batch, N, ...), made once per model (kept off the model, whose
+    attributes Keras tracks and exports)."""
+    with _PARTICLE_FUNCTIONS_LOCK:
+        function = _PARTICLE_FUNCTIONS.get(model)
+        if function is None:
+            owner = weakref.ref(model)
+
+            def particle_outputs(inputs):
+                bound = owner()
+                return tf.cast(bound(inputs, training=False), bound.loss_dtype)
+
+            function = tf.function(particle_outputs, reduce_retracing=True)
+            _PARTICLE_FUNCTIONS[model] = function
+    return function
+
+
+def _is_batched(x):
+    """Inputs that come in batches already (no batch_size applies): datasets, PyDatasets, generators."""
+    return isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or hasattr(x, "__next__")
 
 
 def _of_this_graph(tensor):
