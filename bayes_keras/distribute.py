@@ -75,7 +75,13 @@ def sum_across_replicas(values):
     context = replica_context()
     if context is None or not values:
         return list(values)
-    return list(context.all_reduce(tf.distribute.ReduceOp.SUM, list(values)))
+    values = [tf.convert_to_tensor(v) for v in values]
+    summed = [None] * len(values)
+    for dtype in {v.dtype for v in values}:  # one all-reduce per dtype (it packs its tensors into one buffer)
+        positions = [i for i, v in enumerate(values) if v.dtype == dtype]
+        for i, total in zip(positions, context.all_reduce(tf.distribute.ReduceOp.SUM, [values[i] for i in positions])):
+            summed[i] = total
+    return summed
 
 
 def batch_rows(local_batch):

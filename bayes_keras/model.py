@@ -240,6 +240,13 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if parallel not in ("data", "particles"):
             raise ValueError(f"parallel must be 'data' or 'particles'; got {parallel!r}.")
         distribute.check_strategy(self.distribute_strategy)
+        if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1 and self.variables \
+                and not isinstance(
+                self.variables[0].value, tf.distribute.DistributedValues):
+            raise ValueError(
+                f"The model was built outside the {type(tf.distribute.get_strategy()).__name__}'s scope, so its "
+                "variables are not mirrored and it would train on one device: create the model inside "
+                "`with strategy.scope():` (compiling there too, or later, is fine).")
         replicas = self.distribute_strategy.num_replicas_in_sync
         if parallel == "data" or replicas == 1:
             return None

@@ -80,6 +80,10 @@ class ParticleTrainer:
         elif optimizer is not None and not isinstance(optimizer, BayesianOptimizer):
             raise ValueError(f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
                              f"{optimizer!r}.")
+        if any(isinstance(t, tf.distribute.DistributedValues) for t in tf.nest.flatten((x, y, sample_weight))):
+            raise ValueError("bayesian_gradients got distributed batches (PerReplica values): call it inside "
+                             "strategy.run(step, args=(x, y)), which hands each replica its share (see "
+                             "docs/distributed.md, the custom loop).")
         if self._particle_parallel_active():
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         return self._gradients(x, y, sample_weight, optimizer)[:2]
@@ -284,6 +288,8 @@ class ParticleTrainer:
         if not training:  # the optimizer's bound is a training objective: not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
+        if distribute.num_replicas() > 1:
+            logs = self._results_of_all_replicas(logs)
         if distribute.multi_worker(self.distribute_strategy):
             # Keras' TF trainer averages each worker's logs with strategy.reduce("MEAN", value, axis=0), which
             # fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions", Keras 3 with
@@ -307,10 +313,30 @@ class ParticleTrainer:
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
 
+    def _results_of_all_replicas(self, logs):
+        """Every metric's result over all replicas' examples so far: its variables summed over the replicas
+        (averaged where declared so), then its `stateless_result`. A replica's own results would be averaged
+        by Keras with equal weights, wrong when the replicas' shares of a batch differ (a global batch the
+        replicas do not divide: evaluate's and the validation's numbers)."""
+        results = {}
+        for metric in self.metrics:
+            variables = list(metric.variables)
+            values = distribute.sum_across_replicas([v.value for v in variables])
+            values = [value / distribute.num_replicas() if getattr(v, "aggregation", "sum") == "mean" else value
+                      for v, value in zip(variables, values)]
+            result = metric.stateless_result(values)
+            if isinstance(result, dict):
+                results.update(result)
+            else:
+                results[metric.name] = result
+        return {name: results.get(name, value) for name, value in logs.items()}
+
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """As keras.Model.compute_metrics, with `y_pred` the model's per-particle outputs (batch, N, ...): the
         compiled metrics see the predictive summary (what `predict` returns; the mean for a Normal)."""
-        if len(y_pred.shape) >= 2 and self.likelihood is not None:
+        if self.likelihood is None:
+            self._build_likelihood(y_pred.shape)  # says to pass likelihood=
+        if len(y_pred.shape) >= 2:
             y_pred = self.likelihood.summary(tf.cast(y_pred, self.loss_dtype))
             if isinstance(y_pred, dict):
                 y_pred = y_pred["mean"]

@@ -101,6 +101,10 @@ def test_what_is_not_supported_is_refused_with_what_works():
     assert told["particles_with_curvature"][0] == "ValueError" and "parallel='data'" in told["particles_with_curvature"][1]
     assert told["particles_not_divisible"][0] == "ValueError" and "multiple of 2" in told["particles_not_divisible"][1]
     assert told["unknown_parallel"][0] == "ValueError" and "'data' or 'particles'" in told["unknown_parallel"][1]
+    kind, message = told["built_outside_the_scope"]
+    assert kind == "ValueError" and "strategy.scope()" in message
+    kind, message = told["custom_loop_without_run"]
+    assert kind == "ValueError" and "strategy.run" in message
     kind, message = told["central_storage"]
     assert kind == "NotImplementedError" and "MirroredStrategy" in message and "MultiWorkerMirroredStrategy" in message
 
@@ -112,3 +116,13 @@ def test_refinement_under_two_replicas_equals_one_device():
     r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert r["moved"] > 1e-3, r  # refinement changed the particles
     assert r["refined"] < TOLERANCE and r["predictive"] < TOLERANCE, r
+
+
+def test_evaluate_and_validation_with_batches_the_replicas_do_not_divide():
+    """Global batches of 1 (one replica gets nothing) and 15 (8 + 7): evaluate's and the validation's numbers
+    are those of one device (each metric over all replicas' examples, not an equal-weight mean of replicas)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, SCRIPT, "--uneven"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert r["1"] < TOLERANCE and r["15"] < TOLERANCE, r

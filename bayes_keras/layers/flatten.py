@@ -23,7 +23,11 @@ class Flatten(keras.layers.Layer):
         if len(inputs.shape) == IMAGE_RANK:
             inputs = tf.transpose(inputs, [0, 3, 1, 2, 4])  # (B, H, W, N, C) -> (B, N, H, W, C)
         shape = tf.shape(inputs)
-        return tf.reshape(inputs, tf.concat([shape[:2], [-1]], 0))
+        rest = inputs.shape[2:]
+        # The flattened width from the static shape when known: -1 cannot be inferred for an empty batch
+        # (e.g. a replica's share of a global batch smaller than the number of replicas).
+        width = math.prod(rest) if all(d is not None for d in rest) else -1
+        return tf.reshape(inputs, tf.concat([shape[:2], [width]], 0))
 
     def compute_output_shape(self, input_shape):
         axis = particle_axis(len(input_shape))

@@ -221,6 +221,27 @@ def refinement():
                       "moved": largest_difference(one[0], one[1])}), flush=True)
 
 
+def uneven_batches():
+    """evaluate with global batches that 2 replicas do not divide (1, 15) against one device (one JSON line)."""
+    x, y = data("image", "categorical")
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    results = {}
+    for batch in (1, 15):
+        scores = []
+        for strategy in (tf.distribute.get_strategy(), mirrored):
+            with strategy.scope():
+                keras.utils.set_random_seed(7)
+                model = image_model("categorical", 3)
+                model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=["accuracy"],
+                              dataset_size=len(x))
+            history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False,
+                                validation_data=(x[:31], y[:31]), validation_batch_size=batch).history
+            scores.append({**model.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True),
+                           **{k: v[-1] for k, v in history.items() if k.startswith("val_")}})
+        results[batch] = max(largest_difference(scores[0][k], scores[1][k]) for k in scores[0])
+    print(json.dumps(results), flush=True)
+
+
 def refusals():
     """What a user is told for what is not supported (one JSON line: case -> error type and message)."""
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -232,6 +253,23 @@ def refusals():
                             lambda: bk.optimizers.GaussianParticleFlow(), 4, {"parallel": "data"}),
     }
     told = {}
+    try:  # built outside the scope, compiled inside: its variables are not mirrored
+        model = image_model("categorical", 3)
+        with mirrored.scope():
+            model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+        told["built_outside_the_scope"] = ["no error", ""]
+    except Exception as error:  # noqa: BLE001
+        told["built_outside_the_scope"] = [type(error).__name__, str(error)]
+    try:  # the documented custom loop without strategy.run
+        with mirrored.scope():
+            model = image_model("categorical", 3)
+            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
+        x, y = data("image", "categorical")
+        batch = next(iter(mirrored.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))))
+        model.bayesian_gradients(*batch)
+        told["custom_loop_without_run"] = ["no error", ""]
+    except Exception as error:  # noqa: BLE001
+        told["custom_loop_without_run"] = [type(error).__name__, str(error)]
     for case, (strategy, optimizer, n, kwargs) in cases.items():
         kwargs = {"parallel": "particles", **kwargs}
         try:
@@ -249,5 +287,7 @@ if __name__ == "__main__":
         refusals()
     elif sys.argv[1:] == ["--refine"]:
         refinement()
+    elif sys.argv[1:] == ["--uneven"]:
+        uneven_batches()
     else:
         main(sys.argv[1:] or list(RUNS))
