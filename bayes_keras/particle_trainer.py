@@ -321,7 +321,9 @@ class ParticleTrainer:
         results = {}
         for metric in self.metrics:
             variables = list(metric.variables)
-            values = distribute.sum_across_replicas([v.value for v in variables])
+            # (tf.identity: a read on this replica's device; the variables of a SyncOnRead metric under
+            # MultiWorkerMirroredStrategy read as tensors without one, which its all-reduce refuses)
+            values = distribute.sum_across_replicas([tf.identity(v.value) for v in variables])
             values = [value / distribute.num_replicas() if getattr(v, "aggregation", "sum") == "mean" else value
                       for v, value in zip(variables, values)]
             result = metric.stateless_result(values)

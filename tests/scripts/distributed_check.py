@@ -3,7 +3,7 @@ the same global batches, and prints a JSON line per run with the largest differe
 optimizer variable, of the fit history, of predict and of evaluate, and whether the replicas' copies
 of every variable are identical. Run in a subprocess: the CPU is split before TensorFlow initialises.
 
-    python tests/scripts/distributed_check.py [name ...]     # all runs when no name is given
+    python tests/scripts/distributed_check.py [--loop=fit|custom] [name ...]   # all runs when no name is given
 """
 
 import json
@@ -170,10 +170,10 @@ def largest_difference(a, b):
     return float(np.max(np.abs(a - b)) / (1.0 + np.max(np.abs(a)))) if a.size else 0.0
 
 
-def main(names):
+def main(names, loops=("fit", "custom")):
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     for name in names:
-        for loop in ("fit", "custom"):
+        for loop in loops:
             if loop == "custom" and name == "keras_adam":
                 continue
             one, history1, eval1, pred1, _ = train(name, tf.distribute.get_strategy(), loop)
@@ -290,4 +290,6 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--uneven"]:
         uneven_batches()
     else:
-        main(sys.argv[1:] or list(RUNS))
+        loops = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--loop=")]
+        names = [a for a in sys.argv[1:] if not a.startswith("--")]
+        main(names or list(RUNS), tuple(loops) or ("fit", "custom"))
