@@ -52,10 +52,9 @@ class ParticleTrainer:
         particle_prior, shared_prior = self.log_prior()
         scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
         particle_prior = particle_prior / self.temperature
-        log_joint = scaled_loglik + particle_prior
-        if parts:
-            return log_joint, shared_prior / self.temperature, scaled_loglik, particle_prior
-        return log_joint, shared_prior / self.temperature
+        if parts:  # (particle parallel: scaled_loglik has this replica's N / R particles, the prior all N)
+            return shared_prior / self.temperature, scaled_loglik, particle_prior
+        return scaled_loglik + particle_prior, shared_prior / self.temperature
 
     def bayesian_gradients(self, x, y, sample_weight=None, optimizer="compiled"):
         """One forward and backward pass: (grads, step) for `optimizer.apply(grads,
@@ -100,9 +99,9 @@ class ParticleTrainer:
         and carries 1 / replicas of the prior terms, so that the sum over replicas is the loss above."""
         if self.dataset_size is None:
             raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
-        log_joint, shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
+        shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
             y, outputs, sample_weight, parts=True, global_batch=global_batch)
-        n = tf.cast(tf.shape(log_joint)[0], log_joint.dtype)
+        n = tf.cast(tf.shape(particle_prior)[0], particle_prior.dtype)  # all N particles
         loss = -tf.reduce_sum(scaled_loglik) - (tf.reduce_sum(particle_prior) + n * shared_log_prior) / replicas
         if self.losses:
             loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
@@ -177,30 +176,20 @@ class ParticleTrainer:
         """`_gradients` with each replica computing its slice of the particles on the whole batch (x, y,
         sample_weight already gathered): its loss carries its particles' log likelihoods and 1 / replicas of
         the priors; gradients and losses are summed, log likelihoods and outputs gathered along the particles."""
-        if self.dataset_size is None:
-            raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
         prepared = None if optimizer is None else optimizer.prepare_step()
         n = self._particle_slices.num_particles
         with tf.GradientTape() as tape:
             outputs = tf.cast(self._particle_slices(x, training=True), self.loss_dtype)  # (batch, N / R, ...)
             trainable = self.trainable_variables
-            loglik = self.likelihood.log_prob(y, outputs)
-            if sample_weight is not None:
-                loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
-            batch = tf.cast(tf.shape(loglik)[0], loglik.dtype)
-            scaled_loglik = float(self.dataset_size) / batch * tf.reduce_sum(loglik, axis=0) / self.temperature
-            particle_prior, shared_prior = self.log_prior()
-            particle_prior, shared_prior = particle_prior / self.temperature, shared_prior / self.temperature
-            loss = -tf.reduce_sum(scaled_loglik) - (tf.reduce_sum(particle_prior) + n * shared_prior) / replicas
-            if self.losses:
-                loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
+            # The whole batch on every replica: scaled by its own size; 1 / replicas of the priors.
+            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight, None, replicas)
         grads = tape.gradient(loss, trainable)
         if optimizer is not None and not optimizer.built:
             with tf.init_scope():
                 optimizer.build(trainable)
         grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
                  for g, v in zip(grads, trainable)]
-        grads, _, loss = _reduce_step(grads, tf.zeros(()), loss, (), reduce_gradients=True)
+        grads, (loss,) = _sum_gradients_and(grads, [loss])
         step = StepInfo(log_likelihood=tf.stop_gradient(distribute.gather(scaled_loglik)),
                         log_prior=tf.stop_gradient(particle_prior), temperature=self.temperature,
                         dataset_size=float(self.dataset_size), curvature=(), prepared=prepared)
@@ -431,15 +420,21 @@ def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
     return nll[first_row:first_row + local]
 
 
-def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
-    """Sum the replicas' gradients (unless a Keras optimizer sums them), log likelihoods and losses, and
-    gather the curvature records' per-example tensors along the batch: the global batch's step."""
+def _sum_gradients_and(grads, others, reduce_gradients=True):
+    """(grads, others) summed over the replicas; None gradients stay None, and with reduce_gradients=False
+    the gradients stay this replica's (a Keras optimizer sums them itself)."""
     present = [i for i, g in enumerate(grads) if g is not None] if reduce_gradients else []
-    summed = distribute.sum_across_replicas([grads[i] for i in present] + [scaled_loglik, loss])
+    summed = distribute.sum_across_replicas([grads[i] for i in present] + list(others))
     grads = list(grads)
     for i, g in zip(present, summed):
         grads[i] = g
-    scaled_loglik, loss = summed[-2:]
+    return grads, summed[len(present):]
+
+
+def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
+    """Sum the replicas' gradients (unless a Keras optimizer sums them), log likelihoods and losses, and
+    gather the curvature records' per-example tensors along the batch: the global batch's step."""
+    grads, (scaled_loglik, loss) = _sum_gradients_and(grads, [scaled_loglik, loss], reduce_gradients)
     for r in records:
         r.inputs = distribute.gather_examples(r.inputs)
         r.output_gradients = distribute.gather_examples(r.output_gradients)
