@@ -1,51 +1,83 @@
 """bayesianize: turn a Keras model into a BayesianModel with particle layers."""
 
 import inspect
+import warnings
 
 import keras
 import numpy as np
 
 from bayes_keras import layers as particle_layers
+from bayes_keras.layers import mixing_guard
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
 from bayes_keras.particle_initialization import initialize_particles
 
-# Keras layer class -> the particle layer with the same constructor arguments.
-_PARTICLE_TWINS = {
-    keras.layers.Dense: particle_layers.Dense,
-    keras.layers.Conv1D: particle_layers.Conv1D,
-    keras.layers.Conv2D: particle_layers.Conv2D,
-    keras.layers.SimpleRNN: particle_layers.SimpleRNN,
-    keras.layers.LSTM: particle_layers.LSTM,
-    keras.layers.GRU: particle_layers.GRU,
-    keras.layers.MaxPooling2D: particle_layers.MaxPooling2D,
-    keras.layers.AveragePooling2D: particle_layers.AveragePooling2D,
-    keras.layers.GlobalAveragePooling1D: particle_layers.GlobalAveragePooling1D,
-    keras.layers.GlobalAveragePooling2D: particle_layers.GlobalAveragePooling2D,
-    keras.layers.GlobalMaxPooling1D: particle_layers.GlobalMaxPooling1D,
-    keras.layers.GlobalMaxPooling2D: particle_layers.GlobalMaxPooling2D,
-    keras.layers.Flatten: particle_layers.Flatten,
-    keras.layers.BatchNormalization: particle_layers.BatchNormalization,
-    keras.layers.Embedding: particle_layers.Embedding,
+_L = keras.layers
+# Keras layers with weights -> the particle layer with the same constructor arguments (always converted).
+_WEIGHT_TWINS = {
+    _L.Dense: particle_layers.Dense,
+    _L.Conv1D: particle_layers.Conv1D,
+    _L.Conv2D: particle_layers.Conv2D,
+    _L.SimpleRNN: particle_layers.SimpleRNN,
+    _L.LSTM: particle_layers.LSTM,
+    _L.GRU: particle_layers.GRU,
+    _L.Embedding: particle_layers.Embedding,
+}
+# Layers whose particle version is needed only where the particle axis already exists.
+_LAYOUT_TWINS = {
+    _L.MaxPooling2D: particle_layers.MaxPooling2D,
+    _L.AveragePooling2D: particle_layers.AveragePooling2D,
+    _L.GlobalAveragePooling1D: particle_layers.GlobalAveragePooling1D,
+    _L.GlobalAveragePooling2D: particle_layers.GlobalAveragePooling2D,
+    _L.GlobalMaxPooling1D: particle_layers.GlobalMaxPooling1D,
+    _L.GlobalMaxPooling2D: particle_layers.GlobalMaxPooling2D,
+    _L.Flatten: particle_layers.Flatten,
+    _L.BatchNormalization: particle_layers.BatchNormalization,
 }
 _SQUASHING = {keras.activations.softmax: "categorical", keras.activations.sigmoid: "bernoulli"}
+# Arguments a particle twin drops on purpose: the prior takes the place of regularizers and constraints.
+_REPLACED_BY_PRIOR = ("regularizer", "constraint")
+# Keras stores these defaults resolved (None -> the value)
+_RESOLVED = {"data_format": "channels_last"}
+# keras.ops that act elementwise (on particle tensors of one layout, or with Python numbers)
+_ELEMENTWISE_OPS = {"Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Negative", "Abs", "Exp", "Log",
+                    "Sqrt", "Square", "Tanh", "Sigmoid", "Relu", "Power", "Maximum", "Minimum", "Cast", "Equal",
+                    "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr",
+                    "LogicalNot"}
+# keras.ops reductions, per particle when they reduce the last axis only (e.g. the mask of keras.layers.Masking)
+_LAST_AXIS_OPS = {"Any", "All", "Sum", "Mean", "Max", "Min"}
 
 
 def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bias_prior=None, deterministic=(),
                 center=True, noise_std=0.1, seed=None):
-    """A BayesianModel with the architecture of the Keras `model`, its layers replaced by particle layers.
+    """A BayesianModel with the architecture of the Keras `model`, its weight layers replaced by particle layers.
 
-    Dense, Conv1D, Conv2D, SimpleRNN, LSTM, GRU, pooling, global pooling and Flatten become their
-    `bayes_keras.layers` twins (same constructor arguments, `num_particles` on the first one); layers
-    that act on the last axis or elementwise (Activation, Dropout, Add, Concatenate, LayerNormalization,
-    ...) are kept; a layer that would mix particles or has no twin (BatchNormalization, Embedding,
-    MultiHeadAttention, ...) is named in a ValueError. A softmax / sigmoid on the output layer is removed
-    (the likelihood averages the particles' probabilities from logits) and picks the likelihood when
-    none is given.
+    The conversion is exact or refused: with `noise_std=0` every particle predicts as `model` does, in
+    memory and after a .keras round trip, or a ValueError names the layer it cannot convert.
 
-    With `center=True` (and a built model) every particle starts at `model`'s weights plus
-    N(0, noise_std^2) noise (the MOPED idea: Krishnan et al. 2020, https://arxiv.org/abs/1906.05323), so a
-    trained network's accuracy is where training starts; shared (`deterministic`) layers copy them.
+    - Dense, Conv1D, Conv2D, SimpleRNN, LSTM, GRU, Bidirectional and Embedding become their
+      `bayes_keras.layers` twins (same constructor arguments; the first one starts the particle axis).
+      BatchNormalization, pooling, global pooling and Flatten become theirs where the particle axis
+      exists; before it (e.g. a Flatten-first MLP) they stay Keras layers.
+    - Every other layer is kept with all its state (adapted Normalization statistics, BatchNormalization
+      moving averages, any weights). Where it receives particle activations it is kept as it is when it
+      acts per element or on the last axis, and otherwise wrapped in `bayes_keras.layers.PerParticle`,
+      which runs it on each particle as on an ordinary batch, so that its axis arguments keep their
+      meaning (`Softmax(axis=1)` over time stays over time). A kept layer's weights are shared by all
+      particles (point estimates; a warning lists them). A layer from outside Keras is kept only if it
+      treats the examples of a batch independently (checked once on random inputs); BatchNormalization's
+      other axes, Masking after the first weight layer, stateful recurrent layers are refused.
+    - A softmax / sigmoid on the output layer is removed (the likelihood averages the particles'
+      probabilities from logits) and picks the likelihood when none is given. Constructor arguments a
+      twin does not take are refused unless they are at Keras' default; regularizers and constraints
+      are dropped with a warning (the prior takes their place).
+
+    With `center=True` every particle starts at `model`'s weights plus Gaussian noise of standard
+    deviation `noise_std` times each weight tensor's root mean square (the MOPED idea, Krishnan et al.
+    2020, "Specifying Weight Priors in Bayesian Deep Neural Networks with Empirical Bayes",
+    https://arxiv.org/abs/1906.05323; see `initialize_particles`), so a trained network's accuracy is
+    where training starts and the particles still disagree; shared (`deterministic`) layers copy them.
 
     Args:
         model: a built keras.Sequential or functional keras.Model.
@@ -75,90 +107,278 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     if not inputs or not outputs:
         raise ValueError(f"bayesianize needs a built Sequential or functional model with defined inputs "
                          f"(start it with keras.Input(shape)); '{model.name}' has none.")
+    if len(outputs) != 1:
+        raise ValueError(f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}.")
     functional = model if not isinstance(model, keras.Sequential) else keras.Model(inputs, outputs)
     is_deterministic = deterministic if callable(deterministic) else (lambda layer: layer.name in set(deterministic))
     output_layer = model.layers[-1]
-    output_activation = getattr(output_layer, "activation", None)
+    output_activation = _squashing_of(output_layer)
     if likelihood is None:
         likelihood = _SQUASHING.get(output_activation)
         if likelihood is None:
             raise ValueError("bayesianize: pass likelihood= ('categorical', 'bernoulli', 'normal' or a "
                              "bayes_keras.likelihoods object); the output layer has no softmax / sigmoid to infer it "
                              "from.")
-    unsupported = sorted({type(l).__name__ for l in functional.layers if _unsupported(l)})
-    if unsupported:
-        raise ValueError(f"bayesianize: no particle version of {unsupported} (they would mix particles or drop "
-                         "the particle axis); supported: " + ", ".join(sorted(c.__name__ for c in _PARTICLE_TWINS))
-                         + ", and layers that act per example on the last axis (Activation, Dropout, Add, "
-                         "Concatenate, LayerNormalization, Reshape of trailing axes).")
-    pairs = []
-    carries_particles = set()
-
-    def convert(layer, *args, **kwargs):
-        has_particles = any(id(t) in carries_particles for t in keras.tree.flatten((args, kwargs)))
-        twin = _PARTICLE_TWINS.get(type(layer))
-        if twin is None:
-            new = layer.__class__.from_config(layer.get_config())
-        else:
-            config = _twin_config(layer, twin)
-            if layer is output_layer and output_activation in _SQUASHING:
-                config["activation"] = None
-            if layer.weights:
-                config.update(deterministic=bool(is_deterministic(layer)), kernel_prior=kernel_prior,
-                              bias_prior=bias_prior)
-            if not has_particles:
-                config["num_particles"] = num_particles
-            new = twin(**config)
-        accepted = inspect.signature(new.call).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-        dropped = {k: v for k, v in kwargs.items() if not takes_any and k not in accepted and k != "training"}
-        if any(v is not None for v in dropped.values()):
-            raise ValueError(f"bayesianize: layer '{layer.name}' is called with {sorted(dropped)}, which "
-                             f"{type(new).__name__} does not take (e.g. masks through recurrent layers).")
-        result = new(*args, **{k: v for k, v in kwargs.items() if k not in dropped})
-        if twin is not None or has_particles:
-            carries_particles.update(id(t) for t in keras.tree.flatten(result))
-        pairs.append((layer, new))
-        return result
-
-    clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=convert)
+    conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_deterministic, output_layer,
+                             output_activation)
+    clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
     bayesian = BayesianModel(clone.inputs, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
-    if center:
-        rng = np.random.default_rng(seed)
-        for original, new in pairs:
-            if isinstance(new, ParticleLayer) and new.weights:
-                trained = [v.numpy() for v in original.trainable_weights]
-                initialize_particles([new], trained, noise_std, seed=int(rng.integers(2**31)))
-                # statistics (BatchNormalization's moving averages): the same for every particle
-                for target, value in zip(new.non_trainable_weights, original.non_trainable_weights):
-                    target.assign(np_broadcast(value.numpy(), target.shape))
-            elif new.weights:
-                new.set_weights(original.get_weights())
+    if conversion.shared:
+        warnings.warn(f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
+                      "by all particles (point estimates trained by MAP).", UserWarning, stacklevel=2)
+    if conversion.dropped:
+        warnings.warn("bayesianize: the particle layers' priors replace these regularizers / constraints, which "
+                      f"are dropped: {sorted(conversion.dropped)}.", UserWarning, stacklevel=2)
+    rng = np.random.default_rng(seed)
+    for original, new in conversion.converted:
+        if not new.weights:
+            continue
+        if center:
+            trained = [v.numpy() for v in original.trainable_weights]
+            initialize_particles([new], trained, noise_std, seed=int(rng.integers(2**31)))
+            # statistics (BatchNormalization's moving averages): the same for every particle
+            for target, value in zip(new.non_trainable_weights, original.non_trainable_weights):
+                target.assign(np.broadcast_to(value.numpy(), tuple(target.shape)).copy())
     return bayesian
 
 
-def np_broadcast(value, shape):
-    return np.broadcast_to(value, tuple(shape)).copy()
+def _squashing_of(layer):
+    """The output squashing a layer applies (softmax / sigmoid), as a keras.activations function."""
+    if isinstance(layer, _L.Softmax) and layer.axis in (-1, [-1]):
+        return keras.activations.softmax
+    activation = getattr(layer, "activation", None)
+    return activation if activation in _SQUASHING else None
 
 
-def _twin_config(layer, twin):
-    """The Keras layer's constructor arguments that its particle twin accepts (regularizers and constraints
-    are not: the prior takes their place)."""
-    accepted = set(inspect.signature(twin.__init__).parameters)
-    for base in twin.__mro__[1:]:
-        if base is keras.layers.Layer:
-            break
-        accepted |= set(inspect.signature(base.__init__).parameters)
-    accepted |= {"name", "dtype", "trainable"}
-    config = layer.get_config()
-    return {k: v for k, v in config.items() if k in accepted}
+class _Conversion:
+    """The call function of keras.models.clone_model: converts each layer call of the Keras model."""
+
+    def __init__(self, num_particles, kernel_prior, bias_prior, is_deterministic, output_layer, output_activation):
+        self.num_particles = num_particles
+        self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
+        self.is_deterministic = is_deterministic
+        self.output_layer, self.output_activation = output_layer, output_activation
+        self.carrying = set()  # ids of the new tensors that carry the particle axis
+        self.converted = []  # (Keras layer, particle layer) pairs whose particles start at the Keras weights
+        self.shared = set()  # names of kept layers with weights that receive particles
+        self.dropped = set()
+
+    def __call__(self, layer, *args, **kwargs):
+        flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
+        carries = [id(t) in self.carrying for t in flat]
+        has_particles = any(carries)
+        if not isinstance(layer, _L.Layer):  # a keras.ops operation inside a functional model
+            result = self._operation(layer, flat, carries, args, kwargs)
+        elif layer is self.output_layer and self.output_activation and not hasattr(layer, "kernel") \
+                and isinstance(layer, (_L.Softmax, _L.Activation)):
+            return args[0]  # the likelihood squashes the particles' logits
+        elif type(layer) in _WEIGHT_TWINS:
+            result = self._twin(layer, _WEIGHT_TWINS[type(layer)], has_particles, args, kwargs)
+        elif type(layer) is _L.Bidirectional:
+            result = self._bidirectional(layer, has_particles, args, kwargs)
+        elif type(layer) in _LAYOUT_TWINS and has_particles:
+            result = self._twin(layer, _LAYOUT_TWINS[type(layer)], True, args, kwargs)
+        else:
+            result = self._keep(layer, flat, carries, args, kwargs)
+        if has_particles:
+            self.carrying.update(id(t) for t in keras.tree.flatten(result))
+        return result
+
+    # -- operations ----------------------------------------------------------------------------
+    def _operation(self, op, flat, carries, args, kwargs):
+        if any(carries):
+            ranks = {len(t.shape) for t in flat}
+            kind = type(op).__name__
+            last_axis = kind in _LAST_AXIS_OPS and len(ranks) == 1 and getattr(op, "axis", None) is not None and all(
+                a % next(iter(ranks)) == next(iter(ranks)) - 1 for a in mixing_guard.axes_of(op.axis))
+            if not (kind in _ELEMENTWISE_OPS or last_axis) or not all(carries) or len(ranks) != 1:
+                raise ValueError(
+                    f"bayesianize: the operation '{op.name}' ({type(op).__name__}) acts on particle activations and "
+                    "bayes_keras cannot tell how it treats the particle axis. Write it as a Keras layer (e.g. "
+                    "keras.layers.Lambda or a custom layer), which bayesianize applies to each particle.")
+        return op(*args, **kwargs)
+
+    # -- converted layers ----------------------------------------------------------------------
+    def _twin_config(self, layer, twin):
+        """`layer`'s constructor arguments that its particle twin takes; any other argument must be at its
+        Keras default (regularizers and constraints are replaced by the prior)."""
+        accepted = set(inspect.signature(twin.__init__).parameters)
+        for base in twin.__mro__[1:]:
+            if base is _L.Layer:
+                break
+            accepted |= set(inspect.signature(base.__init__).parameters)
+        accepted |= {"name", "dtype", "trainable"}
+        defaults = {k: p.default for k, p in inspect.signature(type(layer).__init__).parameters.items()}
+        config, kept = layer.get_config(), {}
+        for key, value in config.items():
+            if key in accepted:
+                kept[key] = value
+            elif any(word in key for word in _REPLACED_BY_PRIOR):
+                if value is not None:
+                    self.dropped.add(f"{layer.name}.{key}")
+            elif key in defaults and not _same(value, defaults[key]) and _RESOLVED.get(key) != value:
+                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has {key}={value!r}, "
+                                 f"which {twin.__module__.split('.')[0]}.layers.{twin.__name__} does not support "
+                                 f"(only the default {defaults[key]!r}).")
+        return kept
+
+    def _twin(self, layer, twin, has_particles, args, kwargs):
+        config = self._twin_config(layer, twin)
+        if layer is self.output_layer and self.output_activation:
+            config["activation"] = None
+        if layer.weights and issubclass(twin, ParticleLayer):
+            config.update(deterministic=bool(self.is_deterministic(layer)), kernel_prior=self.kernel_prior,
+                          bias_prior=self.bias_prior)
+        if issubclass(twin, ParticleLayer) and not has_particles:
+            if twin is particle_layers.BatchNormalization:  # before the particle axis: a Keras layer
+                return self._keep(layer, [], [], args, kwargs)
+            config["num_particles"] = self.num_particles
+        try:
+            new = twin(**config)
+            result = new(*args, **_accepted_kwargs(layer, new, kwargs))
+        except ValueError as error:
+            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be converted to "
+                             f"bayes_keras.layers.{twin.__name__}: {error}") from error
+        if issubclass(twin, ParticleLayer):
+            self.converted.append((layer, new))
+        self.carrying.update(id(t) for t in keras.tree.flatten(result))
+        return result
+
+    def _bidirectional(self, layer, has_particles, args, kwargs):
+        if layer.merge_mode is None:
+            raise ValueError(f"bayesianize: layer '{layer.name}' is a Bidirectional with merge_mode=None (two "
+                             "outputs); a BayesianModel has one output: use 'concat', 'sum', 'ave' or 'mul'.")
+        directions = []
+        for inner in (layer.forward_layer, layer.backward_layer):
+            twin = _WEIGHT_TWINS.get(type(inner))
+            if twin is None:
+                raise ValueError(f"bayesianize: layer '{layer.name}' wraps {type(inner).__name__}; "
+                                 "bayes_keras.layers.Bidirectional wraps SimpleRNN, LSTM and GRU.")
+            config = self._twin_config(inner, twin)
+            config.update(deterministic=bool(self.is_deterministic(layer)), kernel_prior=self.kernel_prior,
+                          bias_prior=self.bias_prior)
+            if not has_particles:
+                config["num_particles"] = self.num_particles
+            directions.append(twin(**config))
+        forward, backward = directions
+        if forward.go_backwards:  # Keras' Bidirectional can be given a backward first
+            forward, backward = backward, forward
+        new = particle_layers.Bidirectional(forward, merge_mode=layer.merge_mode, backward_layer=backward,
+                                            name=layer.name)
+        result = new(*args, **_accepted_kwargs(layer, new, kwargs))
+        self.converted.append((layer.forward_layer, new.forward_layer))
+        self.converted.append((layer.backward_layer, new.backward_layer))
+        self.carrying.update(id(t) for t in keras.tree.flatten(result))
+        return result
+
+    # -- kept layers ---------------------------------------------------------------------------
+    def _keep(self, layer, flat, carries, args, kwargs):
+        if isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
+            new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
+        else:
+            new = layer.__class__.from_config(layer.get_config())
+        if any(carries):
+            self._check_per_example(layer, flat)
+            if not self._acts_per_particle_as_is(layer, flat, carries):
+                new = PerParticle(new, particle_inputs=None if all(carries) else carries, name=layer.name)
+            if layer.weights:
+                self.shared.add(layer.name)
+        if isinstance(new, PerParticle):
+            only_tensors = all(isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(args))
+            if len(args) > 1 and only_tensors:  # layer(query, value): one list, unpacked
+                new = PerParticle(new.layer, particle_inputs=new.particle_inputs, unpack=True, name=layer.name)
+                args = (list(args),)
+            elif not only_tensors or any(isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(kwargs)):
+                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called with "
+                                 "tensor keyword arguments or non-tensor positional arguments next to particle "
+                                 "activations, which bayesianize cannot pass through; call it with tensors only.")
+        result = new(*args, **kwargs)
+        target = new.layer if isinstance(new, PerParticle) else new
+        _copy_state(layer, target)
+        return result
+
+    def _check_per_example(self, layer, flat):
+        """Refuse layers that cannot act on each particle as on an ordinary batch."""
+        name = f"bayesianize: layer '{layer.name}' ({type(layer).__name__})"
+        if isinstance(layer, _L.BatchNormalization):
+            raise ValueError(f"{name}: bayes_keras.layers.BatchNormalization normalises the last axis only; this "
+                             f"one has axis={layer.axis}.")
+        if isinstance(layer, _L.Masking):
+            raise ValueError(f"{name}: masking after the first weight layer would give each particle its own mask; "
+                             "mask the inputs (Masking or Embedding(mask_zero=True) before the first weight layer).")
+        if getattr(layer, "stateful", False):
+            raise ValueError(f"{name}: stateful layers carry state from batch to batch, which particles cannot "
+                             "share; use stateful=False.")
+        if type(layer).__module__.startswith("keras.") and not isinstance(layer, _L.Lambda):
+            return  # Keras' layers treat the examples of a batch independently (BatchNormalization aside)
+        if not _treats_examples_independently(layer, [t.shape for t in flat]):
+            raise ValueError(
+                f"{name} receives particle activations and is a Lambda or not a Keras layer, and bayes_keras could not confirm "
+                "that it treats the examples of a batch independently (its input shapes are not concrete, or one "
+                "example's output moved when another's input did). Apply it before the first weight layer, or "
+                "build the BayesianModel by hand with bayes_keras.layers.PerParticle around it.")
+
+    @staticmethod
+    def _acts_per_particle_as_is(layer, flat, carries):
+        """A kept layer that acts per element or on the last axis needs no folding of the particle axis."""
+        if not all(carries) or len({len(t.shape) for t in flat}) != 1:
+            return False
+        rank = len(flat[0].shape)  # the Keras model's rank
+        if isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)):
+            return all(a % rank == rank - 1 for a in mixing_guard.axes_of(layer.axis))
+        if isinstance(layer, (_L.Dropout,)) and layer.noise_shape is not None:
+            return False
+        if isinstance(layer, _L.PReLU):
+            return False  # its alpha has the input's shape
+        return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
 
 
-def _unsupported(layer):
-    mixing = (keras.layers.GroupNormalization, keras.layers.MultiHeadAttention,
-              keras.layers.Bidirectional, keras.layers.Conv3D, keras.layers.MaxPooling1D,
-              keras.layers.AveragePooling1D, keras.layers.MaxPooling3D, keras.layers.AveragePooling3D,
-              keras.layers.GlobalAveragePooling3D, keras.layers.GlobalMaxPooling3D, keras.layers.Conv2DTranspose,
-              keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D, keras.layers.UpSampling2D,
-              keras.layers.ZeroPadding2D, keras.layers.Cropping2D)
-    return isinstance(layer, mixing)
+def _same(value, default):
+    if default is inspect.Parameter.empty:
+        return False
+    try:
+        return bool(value == default) or (isinstance(default, tuple) and list(default) == value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _accepted_kwargs(layer, new, kwargs):
+    accepted = inspect.signature(new.call).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return kwargs
+    dropped = {k: v for k, v in kwargs.items() if k not in accepted and k != "training"}
+    if any(v is not None for v in dropped.values()):
+        raise ValueError(f"bayesianize: layer '{layer.name}' is called with {sorted(dropped)}, which "
+                         f"{type(new).__name__} does not take.")
+    return {k: v for k, v in kwargs.items() if k not in dropped}
+
+
+def _copy_state(original, new):
+    """Every weight of `original` (trainable or not) into `new`, then the state preprocessing layers derive
+    from their weights (Normalization's mean and variance after adapt)."""
+    values = original.get_weights()
+    if values:
+        new.set_weights(values)
+        if hasattr(new, "finalize_state"):
+            new.finalize_state()
+
+
+def _treats_examples_independently(layer, shapes):
+    """Run `layer` on random inputs of `shapes` with batch 3, then with example 0 changed; True when examples 1
+    and 2 are bit-identical (a check on one draw, not a proof)."""
+    if any(d is None for s in shapes for d in tuple(s)[1:]):
+        return False
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal((3,) + tuple(s)[1:]).astype("float32") for s in shapes]
+    moved = [np.concatenate([v[:1] + 1.0, v[1:]]) for v in values]
+
+    def run(arrays):
+        out = layer(arrays[0] if len(arrays) == 1 else arrays, training=False)
+        return [np.asarray(y) for y in keras.tree.flatten(out)]
+
+    try:
+        before, after = run(values), run(moved)
+    except Exception:  # noqa: BLE001 - a layer that does not run on random inputs is not confirmed
+        return False
+    return all(a.shape[:1] == (3,) and np.array_equal(a[1:], b[1:]) for a, b in zip(before, after))
+

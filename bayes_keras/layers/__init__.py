@@ -15,9 +15,11 @@ from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAve
 from bayes_keras.layers.gru import GRU
 from bayes_keras.layers.layer_normalization import LayerNormalization
 from bayes_keras.layers.lstm import LSTM
+from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
 from bayes_keras.layers.simple_rnn import SimpleRNN
 
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
-           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization"]
+           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
+           "PerParticle"]

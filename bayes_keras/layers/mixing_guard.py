@@ -1,22 +1,43 @@
-"""Which plain Keras layers would mix particles or drop the particle axis, and what to use instead.
+"""Which plain Keras layers may receive particle activations: declared rules per layer family, and a check.
 
-BayesianModel checks every plain Keras layer that receives a (batch, N, ...) tensor from a particle
-layer: a layer that pools statistics over axis 1 (BatchNormalization, GroupNormalization), attends
-across it (MultiHeadAttention over (batch, N, T, F)), or reads axis 1 as space or time (pooling,
-convolution, Flatten, global pooling) would silently couple the particles or eat the particle axis,
-so building such a model is an error that names the bayes_keras layer to use. Layers that act on the
-last axis alone (Dense as a shared head, LayerNormalization, Dropout, activations, Add, Concatenate)
-keep working.
+A plain Keras layer placed after a particle layer sees (batch, N, ...) activations, or particle images
+(batch, H, W, N, C). It is accepted only when it acts on each particle separately, decided by what it
+does to the particle axis, not by its name:
+
+- per-element layers and layers of the last axis (activations, dropout and noise, Dense as a shared
+  head, Add / Multiply / ... over particle tensors of one layout, Rescaling, Normalization) act per
+  particle on any layout;
+- layers with an axis argument (Softmax, LayerNormalization, UnitNormalization, Concatenate) act per
+  particle when no axis is the batch or the particle axis, read from their arguments;
+- bayes_keras' own layers and `bayes_keras.layers.PerParticle` know the layout;
+- everything else (layers that read axis 1 as space or time, pool or attend over it, reshape it,
+  batch normalization, custom layers) is refused, naming the layer and what to use instead (its
+  bayes_keras version, or `PerParticle(layer)`, which applies a per-example layer to each particle).
+
+An accepted layer whose input shapes are concrete is also checked once when the model is built: the
+first particle of its inputs is perturbed and every other particle's output must stay bit-identical.
 """
 
 import keras
+import numpy as np
+
+from bayes_keras.layers.base import particle_axis
 
 _L = keras.layers
-# exact classes only: bayes_keras' own subclasses of Keras layers (e.g. Dropout) are particle-aware
+
+# Act on each element, or on the last axis alone: they cannot couple particles on any layout.
+PER_ELEMENT = (_L.Activation, _L.ReLU, _L.LeakyReLU, _L.ELU, _L.PReLU, _L.Dropout, _L.GaussianNoise,
+               _L.GaussianDropout, _L.AlphaDropout, _L.Identity, _L.Rescaling, _L.ActivityRegularization,
+               _L.Dense, _L.Normalization)
+# Elementwise merges: per particle when every input carries the particle axis in one layout.
+MERGES = (_L.Add, _L.Subtract, _L.Multiply, _L.Average, _L.Maximum, _L.Minimum)
+# Per particle when none of their axes is the batch or the particle axis.
+AXIS_ARGUMENT = (_L.Softmax, _L.LayerNormalization, _L.UnitNormalization, _L.Concatenate)
+
+_PER_PARTICLE = "bayes_keras.layers.PerParticle({}(...)) (applies a per-example layer to each particle)"
+# exact classes: what to use instead
 REPLACEMENTS = {
     _L.BatchNormalization: "bayes_keras.layers.BatchNormalization (per-particle statistics)",
-    _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle)",
-    _L.MultiHeadAttention: "no particle attention yet: apply attention before the first particle layer",
     _L.Flatten: "bayes_keras.layers.Flatten",
     _L.GlobalAveragePooling1D: "bayes_keras.layers.GlobalAveragePooling1D",
     _L.GlobalAveragePooling2D: "bayes_keras.layers.GlobalAveragePooling2D",
@@ -24,34 +45,134 @@ REPLACEMENTS = {
     _L.GlobalMaxPooling2D: "bayes_keras.layers.GlobalMaxPooling2D",
     _L.MaxPooling2D: "bayes_keras.layers.MaxPooling2D",
     _L.AveragePooling2D: "bayes_keras.layers.AveragePooling2D",
-    _L.MaxPooling1D: "no particle MaxPooling1D yet: use bayes_keras.layers.Conv1D with strides",
-    _L.AveragePooling1D: "no particle AveragePooling1D yet: use bayes_keras.layers.Conv1D with strides",
     _L.Conv1D: "bayes_keras.layers.Conv1D",
     _L.Conv2D: "bayes_keras.layers.Conv2D",
     _L.SimpleRNN: "bayes_keras.layers.SimpleRNN",
     _L.LSTM: "bayes_keras.layers.LSTM",
     _L.GRU: "bayes_keras.layers.GRU",
+    _L.Bidirectional: "bayes_keras.layers.Bidirectional around a bayes_keras recurrent layer",
+    _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle), or "
+                           + _PER_PARTICLE.format("keras.layers.GroupNormalization"),
+    _L.MultiHeadAttention: "no particle attention yet: apply attention before the first particle layer, or "
+                           + _PER_PARTICLE.format("keras.layers.MultiHeadAttention") + " with shared weights",
 }
+
+
+def axes_of(value):
+    return [int(a) for a in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def refusal(layer, shapes, carries):
+    """Why the plain Keras `layer`, called on inputs of `shapes` (`carries`: which have the particle axis),
+    would mix particles or drop the particle axis, with what to use instead; None when it acts per particle."""
+    cls = type(layer)
+    name = f"keras.layers.{cls.__name__}" if cls.__module__.startswith("keras") else cls.__name__
+    if cls in REPLACEMENTS:
+        return f"would mix the particles or drop the particle axis. Use {REPLACEMENTS[cls]}"
+    if isinstance(layer, PER_ELEMENT):
+        return None
+    if isinstance(layer, MERGES + AXIS_ARGUMENT):
+        ranks = {len(s) for s in shapes}
+        if not all(carries) or len(ranks) != 1:
+            return ("merges tensors with and without the particle axis (or of different layouts), which Keras "
+                    "would broadcast wrongly. Use " + _PER_PARTICLE.format(name)
+                    + " with particle_inputs=[...]")
+        if isinstance(layer, AXIS_ARGUMENT):
+            rank = ranks.pop()
+            for axis in axes_of(layer.axis):
+                if axis % rank in (0, particle_axis(rank)):
+                    which = "batch" if axis % rank == 0 else "particle"
+                    return (f"has axis={layer.axis!r}, which on (batch, particles, ...) activations of rank {rank} is "
+                            f"the {which} axis: it would mix the particles. Give the axis in the particle layout "
+                            f"(the particle axis is {particle_axis(rank)}) or use " + _PER_PARTICLE.format(name)
+                            + " to keep the plain Keras meaning of the axis")
+        return None
+    return ("is not known to act on each particle separately (it may read axis 1 as space or time, pool, attend "
+            "or reshape across it), so it would mix the particles or drop the particle axis. Use "
+            + _PER_PARTICLE.format(name) + " if it treats the examples of a batch independently")
+
+
+def mixing_found(layer, inputs, carries, num_particles):
+    """Call `layer` on random inputs of the shapes of `inputs` with batch 2, again with the first particle of
+    every particle input perturbed, and say how it mixed particles (None if every other particle's output is
+    bit-identical, or if the shapes are not concrete)."""
+    shapes = [tuple(t.shape) for t in inputs]
+    if any(d is None for s in shapes for d in s[1:]):
+        return None
+    rng = np.random.default_rng(0)
+    values = []
+    for t, s in zip(inputs, shapes):
+        dtype = keras.backend.standardize_dtype(t.dtype)
+        if "float" in dtype:
+            values.append(rng.standard_normal((2,) + s[1:]).astype(dtype))
+        else:
+            values.append(np.zeros((2,) + s[1:], dtype))
+    moved = []
+    for v, c in zip(values, carries):
+        v = v.copy()
+        if c:
+            index = [slice(None)] * v.ndim
+            index[particle_axis(v.ndim)] = 0
+            v[tuple(index)] += 1.0
+        moved.append(v)
+
+    def run(arrays):
+        args = arrays[0] if len(arrays) == 1 else arrays
+        return [np.asarray(y) for y in keras.tree.flatten(layer(args, training=False))]
+
+    try:
+        before, after = run(values), run(moved)
+    except Exception:  # noqa: BLE001 - a layer that cannot run eagerly here is judged by its rule alone
+        return None
+    for a, b in zip(before, after):
+        if a.ndim < 3 or a.shape[particle_axis(a.ndim)] != num_particles:
+            return f"returns shape {a.shape[1:]} per example, without the particle axis"
+        others = np.take(a, range(1, num_particles), axis=particle_axis(a.ndim))
+        if not np.array_equal(others, np.take(b, range(1, num_particles), axis=particle_axis(b.ndim))):
+            return "changes the other particles' outputs when one particle's input changes"
+    return None
+
+
+def _is_particle_aware(layer):
+    return type(layer).__module__.startswith("bayes_keras.")
 
 
 def check_layers_keep_particles(layers, particle_layer_types):
     """Raise a ValueError for the first plain Keras layer in `layers` (topological order) that receives
-    a particle-axis tensor and would mix particles or drop the axis.
+    a particle-axis tensor and would mix particles or drop the axis (module docstring).
 
     A tensor carries the particle axis if it is the output of a particle layer (an instance of
     `particle_layer_types`) or of any layer that received one."""
-    carrying = set()
+    carrying = {}  # id(tensor) -> True
+    started = False
     for layer in layers:
         try:
             inputs, outputs = layer.input, layer.output
-        except (AttributeError, ValueError):  # input layers, layers called more than once
-            continue
-        receives = any(id(t) in carrying for t in keras.tree.flatten(inputs))
-        if isinstance(layer, particle_layer_types) or receives:
-            replacement = REPLACEMENTS.get(type(layer))
-            if receives and replacement is not None:
+        except (AttributeError, ValueError):  # input layers, or a layer called more than once
+            if started and not isinstance(layer, _L.InputLayer):
                 raise ValueError(
-                    f"Layer '{layer.name}' ({type(layer).__module__.split('.')[0]}.layers."
-                    f"{type(layer).__name__}) receives (batch, particles, ...) activations and would mix the "
-                    f"particles or drop the particle axis. Use {replacement}.")
-            carrying.update(id(t) for t in keras.tree.flatten(outputs))
+                    f"Layer '{layer.name}' is called more than once after the particle layers begin; bayes_keras "
+                    "checks each layer's particle layout through its one call. Use a separate layer instance per "
+                    "call.") from None
+            continue
+        flat_inputs = keras.tree.flatten(inputs)
+        carries = [id(t) in carrying for t in flat_inputs]
+        if isinstance(layer, particle_layer_types) or (any(carries) and _is_particle_aware(layer)):
+            carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
+            started = True
+            continue
+        if not any(carries):
+            continue
+        where = f"Layer '{layer.name}' ({type(layer).__module__.split('.')[0]}.layers.{type(layer).__name__})"
+        problem = refusal(layer, [tuple(t.shape) for t in flat_inputs], carries)
+        if problem is None:
+            n = next(t.shape[particle_axis(len(t.shape))] for t, c in zip(flat_inputs, carries) if c)
+            problem = mixing_found(layer, flat_inputs, carries, n)
+            if problem is not None:
+                problem = (f"receives (batch, particles, ...) activations and {problem}: it would mix the particles. "
+                           "Use " + _PER_PARTICLE.format(f"keras.layers.{type(layer).__name__}"))
+        else:
+            problem = "receives (batch, particles, ...) activations and " + problem
+        if problem is not None:
+            raise ValueError(f"{where} {problem}.")
+        carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
