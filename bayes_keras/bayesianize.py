@@ -323,6 +323,8 @@ class _Conversion:
         """A kept layer that acts per element or on the last axis needs no folding of the particle axis."""
         if not all(carries) or len({len(t.shape) for t in flat}) != 1:
             return False
+        if type(layer) in mixing_guard.REPLACEMENTS:
+            return False
         rank = len(flat[0].shape)  # the Keras model's rank
         if isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)):
             return all(a % rank == rank - 1 for a in mixing_guard.axes_of(layer.axis))

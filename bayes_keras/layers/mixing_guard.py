@@ -7,7 +7,8 @@ does to the particle axis, not by its name:
 - per-element layers and layers of the last axis (activations, dropout and noise, Dense as a shared
   head, Add / Multiply / ... over particle tensors of one layout, Rescaling, Normalization) act per
   particle on any layout;
-- layers with an axis argument (Softmax, LayerNormalization, UnitNormalization, Concatenate) act per
+- layers with an axis argument (Softmax, LayerNormalization, UnitNormalization, RMSNormalization,
+  Concatenate) act per
   particle when no axis is the batch or the particle axis, read from their arguments;
 - bayes_keras' own layers and `bayes_keras.layers.PerParticle` know the layout;
 - everything else (layers that read axis 1 as space or time, pool or attend over it, reshape it,
@@ -32,7 +33,7 @@ PER_ELEMENT = (_L.Activation, _L.ReLU, _L.LeakyReLU, _L.ELU, _L.PReLU, _L.Dropou
 # Elementwise merges: per particle when every input carries the particle axis in one layout.
 MERGES = (_L.Add, _L.Subtract, _L.Multiply, _L.Average, _L.Maximum, _L.Minimum)
 # Per particle when none of their axes is the batch or the particle axis.
-AXIS_ARGUMENT = (_L.Softmax, _L.LayerNormalization, _L.UnitNormalization, _L.Concatenate)
+AXIS_ARGUMENT = (_L.Softmax, _L.LayerNormalization, _L.UnitNormalization, _L.RMSNormalization, _L.Concatenate)
 
 _PER_PARTICLE = "bayes_keras.layers.PerParticle({}(...)) (applies a per-example layer to each particle)"
 # exact classes: what to use instead
@@ -51,6 +52,9 @@ REPLACEMENTS = {
     _L.LSTM: "bayes_keras.layers.LSTM",
     _L.GRU: "bayes_keras.layers.GRU",
     _L.Bidirectional: "bayes_keras.layers.Bidirectional around a bayes_keras recurrent layer",
+    _L.SpatialDropout1D: "bayes_keras.layers.Dropout (its mask would be shared across the particle axis)",
+    _L.SpatialDropout2D: _PER_PARTICLE.format("keras.layers.SpatialDropout2D"),
+    _L.SpatialDropout3D: _PER_PARTICLE.format("keras.layers.SpatialDropout3D"),
     _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle), or "
                            + _PER_PARTICLE.format("keras.layers.GroupNormalization"),
     _L.MultiHeadAttention: "no particle attention yet: apply attention before the first particle layer, or "
