@@ -295,14 +295,16 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             self.dataset_size = None
             self.train_function = self.test_function = None
 
-    def initialize_particles(self, center, noise_std=0.1, seed=None):
-        """Place every particle at `center` plus N(0, noise_std^2) noise (e.g. around MAP weights).
+    def initialize_particles(self, center, noise_std=0.1, seed=None, noise_floor=0.01):
+        """Place every particle at `center` plus Gaussian noise of standard deviation `noise_std` times each
+        weight tensor's root mean square (at least `noise_floor`), e.g. around MAP weights.
 
         `center` is a Keras model of the same architecture with ordinary layers (e.g. a trained
         deterministic network) or a list of arrays in layer order (kernel, bias per layer).
-        Shared (deterministic) weights are set to the center exactly.
+        Shared (deterministic) weights are set to the center exactly. See
+        `bayes_keras.particle_initialization.initialize_particles`.
         """
-        initialize_particles(self.particle_layers, center, noise_std, seed)
+        initialize_particles(self.particle_layers, center, noise_std, seed, noise_floor)
 
 def _functional_arguments(args, kwargs):
     """Whether a Model is constructed the functional way (keras' own test of its arguments), or from a

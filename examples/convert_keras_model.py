@@ -44,8 +44,9 @@ def main():
         return f"accuracy {s['accuracy']:.4f}  NLL {s['nll']:.4f}  ECE {s['ece']:.4f}"
 
     print(f"Keras CNN ({cnn.count_params()} weights):   {scores(cnn.predict(x_test, verbose=0))}")
-    model = bk.bayesianize(cnn, num_particles=10, noise_std=0.01, seed=args.seed)  # softmax -> categorical
-    print(f"bayesianized, before training:   {scores(model.predict(x_test, verbose=0))}")
+    model = bk.bayesianize(cnn, num_particles=10, seed=args.seed)  # softmax -> categorical
+    mi = model.uncertainty(x_test)["mutual_information"].mean()
+    print(f"bayesianized, before training:   {scores(model.predict(x_test, verbose=0))}  mutual information {mi:.4f}")
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-3, structure="layer"))
     model.fit(x, y, epochs=args.bayesian_epochs, batch_size=64, verbose=0)
     print(f"after {args.bayesian_epochs} epochs of GPF:        {scores(model.predict(x_test, verbose=0))}")

@@ -46,6 +46,14 @@ def _conv_net(n):
     return bk.BayesianModel(inputs, out, likelihood="categorical")
 
 
+def _conv1d_net(n):
+    inputs = keras.Input((9, 2))
+    h = bk.layers.Conv1D(3, 3, padding="causal", dilation_rate=2, activation="relu", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv1D(4, 2, strides=2, padding="same", activation="tanh", name="c2")(h)
+    h = bk.layers.Flatten()(h)
+    return bk.BayesianModel(inputs, bk.layers.Dense(3, name="d")(h), likelihood="categorical")
+
+
 def _dense_net(n):
     inputs = keras.Input((4,))
     h = bk.layers.Dense(6, activation="tanh", num_particles=n, name="d1")(inputs)
@@ -53,7 +61,7 @@ def _dense_net(n):
     return bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.7))
 
 
-@pytest.mark.parametrize("build", [_dense_net, _conv_net], ids=["dense", "conv"])
+@pytest.mark.parametrize("build", [_dense_net, _conv_net, _conv1d_net], ids=["dense", "conv", "conv1d"])
 def test_per_example_squared_gradients_match_brute_force(build):
     rng = np.random.default_rng(0)
     model = build(3)
@@ -117,7 +125,8 @@ def test_a_layer_class_declares_its_curvature():
         model.fit(x, y, epochs=1, verbose=0)
     assert bk.curvature.layer_curvature(model.layers[1]) is bk.curvature.rules.DENSE
     assert bk.curvature.layer_curvature(model.layers[2]) is None
-    assert bk.curvature.layer_curvature(bk.layers.Conv1D(2, 3)) is None
+    assert bk.curvature.layer_curvature(bk.layers.Conv1D(2, 3)) is bk.curvature.rules.CONV1D
+    assert bk.curvature.layer_curvature(bk.layers.LayerNormalization()) is None
     with pytest.raises(ValueError, match="statistics must be one of"):
         bk.curvature.CurvatureRequest("kfac")
     with pytest.raises(ValueError, match="labels must be one of"):
@@ -138,3 +147,21 @@ def test_embedding_squared_gradients_match_brute_force():
     assert set(opt.seen) == set(expected)
     for path, value in expected.items():
         np.testing.assert_allclose(opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path)
+
+
+@pytest.mark.parametrize("make", [lambda: bk.optimizers.MatrixSVGD(), lambda: bk.optimizers.PreconditionedParticles(),
+                                  lambda: bk.optimizers.MGVBP(structure="kronecker", curvature="fisher")],
+                         ids=["MatrixSVGD", "PreconditionedParticles", "MGVBP-kronecker"])
+def test_kfac_methods_train_a_conv1d_regressor_with_defaults(make):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((96, 12, 2)).astype(np.float32)
+    y = (np.sin(x[:, :, 0]).mean(1, keepdims=True) + 0.5 * x[:, -3:, 1].mean(1, keepdims=True)).astype(np.float32)
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((12, 2))
+    h = bk.layers.Conv1D(6, 3, padding="causal", activation="relu", num_particles=4)(inputs)
+    h = bk.layers.Conv1D(6, 3, strides=2, activation="relu")(h)
+    out = bk.layers.Dense(1)(bk.layers.GlobalAveragePooling1D()(h))
+    model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.3))
+    model.compile(optimizer=make())
+    history = model.fit(x, y, epochs=15, batch_size=32, verbose=0).history["loss"]
+    assert np.all(np.isfinite(history)) and history[-1] < 0.8 * history[0], history

@@ -190,6 +190,49 @@ def test_conv_factors_match_explicit_patches_and_pre_activation_gradients():
                             {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
 
 
+def _im2col_1d(x, k, stride, dilation, left, right):
+    """Explicit patches (B, T', k*C) in (k, C) order of sequences x (B, T, C) padded by left / right steps."""
+    x = np.pad(x, ((0, 0), (left, right), (0, 0)))
+    span = (k - 1) * dilation + 1
+    out = (x.shape[1] - span) // stride + 1
+    rows = [x[:, t * stride: t * stride + span: dilation, :].reshape(len(x), -1) for t in range(out)]
+    return np.stack(rows, 1)
+
+
+def test_conv1d_factors_match_explicit_patches_and_pre_activation_gradients():
+    """Conv1D as KFC's convolution with the T' output steps as locations: a causal dilated first layer (the
+    particle axis starts there) and a strided 'same' layer on particle inputs."""
+    rng = np.random.default_rng(3)
+    n, b = 2, 3
+    inputs = keras.Input((9, 2))
+    h = bk.layers.Conv1D(3, 3, padding="causal", dilation_rate=2, activation="tanh", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv1D(2, 2, strides=2, padding="same", activation="tanh", name="c2")(h)
+    h = bk.layers.Flatten()(h)
+    out = bk.layers.Dense(3, name="d")(h)
+    model = bk.BayesianModel(inputs, out, likelihood="categorical")
+    x = rng.standard_normal((b, 9, 2)).astype(np.float32)
+    y = rng.integers(0, 3, b)
+    k1, b1, k2, b2, wd, bd = model.particle_variables
+    expected = {}
+    for p in range(n):
+        with tf.GradientTape() as tape:
+            z1 = tf.nn.conv1d(tf.pad(x, [[0, 0], [4, 0], [0, 0]]), k1[p], 1, "VALID", dilations=2) + b1[p]
+            h1 = tf.tanh(z1)
+            z2 = tf.nn.conv1d(tf.pad(h1, [[0, 0], [0, 1], [0, 0]]), k2[p], 2, "VALID") + b2[p]  # 'same', T=9
+            z3 = tf.matmul(tf.reshape(tf.tanh(z2), (b, -1)), wd[p]) + bd[p]
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, z3))
+        e1, e2 = (_np(g) for g in tape.gradient(loss, [z1, z2]))
+        expected[p] = {"c1": (_im2col_1d(x.astype(np.float64), 3, 1, 2, 4, 0), e1),
+                       "c2": (_im2col_1d(_np(h1), 2, 2, 1, 0, 1), e2)}
+    opt = _Recorder()
+    scale = _compile_and_step(model, x, y, opt)
+    for p in range(n):
+        for layer, (patches, e) in expected[p].items():
+            rows, grads = patches.reshape(-1, patches.shape[-1]), e.reshape(-1, e.shape[-1])
+            _assert_factors({k: v[p] for k, v in opt.factors[layer].items()},
+                            {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
+
+
 def _cell(kind, reset_after, kernel, recurrent, bias, xs):
     """An explicit recurrence over the time steps xs (list of (B, F) tensors, processing order).
 

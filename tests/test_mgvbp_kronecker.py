@@ -121,6 +121,6 @@ def test_kronecker_refuses_what_it_cannot_factor():
     inputs = keras.Input((4, 3))
     out = bk.layers.Dense(2)(bk.layers.GRU(5, num_particles=2)(inputs))
     model = bk.BayesianModel(inputs, out, likelihood="categorical")
-    with pytest.raises(ValueError, match="Dense and Conv2D.*structure='diagonal'"):
+    with pytest.raises(ValueError, match="Dense, Conv1D and Conv2D.*structure='diagonal'"):
         model.compile(optimizer=paper_mgvbp(structure="kronecker", curvature="fisher"))
         model.optimizer.build(model.trainable_variables)

@@ -82,8 +82,10 @@ def test_initialize_particles_from_a_trained_keras_resnet():
     for particle in range(3):
         np.testing.assert_allclose(outputs[:, particle], expected, rtol=1e-4, atol=1e-4)
     model.initialize_particles(twin, noise_std=0.01, seed=0)
-    spread = model.get_layer("head").kernel.numpy().std(axis=0)
-    assert 0.005 < spread.mean() < 0.02  # the jitter lands on weights with priors
+    kernel = model.get_layer("head").kernel.numpy()
+    rms = np.sqrt(np.mean(np.square(kernel.mean(axis=0))))
+    # the jitter lands on weights with priors, 0.01 of the tensor's rms (3 particles: the sd estimate is low)
+    assert 0.4 * 0.01 * rms < kernel.std(axis=0).mean() < 1.2 * 0.01 * rms
     moving = model.get_layer("stage1_block0_bn1").moving_mean.numpy()
     np.testing.assert_array_equal(moving[0], moving[1])  # statistics are copied, not jittered
     with pytest.raises(ValueError, match="Pass a Keras model of the same architecture"):

@@ -10,7 +10,7 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv_patches, embedding_locations, scale_shift_gradients
+from bayes_keras.curvature.kfac import conv1d_patches, conv_patches, embedding_locations, scale_shift_gradients
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -35,7 +35,7 @@ def per_example_squared_gradients(record, labels="observed"):
         raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
     rules = layer_curvature(layer)
     if rules is None or rules.squared_gradients is None:
-        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv2D, Embedding and BatchNormalization "
+        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv1D, Conv2D, Embedding and BatchNormalization "
                                   f"particle layers; got {layer_kind(layer)} ('{layer.name}').")
     kernel, bias = rules.squared_gradients(layer, record.inputs, grads)
     weights = [v for v, _, _ in layer.prior_terms]  # the kernel (or table), then the bias if any
@@ -80,6 +80,16 @@ def embedding_squared_gradients(layer, ids, e):
     one_hot, e = embedding_locations(layer, ids, e)
     per_example = tf.einsum("blv,bnld->bnvd", one_hot[:, 0], e)
     return tf.reduce_sum(tf.square(per_example), 0), None
+
+
+def conv1d_squared_gradients(layer, x, e):
+    """(kernel, bias) squared-gradient sums of a Conv1D particle layer (per-example sums over the T' steps;
+    e is (B, N, T', F))."""
+    patches = conv1d_patches(layer, x)  # (B, N or 1, T', k*C)
+    batch, n = tf.shape(e)[0], int(layer.num_particles)
+    patches = tf.broadcast_to(patches, tf.concat([[batch, n], tf.shape(patches)[2:]], 0))
+    per_example = tf.matmul(patches, e, transpose_a=True)  # (B, N, k*C, F)
+    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
 
 
 def conv2d_squared_gradients(layer, x, e):

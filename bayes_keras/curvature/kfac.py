@@ -53,13 +53,14 @@ Cross-covariances between the blocks of one layer are dropped (block-diagonal wi
 """
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
-SUPPORTED_LAYERS = ("Dense", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding", "BatchNormalization")
+SUPPORTED_LAYERS = ("Dense", "Conv1D", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding", "BatchNormalization")
 FISHER_TYPES = ("empirical", "true")
 
 
@@ -153,7 +154,7 @@ def _kronecker_rules(layer):
 
 
 def dense_spec(layer):
-    """Kronecker spec of a Dense or Conv2D particle layer: one block [kernel; bias]."""
+    """Kronecker spec of a Dense, Conv1D or Conv2D particle layer: one block [kernel; bias]."""
     return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer=layer)
 
 
@@ -217,10 +218,10 @@ def candidate_specs(variables):
                          "bias).")
     kernel, bias = names["kernel"][0], names.get("bias", [None])[0]
     if "recurrent_kernel" not in names:
-        kind = {3: "Dense", 5: "Conv2D"}.get(len(kernel.shape))
+        kind = {3: "Dense", 4: "Conv1D", 5: "Conv2D"}.get(len(kernel.shape))
         if kind is None:
-            raise ValueError(f"KFAC: kernel {kernel.path} of shape {tuple(kernel.shape)} is neither a Dense (N, in, "
-                             "out) nor a Conv2D (N, kh, kw, C, F) particle kernel.")
+            raise ValueError(f"KFAC: kernel {kernel.path} of shape {tuple(kernel.shape)} is not a Dense (N, in, out), "
+                             "Conv1D (N, k, C, F) or Conv2D (N, kh, kw, C, F) particle kernel.")
         return [_spec(kind, kernel, bias)]
     recurrent = names["recurrent_kernel"][0]
     if len(kernel.shape) != 3 or len(recurrent.shape) != 3:
@@ -240,7 +241,7 @@ def candidate_specs(variables):
 
 def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, layer=None):
     has_bias = bias is not None
-    if recurrent is None:  # Dense, Conv2D
+    if recurrent is None:  # Dense, Conv1D, Conv2D
         out = int(kernel.shape[-1])
         rows = int(np.prod(kernel.shape[1:-1]))
         views = [(kernel, (rows, out))]
@@ -323,6 +324,39 @@ def conv2d_factors(layer, record, e, scale):
     n = int(layer.num_particles)
     return {"A": input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
             "G": gradient_factor(conv_locations(layer, e), scale)}
+
+
+def conv1d_factors(layer, record, e, scale):
+    """{"A", "G"} of a Conv1D particle layer (the T' output steps are the locations; e is (B, N, T', F))."""
+    n = int(layer.num_particles)
+    return {"A": input_factor(conv1d_patches(layer, record.inputs), layer.bias is not None, n),
+            "G": gradient_factor(e, scale)}
+
+
+class _Conv1DAsConv2D(NamedTuple):
+    """A Conv1D's geometry as a Conv2D of height 1 (what `conv_patches` reads)."""
+
+    kernel_size: tuple
+    strides: tuple
+    dilation_rate: tuple
+    padding: str
+    broadcasts: bool
+    num_particles: int
+
+
+def conv1d_patches(layer, x):
+    """Input patches of a particle Conv1D whose input is x, (B, N, T, C) (or a first layer's (B, T, C)):
+    (B, N or 1, T', k*C) in the kernel's (k, C) order: the sequence as an image of height 1 ('causal' pads
+    (k - 1) d steps on the left first, as the layer does)."""
+    x = tf.convert_to_tensor(x)
+    if layer.padding == "causal":
+        pad = (layer.kernel_size - 1) * layer.dilation_rate
+        x = tf.pad(x, [[0, 0]] * (len(x.shape) - 2) + [[pad, 0], [0, 0]])
+    images = tf.expand_dims(x if layer.broadcasts else tf.transpose(x, [0, 2, 1, 3]), 1)  # (B, 1, T, [N,] C)
+    view = _Conv1DAsConv2D((1, layer.kernel_size), (1, layer.strides), (1, layer.dilation_rate),
+                           "valid" if layer.padding == "causal" else layer.padding, layer.broadcasts,
+                           int(layer.num_particles))
+    return conv_patches(view, images)
 
 
 def conv_locations(layer, e):

@@ -5,6 +5,7 @@ from bayes_keras.curvature import diagonal, kfac
 from bayes_keras.curvature.kinds import LayerCurvature
 
 DENSE = LayerCurvature("Dense", kfac.dense_spec, kfac.dense_factors, diagonal.dense_squared_gradients)
+CONV1D = LayerCurvature("Conv1D", kfac.dense_spec, kfac.conv1d_factors, diagonal.conv1d_squared_gradients)
 CONV2D = LayerCurvature("Conv2D", kfac.dense_spec, kfac.conv2d_factors, diagonal.conv2d_squared_gradients)
 SIMPLE_RNN = LayerCurvature("SimpleRNN", kfac.recurrent_spec, kfac.recurrent_factors)
 LSTM = LayerCurvature("LSTM", kfac.recurrent_spec, kfac.recurrent_factors)

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.curvature import capture
+from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
@@ -37,6 +37,8 @@ class Conv1D(ParticleLayer):
         >>> inputs = keras.Input((8, 8))                       # 8 steps of 8 features
         >>> h = bayes_keras.layers.Conv1D(16, 3, padding="causal", activation="relu", num_particles=10)(inputs)
     """
+
+    curvature_rules = rules.CONV1D  # KFAC and squared-gradient formulas (curvature/rules.py)
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, activation=None,
                  use_bias=True, kernel_initializer="glorot_uniform", bias_initializer=None, data_format=None,

@@ -345,10 +345,10 @@ def _kronecker_shapes(view, blocks, max_block_size):
         try:
             spec = candidate_specs(group)[0]
         except ValueError as error:
-            raise ValueError(f"MGVBP structure='kronecker' needs Dense or Conv2D particle layers; [{names}]: "
+            raise ValueError(f"MGVBP structure='kronecker' needs Dense, Conv1D or Conv2D particle layers; [{names}]: "
                              f"{error} Use structure='diagonal' for this model.") from None
-        if spec.kind not in ("Dense", "Conv2D"):
-            raise ValueError(f"MGVBP structure='kronecker' supports Dense and Conv2D particle layers; [{names}] "
+        if spec.kind not in ("Dense", "Conv1D", "Conv2D"):
+            raise ValueError(f"MGVBP structure='kronecker' supports Dense, Conv1D and Conv2D particle layers; [{names}] "
                              f"is a {spec.kind}. Use structure='diagonal' for this model.")
         if spec.variables != group:  # the flat block must be [kernel, bias], KFAC's row order
             raise ValueError(f"MGVBP structure='kronecker': expected the variables of [{names}] in the order "
