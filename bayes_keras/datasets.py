@@ -59,10 +59,12 @@ def load_digit_tokens(test_fraction=0.25, seed=0, threshold=6):
     return _split(x.astype(np.int32), d.target.astype(np.int32), test_fraction, seed)
 
 
-def load_breast_cancer(test_fraction=0.0, seed=0, add_bias=False):
+def load_breast_cancer(test_fraction=0.2, seed=0, add_bias=False):
     """scikit-learn's breast cancer data (569 x 30, binary), standardised with training statistics.
 
-    With test_fraction=0 the whole set is returned as the training split (test split empty).
+    A random `test_fraction` of the examples is held out (default 0.2, as `load_diabetes`); with
+    test_fraction=0 the whole set is the training split (the full-batch posterior experiments) and the
+    test split is empty.
     `add_bias` appends a constant-1 column (for Bayesian logistic regression with a bias weight).
     """
     from sklearn.datasets import load_breast_cancer as _load

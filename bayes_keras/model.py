@@ -1,5 +1,7 @@
 """BayesianModel: a keras.Model whose outputs carry a particle axis and whose fit does inference."""
 
+import collections.abc
+import inspect
 import math
 import random
 import warnings
@@ -272,9 +274,11 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             self.set_dataset_size(dataset_size)
             self._dataset_size_given = True
         elif not self._dataset_size_given:  # this fit's data, not an earlier fit's
-            self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0)))
+            self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0),
+                                                      kwargs.get("steps_per_epoch")))
         if self.likelihood is not None and self.likelihood.adapt_pending:
-            self.likelihood.adapt(_training_targets(x, y, kwargs.get("validation_split", 0.0)))
+            self.likelihood.adapt(_training_targets(x, y, kwargs.get("validation_split", 0.0),
+                                                    kwargs.get("steps_per_epoch")))
         if self.optimizer is not None and not self.optimizer.built and self.built and self.trainable_variables:
             # Build before tracing, so optimizers that initialise from the weights see their values
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
@@ -373,12 +377,19 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
         self._seen = counts
 
 
-def _infer_dataset_size(x, validation_split=0.0):
+def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
+    """The number of training examples in what Keras' fit accepts, exactly where it is knowable: arrays
+    (less the validation split), a tf.data.Dataset of known cardinality (a counting pass), a
+    keras.utils.PyDataset with a length ((len - 1) x the first batch's size + the last batch's size). For a
+    dataset of unknown length read `steps_per_epoch` batches at a time, steps_per_epoch x its first batch's
+    size, an upper bound, with a warning. Otherwise a ValueError saying to pass dataset_size=."""
     if x is None:
         raise ValueError("Unknown training-set size: pass dataset_size= to compile() or fit().")
     if isinstance(x, tf.data.Dataset):
         card = int(x.cardinality())
         if card < 0:
+            if steps_per_epoch:
+                return _upper_bound(steps_per_epoch, _batch_size(next(iter(x.take(1)))))
             raise ValueError("Cannot infer the training-set size from an infinite or unknown-length "
                              "tf.data.Dataset: pass dataset_size= to fit() or compile().")
 
@@ -387,6 +398,20 @@ def _infer_dataset_size(x, validation_split=0.0):
             return acc + tf.cast(tf.shape(first)[0], tf.int64)
 
         return _nonempty(int(x.reduce(tf.constant(0, tf.int64), count)))
+    if isinstance(x, keras.utils.PyDataset):
+        batches = x.num_batches
+        if batches is None:
+            if steps_per_epoch:
+                return _upper_bound(steps_per_epoch, _batch_size(x[0]))
+            raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}, a PyDataset without a "
+                             "length: pass dataset_size= to fit() or compile().")
+        if batches < 1:
+            return _nonempty(0)
+        return _nonempty((batches - 1) * _batch_size(x[0]) + _batch_size(x[batches - 1]))
+    if inspect.isgenerator(x) or isinstance(x, collections.abc.Iterator):
+        raise ValueError("Cannot infer the training-set size from a Python generator (reading a batch would consume "
+                         "it): pass dataset_size= to fit() or compile(). (steps_per_epoch x the batch size is the "
+                         "number of examples seen per epoch, the training-set size only if an epoch is one pass.)")
     leaves = tf.nest.flatten(x)
     if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
         n = int(leaves[0].shape[0])
@@ -396,6 +421,21 @@ def _infer_dataset_size(x, validation_split=0.0):
                      "or compile().")
 
 
+def _batch_size(batch):
+    """The number of examples in one batch (x, (x, y) or (x, y, sample_weight); x possibly a structure)."""
+    first = tf.nest.flatten(batch)[0]
+    return int(np.shape(first)[0])
+
+
+def _upper_bound(steps_per_epoch, batch_size):
+    size = int(steps_per_epoch) * int(batch_size)
+    warnings.warn(f"BayesianModel: the data's length is unknown, so dataset_size is taken as steps_per_epoch x the "
+                  f"first batch's size = {steps_per_epoch} x {batch_size} = {size}, an upper bound of the training-set "
+                  "size (exact only if an epoch is one pass over the data). Pass dataset_size= for the exact size: "
+                  "it scales the likelihood against the prior.", UserWarning, stacklevel=3)
+    return _nonempty(size)
+
+
 def _nonempty(size):
     if size < 1:
         raise ValueError("The data has no examples (after validation_split): BayesianModel needs at least one "
@@ -403,11 +443,21 @@ def _nonempty(size):
     return size
 
 
-def _training_targets(x, y, validation_split=0.0):
+def _training_targets(x, y, validation_split=0.0, steps_per_epoch=None):
     """The targets fit trains on, for a likelihood's `adapt`: y's first rows (as Keras splits off
-    validation_split), or the targets of a tf.data.Dataset of (x, y[, sample_weight]) batches."""
+    validation_split), or the targets of a tf.data.Dataset or a PyDataset with a length, of (x, y[,
+    sample_weight]) batches (of an infinite dataset, its first epoch's steps_per_epoch batches)."""
     if isinstance(x, tf.data.Dataset):
+        if int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+            if not steps_per_epoch:
+                raise ValueError("The likelihood fits constants to the training targets before the first step (e.g. "
+                                 "Normal's standardisation): an infinite dataset needs steps_per_epoch, or call "
+                                 "model.likelihood.adapt(y_train) before fit.")
+            x = x.take(int(steps_per_epoch))
         return x.map(lambda *element: element[1] if len(element) > 1 else element[0][1])
+    if isinstance(x, keras.utils.PyDataset) and (x.num_batches is not None or steps_per_epoch):
+        batches = x.num_batches if x.num_batches is not None else int(steps_per_epoch)
+        return np.concatenate([np.asarray(x[i][1]) for i in range(batches)])
     if y is not None:
         y = np.asarray(y)
         return y[:int(math.floor(len(y) * (1.0 - float(validation_split or 0.0))))]

@@ -99,7 +99,7 @@ def breast_cancer_nuts():
 
 def breast_cancer_log_prob():
     """(N, 31) -> (N,): Bernoulli log likelihood + N(0, I) log prior (up to a constant), bias column added."""
-    (x, y), _ = bk.datasets.load_breast_cancer(add_bias=True)
+    (x, y), _ = bk.datasets.load_breast_cancer(test_fraction=0.0, add_bias=True)
     x = tf.constant(x)
     y = tf.constant(y.astype(np.float32))
 

@@ -16,6 +16,15 @@ def test_offline_sets():
     assert x.shape[1:] == (8, 8, 1) and len(x) + len(xt) == 1797
 
 
+@pytest.mark.parametrize("load", [bk.datasets.load_digits, bk.datasets.load_digit_tokens,
+                                  bk.datasets.load_breast_cancer, bk.datasets.load_diabetes])
+def test_every_offline_loader_holds_out_a_test_set_by_default(load):
+    (x, y), (xt, yt) = load()
+    assert len(x) == len(y) > len(xt) == len(yt) > 0
+    (x, _), (xt, _) = load(test_fraction=0.0) if load is bk.datasets.load_breast_cancer else ((x, y), (xt, yt))
+    assert len(xt) == 0 or load is not bk.datasets.load_breast_cancer
+
+
 def test_tfds_loader_with_mock_data(tmp_path, monkeypatch):
     tfds = pytest.importorskip("tensorflow_datasets")
     monkeypatch.setattr(bk.datasets, "download_server_reachable", lambda timeout: True)  # mock_data downloads nothing

@@ -30,7 +30,7 @@ from targets import NUTS_MEAN_TOL, NUTS_SD_TOL, breast_cancer_log_prob, breast_c
 
 
 def _run_mgvbp(estimator="gradient", samples=100, lr=0.1, tau=300, steps=4000):
-    (x, y), _ = bk.datasets.load_breast_cancer(add_bias=True)
+    (x, y), _ = bk.datasets.load_breast_cancer(test_fraction=0.0, add_bias=True)
     inputs = keras.Input((31,))
     logits = bk.layers.Dense(1, num_particles=samples, use_bias=False, kernel_prior=1.0)(inputs)
     model = bk.BayesianModel(inputs, logits, likelihood="bernoulli")

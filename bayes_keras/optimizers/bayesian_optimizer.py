@@ -12,6 +12,7 @@ only when every one of them is finite; otherwise nothing changes, and the skip i
 import dataclasses
 import math
 import re
+import warnings
 from typing import Any
 
 import keras
@@ -163,6 +164,15 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def check_num_particles(self, num_particles):
         if num_particles < 1:
             raise ValueError(f"{type(self).__name__} needs at least one particle; got {num_particles}.")
+
+    def warn_if_one_particle(self, num_particles, what):
+        """A method whose uncertainty comes from the spread of N >= 2 particles warns (once) at N = 1, saying
+        what it does then (`what`)."""
+        if num_particles == 1 and not getattr(self, "_warned_one_particle", False):
+            self._warned_one_particle = True
+            warnings.warn(f"{type(self).__name__} with num_particles=1 {what}: the model will report zero epistemic "
+                          "uncertainty. Use num_particles >= 2 (10 or more for a usable posterior).", UserWarning,
+                          stacklevel=3)
 
     def prepare_step(self):
         return None

@@ -32,6 +32,10 @@ class IndependentParticles(ParticleOptimizer):
     def direction(self, particles, grads, groups):
         return grads
 
+    def check_num_particles(self, num_particles):
+        super().check_num_particles(num_particles)
+        self.warn_if_one_particle(num_particles, "is one MAP fit (an ensemble of one), legitimate as a MAP baseline")
+
     def get_config(self):
         config = super().get_config()
         config.pop("step_rule")

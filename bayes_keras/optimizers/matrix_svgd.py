@@ -104,6 +104,7 @@ class MatrixSVGD(PreconditionedOptimizer):
                              f"2 particles; got num_particles={num_particles}. Use mode='average'.")
         if num_particles < 1:
             raise ValueError(f"MatrixSVGD needs at least one particle; got {num_particles}.")
+        self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a preconditioned MAP fit")
 
     # -- build / step --------------------------------------------------------------------------
     def _build_own_variables(self):

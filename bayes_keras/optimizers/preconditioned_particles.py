@@ -37,3 +37,7 @@ class PreconditionedParticles(PreconditionedOptimizer):
     def preconditioned_direction(self, particles, grads, groups, records):
         curvature = self.preconditioner.update(particles, grads, records)
         return curvature.solve(grads), curvature.is_finite(), None
+
+    def check_num_particles(self, num_particles):
+        super().check_num_particles(num_particles)
+        self.warn_if_one_particle(num_particles, "is one preconditioned MAP fit (an ensemble of one)")

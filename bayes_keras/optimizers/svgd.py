@@ -60,8 +60,8 @@ class SVGD(ParticleOptimizer):
         return svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
 
     def check_num_particles(self, num_particles):
-        if num_particles < 1:
-            raise ValueError(f"{type(self).__name__} needs at least one particle; got {num_particles}.")
+        super().check_num_particles(num_particles)
+        self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a MAP fit")
 
     def get_config(self):
         config = super().get_config()
