@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import bayes_keras as bk
 from bayes_keras.callbacks import LowerBoundStopping
@@ -215,3 +216,27 @@ def test_config_round_trip():
     assert keras.saving.get_registered_name(LowerBoundStopping) == "bayes_keras>LowerBoundStopping"
     restored = keras_round_trip(stopper, None)
     assert isinstance(restored, LowerBoundStopping) and restored.get_config() == config
+
+
+def test_tensorboard_shows_the_particle_metrics_and_the_bound(tmp_path):
+    """keras.callbacks.TensorBoard (tensorboard is installed with the package) writes the loss, the particle
+    metrics and the optimizer's bound; read back from the event files."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    inputs = keras.Input((4,))
+    h = bk.layers.Dense(8, activation="relu", num_particles=4)(inputs)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.MGVBP(), metrics=["accuracy", bk.metrics.ExpectedCalibrationError()])
+    model.fit(x, y, epochs=2, batch_size=16, validation_split=0.25, verbose=0,
+              callbacks=[keras.callbacks.TensorBoard(str(tmp_path))])
+    tags = set()
+    for run in ("train", "validation"):
+        events = EventAccumulator(str(tmp_path / run), size_guidance={"tensors": 0})
+        events.Reload()
+        tags |= {f"{run}/{t}" for t in events.Tags()["tensors"]}
+        values = [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("epoch_loss")]
+        assert len(values) == 2 and np.all(np.isfinite(values))
+    for tag in ("train/epoch_loss", "train/epoch_accuracy", "train/epoch_ece", "train/epoch_nll",
+                "train/epoch_elbo", "validation/epoch_loss", "validation/epoch_accuracy"):
+        assert tag in tags, sorted(tags)
