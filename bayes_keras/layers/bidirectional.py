@@ -82,8 +82,9 @@ class Bidirectional(keras.layers.Layer):
             self.backward_layer.build(input_shape)
 
     def call(self, inputs, mask=None):
-        y = self.forward_layer(inputs, mask=mask)
-        y_rev = self.backward_layer(inputs, mask=mask)
+        # in this layer's compute dtype, as Keras' Bidirectional (the wrapped layers keep their own policy)
+        y = tf.cast(self.forward_layer(inputs, mask=mask), self.compute_dtype)
+        y_rev = tf.cast(self.backward_layer(inputs, mask=mask), self.compute_dtype)
         if self.return_sequences:
             y_rev = tf.reverse(y_rev, [2])  # (batch, N, T, units): time is axis 2
         if self.merge_mode == "concat":

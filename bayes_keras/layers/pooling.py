@@ -10,7 +10,7 @@ class _ParticlePooling2D(keras.layers.Layer):
 
     def __init__(self, pool_size=(2, 2), strides=None, padding="valid", **kwargs):
         super().__init__(**kwargs)
-        self._pool = self._keras_class(pool_size=pool_size, strides=strides, padding=padding)
+        self._pool = self._keras_class(pool_size=pool_size, strides=strides, padding=padding, dtype=self.dtype_policy)
         self.pool_size, self.strides, self.padding = self._pool.pool_size, self._pool.strides, self._pool.padding
 
     def call(self, inputs):
