@@ -57,3 +57,38 @@ def test_keras_add_and_concatenate_keep_working():
     h = keras.layers.Concatenate()([keras.layers.Add()([a, b]), a])
     model = bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
     assert model.predict_particles(np.zeros((2, 5), np.float32)).shape == (2, N, 2)
+
+
+@pytest.mark.parametrize("layer,axis_message", [
+    (lambda: keras.layers.Softmax(axis=1, name="over_particles"), True),
+    (lambda: keras.layers.LayerNormalization(axis=1, name="over_particles"), True),
+    (lambda: keras.layers.Concatenate(axis=1, name="over_particles"), True),
+    (lambda: keras.layers.Attention(name="over_particles"), False),
+    (lambda: keras.layers.AdditiveAttention(name="over_particles"), False),
+])
+def test_layers_acting_across_the_particle_axis_are_refused(layer, axis_message):
+    """These were accepted by the old deny-list, and moving one particle's weights moved the others' outputs."""
+    inputs = keras.Input((5,))
+    h = bk.layers.Dense(4, num_particles=N)(inputs)  # (batch, N, 4): axis 1 is the particle axis
+    layer = layer()
+    h = layer([h, h]) if isinstance(layer, (keras.layers.Concatenate, keras.layers.Attention,
+                                            keras.layers.AdditiveAttention)) else layer(h)
+    with pytest.raises(ValueError, match="over_particles.*" + ("particle axis" if axis_message else "PerParticle")):
+        bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+
+
+def test_the_same_layers_on_other_axes_or_per_particle_are_accepted_and_keep_particles_apart():
+    inputs = keras.Input((6, 3))
+    first = bk.layers.Dense(4, num_particles=N)
+    h = first(inputs)  # (batch, N, 6, 4)
+    h = keras.layers.Softmax(axis=2)(h)  # over the 6 steps
+    h = keras.layers.LayerNormalization(axis=[2, 3])(h)
+    h = bk.layers.PerParticle(keras.layers.Attention())([h, h])  # attention over the steps, per particle
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(bk.layers.GlobalAveragePooling1D()(h)),
+                             likelihood="categorical")
+    x = np.random.default_rng(0).standard_normal((3, 6, 3)).astype(np.float32)
+    before = np.asarray(model(x))
+    first.kernel.assign(first.kernel.numpy() + np.eye(N)[:, :1, None])  # particle 0 only
+    after = np.asarray(model(x))
+    np.testing.assert_array_equal(before[:, 1:], after[:, 1:])
+    assert not np.array_equal(before[:, 0], after[:, 0])
