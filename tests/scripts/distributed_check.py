@@ -9,15 +9,11 @@ of every variable are identical. Run in a subprocess: the CPU is split before Te
 import json
 import sys
 
+import keras
+import numpy as np
 import tensorflow as tf
 
-_CPU = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(_CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import bayes_keras as bk  # noqa: E402
+import bayes_keras as bk
 
 N, BATCH, STEPS = 3, 16, 3
 
@@ -283,6 +279,10 @@ def refusals():
 
 
 if __name__ == "__main__":
+    # two logical CPU devices, before TensorFlow initialises (importing the script, as the test does to read
+    # RUNS, leaves the process' devices alone)
+    tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                               [tf.config.LogicalDeviceConfiguration()] * 2)
     if sys.argv[1:] == ["--refusals"]:
         refusals()
     elif sys.argv[1:] == ["--refine"]:
