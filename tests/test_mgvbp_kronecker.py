@@ -67,6 +67,40 @@ def test_damped_factors_are_the_nearest_kronecker_product_of_the_damped_curvatur
     np.testing.assert_allclose(np.kron(da, dg), 2.5 * a + damping * np.eye(p), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_row_damping_gives_the_nearest_kronecker_product(seed):
+    """Each row its own prior precision (kernel rows, bias row): A (x) G + diag(d) (x) I, brute force."""
+    rng = np.random.default_rng(seed)
+    p, q = 5, 3
+    a, g = _spd(rng, p) * 10.0 ** rng.uniform(-2, 2), _spd(rng, q)
+    rows = np.array([0.7, 0.7, 0.7, 0.7, 11.0])  # a bias prior of sd 0.3 against kernel priors of sd 1.2
+    target = np.kron(a, g) + np.kron(np.diag(rows), np.eye(q))
+    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g), tf.constant(rows)))
+    np.testing.assert_allclose(np.kron(da, dg), _nearest_kronecker_product(target, p, q), rtol=1e-7,
+                               atol=1e-7 * np.abs(target).max())
+    g1 = np.array([[2.5]])  # one output: exact
+    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g1), tf.constant(rows)))
+    np.testing.assert_allclose(np.kron(da, dg), 2.5 * a + np.diag(rows), rtol=1e-12, atol=1e-12)
+
+
+def test_kronecker_uses_the_bias_prior_of_the_bias_row():
+    """Conjugate linear regression with a bias prior (sd 0.3) unlike the kernel's (sd 1) and noisy data, so
+    that the prior weighs on the bias: q's marginal sds are the exact posterior's (they were 1.5x with the
+    kernel's prior on every row)."""
+    noise, steps = 3.0, 400
+    x, y = linear_data(noise=noise)
+    xb = np.concatenate([x, np.ones((len(x), 1))], 1).astype(np.float64)
+    cov = np.linalg.inv(xb.T @ xb / noise**2 + np.diag([1.0, 1.0, 1.0, 1.0 / 0.3**2]))
+    inputs = keras.Input((3,))
+    out = bk.layers.Dense(1, num_particles=10, kernel_prior=1.0, bias_prior=0.3)(inputs)
+    model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=noise, standardize=False))
+    optimizer = paper_mgvbp(0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher", seed=1)
+    model.compile(optimizer=optimizer)
+    model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
+    sds = np.sqrt(np.diag(optimizer.posterior().covariance().numpy()))
+    np.testing.assert_allclose(sds, np.sqrt(np.diag(cov)), rtol=0.05)
+
+
 def test_kronecker_through_fit_recovers_the_exact_posterior_of_a_conjugate_model():
     """Bayesian linear regression, known noise, true Fisher (sampled labels). One output makes G 1 x 1,
     so the posterior precision X~^T X~ / sigma^2 + I is a Kronecker product and q's optimum is the exact

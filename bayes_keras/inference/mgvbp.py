@@ -253,47 +253,49 @@ def balance_factors(a, g):
 
 
 def damped_kronecker_factors(a, g, damping):
-    """The Kronecker product X (x) Y nearest in Frobenius norm to A (x) G + damping I (Van Loan and
-    Pitsianis 1993), returned balanced: the precision that a Kronecker-factored posterior can hold
-    closest to the KFAC curvature plus the (prior) damping.
+    """The Kronecker product X (x) Y nearest in Frobenius norm to A (x) G + D (x) I (Van Loan and Pitsianis
+    1993), returned balanced: the precision that a Kronecker-factored posterior can hold closest to the
+    KFAC curvature plus the prior precision. `damping` is a number (D = damping I) or a (p,) vector of
+    each row's precision (D = diag(damping): a layer's kernel rows and its bias row have their own priors).
 
-    Under the rearrangement R(X (x) Y) = vec(X) vec(Y)^T the target is vec(A) vec(G)^T +
-    damping vec(I_p) vec(I_q)^T, of rank 2, so its best rank-1 approximation lies in span{A, I} x
-    span{G, I}: X = s (alpha_1 A + alpha_2 I), Y = beta_1 G + beta_2 I, from the SVD of the 2 x 2
-    matrix L_u^T diag(1, damping) L_v (L_u, L_v Cholesky factors of the Gram matrices of {vec A, vec I}
-    and {vec G, vec I}). Exact when a factor is 1 x 1 (or a multiple of I): then the target itself is a
-    Kronecker product, e.g. (g A + damping I) (x) 1. KFAC's factored damping (A + pi sqrt(damping) I)
-    (x) (G + sqrt(damping) / pi I) adds the positive cross terms sqrt(damping) (A / pi (x) I + pi I (x)
-    G) and so over-states the precision (on conjugate regression it shrank the marginal sds to
-    0.89-0.92 of the exact posterior's and an unexcited weight's sd to a quarter); it remains the
-    fallback if the nearest product is not positive definite (not seen for PSD A, G)."""
+    Under the rearrangement R(X (x) Y) = vec(X) vec(Y)^T the target is vec(A) vec(G)^T + vec(D) vec(I_q)^T,
+    of rank 2, so its best rank-1 approximation lies in span{A, D} x span{G, I}: X = s (alpha_1 A +
+    alpha_2 D), Y = beta_1 G + beta_2 I, from the SVD of the 2 x 2 matrix L_u^T L_v (L_u, L_v Cholesky
+    factors of the Gram matrices of {vec A, vec D} and {vec G, vec I}). Exact when a factor is 1 x 1 (or a
+    multiple of I): then the target itself is a Kronecker product, e.g. (g A + D) (x) 1. KFAC's factored
+    damping (A + pi sqrt(damping) I) (x) (G + sqrt(damping) / pi I) adds the positive cross terms
+    sqrt(damping) (A / pi (x) I + pi I (x) G) and so over-states the precision (on conjugate regression it
+    shrank the marginal sds to 0.89-0.92 of the exact posterior's and an unexcited weight's sd to a
+    quarter); it remains the fallback (with D's mean as the damping) if the nearest product is not
+    positive definite (not seen for PSD A, G)."""
     p, q = a.shape[-1], g.shape[-1]
     # a number is converted in a's dtype (not rounded through float32), a tensor cast
     lam = tf.cast(damping, a.dtype) if tf.is_tensor(damping) else tf.constant(damping, a.dtype)
-    eye_p, eye_q = tf.eye(p, dtype=a.dtype), tf.eye(q, dtype=g.dtype)
+    rows = tf.broadcast_to(lam, (p,))
+    d = tf.linalg.diag(rows)
+    eye_q = tf.eye(q, dtype=g.dtype)
     if q == 1:
-        return balance_factors(g[0, 0] * a + lam * eye_p, tf.ones((1, 1), g.dtype))
+        return balance_factors(g[0, 0] * a + d, tf.ones((1, 1), g.dtype))
     if p == 1:
-        return balance_factors(tf.ones((1, 1), a.dtype), a[0, 0] * g + lam * eye_q)
+        return balance_factors(tf.ones((1, 1), a.dtype), a[0, 0] * g + rows[0] * eye_q)
 
-    def gram(m, size):
-        t = tf.linalg.trace(m)
-        k = tf.stack([tf.stack([tf.reduce_sum(m * m), t]), tf.stack([t, tf.cast(size, m.dtype)])])
-        # a relative ridge keeps the Cholesky defined when the factor is a multiple of I (rank 1)
+    def gram(m, n):
+        k = tf.stack([tf.stack([tf.reduce_sum(m * m), tf.reduce_sum(m * n)]),
+                      tf.stack([tf.reduce_sum(m * n), tf.reduce_sum(n * n)])])
+        # a relative ridge keeps the Cholesky defined when the factor is a multiple of the other (rank 1)
         return k + 1e-12 * tf.linalg.trace(k) * tf.eye(2, dtype=m.dtype)
 
-    l_u, l_v = tf.linalg.cholesky(gram(a, p)), tf.linalg.cholesky(gram(g, q))
-    core_matrix = tf.matmul(l_u, tf.linalg.diag(tf.stack([tf.ones((), a.dtype), lam])) @ l_v, transpose_a=True)
-    s, w, z = tf.linalg.svd(core_matrix)
+    l_u, l_v = tf.linalg.cholesky(gram(a, d)), tf.linalg.cholesky(gram(g, eye_q))
+    s, w, z = tf.linalg.svd(tf.matmul(l_u, l_v, transpose_a=True))
     alpha = tf.linalg.triangular_solve(l_u, w[:, :1], lower=True, adjoint=True)[:, 0]  # L_u^-T w
     beta = tf.linalg.triangular_solve(l_v, z[:, :1], lower=True, adjoint=True)[:, 0]
     sign = tf.where(alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype))  # the pair's joint sign
     alpha, beta = sign * alpha, sign * beta
-    x = s[0] * (alpha[0] * a + alpha[1] * eye_p)
+    x = s[0] * (alpha[0] * a + alpha[1] * d)
     y = beta[0] * g + beta[1] * eye_q
     positive = tf.reduce_all(alpha >= 0) & tf.reduce_all(beta >= 0) & (alpha[1] > 0) & (beta[1] > 0)
-    c_a, c_g = split_damping(a, g, damping)
-    x = tf.where(positive, x, a + c_a * eye_p)
+    c_a, c_g = split_damping(a, g, tf.reduce_mean(rows))
+    x = tf.where(positive, x, a + c_a * tf.eye(p, dtype=a.dtype))
     y = tf.where(positive, y, g + c_g * eye_q)
     return balance_factors(x, y)
 

@@ -413,7 +413,7 @@ def _tempered_prior_precision(view, block, step, curvature, dtype):
 def _kronecker_targets(view, blocks, kron_index, records, curvature, temperature, dtype):
     """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
     (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
-    / T as factored damping (the kernel's prior; bias rows share it)."""
+    / T of each row (kernel rows, bias row) as the damping D in A (x) G + D (x) I."""
     from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
 
     fisher = "true" if curvature == "fisher" else "empirical"
@@ -426,7 +426,9 @@ def _kronecker_targets(view, blocks, kron_index, records, curvature, temperature
         a = tf.reduce_mean(tf.cast(factors["A"], dtype), 0)
         g = tf.reduce_mean(tf.cast(factors["G"], dtype), 0)
         prior = _prior_vectors(view, blocks[j], dtype, f"curvature='{curvature}'")[1] / tf.cast(temperature, dtype)
-        targets[j] = core.damped_kronecker_factors(a, g, prior[0])
+        # each row's prior precision: the block is [kernel rows; bias row] x outputs, flattened row-major
+        rows = tf.reshape(prior, (a.shape[-1], g.shape[-1]))[:, 0]
+        targets[j] = core.damped_kronecker_factors(a, g, rows)
     for j, t in enumerate(targets):
         if t is None:
             raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
