@@ -5,6 +5,7 @@ import warnings
 
 import keras
 import numpy as np
+from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
 from bayes_keras.layers import mixing_guard
@@ -40,13 +41,6 @@ _SQUASHING = {keras.activations.softmax: "categorical", keras.activations.sigmoi
 _REPLACED_BY_PRIOR = ("regularizer", "constraint")
 # Keras stores these defaults resolved (None -> the value)
 _RESOLVED = {"data_format": "channels_last"}
-# keras.ops that act elementwise (on particle tensors of one layout, or with Python numbers)
-_ELEMENTWISE_OPS = {"Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Negative", "Abs", "Exp", "Log",
-                    "Sqrt", "Square", "Tanh", "Sigmoid", "Relu", "Power", "Maximum", "Minimum", "Cast", "Equal",
-                    "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr",
-                    "LogicalNot"}
-# keras.ops reductions, per particle when they reduce the last axis only (e.g. the mask of keras.layers.Masking)
-_LAST_AXIS_OPS = {"Any", "All", "Sum", "Mean", "Max", "Min"}
 
 
 def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bias_prior=None, deterministic=(),
@@ -58,8 +52,8 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
 
     - Dense, Conv1D, Conv2D, SimpleRNN, LSTM, GRU, Bidirectional and Embedding become their
       `bayes_keras.layers` twins (same constructor arguments; the first one starts the particle axis).
-      BatchNormalization, pooling, global pooling and Flatten become theirs where the particle axis
-      exists; before it (e.g. a Flatten-first MLP) they stay Keras layers.
+      BatchNormalization, LayerNormalization (of the last axis), pooling, global pooling and Flatten become
+      theirs where the particle axis exists; before it (e.g. a Flatten-first MLP) they stay Keras layers.
     - Every other layer is kept with all its state (adapted Normalization statistics, BatchNormalization
       moving averages, any weights). Where it receives particle activations it is kept as it is when it
       acts per element or on the last axis, and otherwise wrapped in `bayes_keras.layers.PerParticle`,
@@ -162,8 +156,15 @@ class _Conversion:
         self.converted = []  # (Keras layer, particle layer) pairs whose particles start at the Keras weights
         self.shared = set()  # names of kept layers with weights that receive particles
         self.dropped = set()
+        self.called = set()  # ids of the Keras layers converted so far
 
     def __call__(self, layer, *args, **kwargs):
+        if isinstance(layer, _L.Layer):
+            if id(layer) in self.called:
+                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called more than "
+                                 "once (shared weights); bayesianize converts each layer call once. Use one layer "
+                                 "instance per call, or build the BayesianModel with bayes_keras layers.")
+            self.called.add(id(layer))
         flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
         carries = [id(t) in self.carrying for t in flat]
         has_particles = any(carries)
@@ -176,6 +177,8 @@ class _Conversion:
             result = self._twin(layer, _WEIGHT_TWINS[type(layer)], has_particles, args, kwargs)
         elif type(layer) is _L.Bidirectional:
             result = self._bidirectional(layer, has_particles, args, kwargs)
+        elif type(layer) is _L.LayerNormalization and has_particles and _normalizes_last_axis(layer, flat):
+            result = self._twin(layer, particle_layers.LayerNormalization, True, args, kwargs)
         elif type(layer) in _LAYOUT_TWINS and has_particles:
             result = self._twin(layer, _LAYOUT_TWINS[type(layer)], True, args, kwargs)
         else:
@@ -187,15 +190,9 @@ class _Conversion:
     # -- operations ----------------------------------------------------------------------------
     def _operation(self, op, flat, carries, args, kwargs):
         if any(carries):
-            ranks = {len(t.shape) for t in flat}
-            kind = type(op).__name__
-            last_axis = kind in _LAST_AXIS_OPS and len(ranks) == 1 and getattr(op, "axis", None) is not None and all(
-                a % next(iter(ranks)) == next(iter(ranks)) - 1 for a in mixing_guard.axes_of(op.axis))
-            if not (kind in _ELEMENTWISE_OPS or last_axis) or not all(carries) or len(ranks) != 1:
-                raise ValueError(
-                    f"bayesianize: the operation '{op.name}' ({type(op).__name__}) acts on particle activations and "
-                    "bayes_keras cannot tell how it treats the particle axis. Write it as a Keras layer (e.g. "
-                    "keras.layers.Lambda or a custom layer), which bayesianize applies to each particle.")
+            problem = mixing_guard.operation_refusal(op, [tuple(t.shape) for t in flat], carries)
+            if problem is not None:
+                raise ValueError(f"bayesianize: {problem}.")
         return op(*args, **kwargs)
 
     # -- converted layers ----------------------------------------------------------------------
@@ -207,7 +204,7 @@ class _Conversion:
             if base is _L.Layer:
                 break
             accepted |= set(inspect.signature(base.__init__).parameters)
-        accepted |= {"name", "dtype", "trainable"}
+        accepted |= {"name", "dtype", "trainable"} | ({"axis"} if twin is particle_layers.LayerNormalization else set())
         defaults = {k: p.default for k, p in inspect.signature(type(layer).__init__).parameters.items()}
         config, kept = layer.get_config(), {}
         for key, value in config.items():
@@ -224,6 +221,8 @@ class _Conversion:
 
     def _twin(self, layer, twin, has_particles, args, kwargs):
         config = self._twin_config(layer, twin)
+        if twin is particle_layers.LayerNormalization:
+            config["axis"] = -1  # converted only when it normalises the last axis
         if layer is self.output_layer and self.output_activation:
             config["activation"] = None
         if layer.weights and issubclass(twin, ParticleLayer):
@@ -323,6 +322,9 @@ class _Conversion:
         """A kept layer that acts per element or on the last axis needs no folding of the particle axis."""
         if not all(carries) or len({len(t.shape) for t in flat}) != 1:
             return False
+        if any(get_keras_mask(t) is not None for t in flat) and isinstance(layer, mixing_guard.MERGES + (
+                _L.Concatenate,)):
+            return False  # Keras' merges apply (batch, T) masks to (batch, T, F) inputs: fold the particles first
         if type(layer) in mixing_guard.REPLACEMENTS:
             return False
         rank = len(flat[0].shape)  # the Keras model's rank
@@ -333,6 +335,11 @@ class _Conversion:
         if isinstance(layer, _L.PReLU):
             return False  # its alpha has the input's shape
         return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
+
+
+def _normalizes_last_axis(layer, flat):
+    rank = len(flat[0].shape)
+    return all(a % rank == rank - 1 for a in mixing_guard.axes_of(layer.axis))
 
 
 def _same(value, default):

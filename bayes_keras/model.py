@@ -151,7 +151,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             raise ValueError(f"BayesianModel supports one output tensor; got {len(outputs)}.")
         if not self.particle_layers:
             raise ValueError("BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense).")
-        check_layers_keep_particles(self.layers, ParticleLayer)
+        check_layers_keep_particles(self.operations, ParticleLayer)
         n = self.num_particles
         if self._expected_num_particles is not None and n != self._expected_num_particles:
             raise ValueError(f"num_particles={self._expected_num_particles} was given, but the layers were built "

@@ -53,7 +53,7 @@ class ModelSerialization:
         compiled model (which builds the clone from inputs and outputs alone, then compiles it from this
         config) keeps them."""
         config = super().get_compile_config()
-        if config is not None and self.likelihood is not None:
+        if config and self.likelihood is not None:  # Keras' {} means "not compiled": keep it so on load
             config = {**config, "likelihood": likelihoods_lib.serialize(self.likelihood),
                       "temperature": self.temperature}
         return config

@@ -229,12 +229,21 @@ def time_distributed_dense():
                              L.TimeDistributed(L.Dense(2)), L.Flatten(), L.Dense(1)]), _sequences()
 
 
+def masked_merge():
+    """A merge where Keras applies the Embedding's (batch, T) mask to its inputs."""
+    inputs = keras.Input((7,), dtype="int32")
+    h = L.LSTM(5, return_sequences=True)(L.Embedding(12, 4, mask_zero=True)(inputs))
+    h = L.Multiply()([h, L.Dense(5, activation="relu")(h)])
+    return keras.Model(inputs, _head(L.GlobalAveragePooling1D()(h), "bernoulli")), _tokens()
+
+
 CONVERTED = [mlp, flatten_first_mlp, cnn, cnn_batchnorm_dropout, cnn_normalization_rescaling, tabular_normalization,
              batchnorm_on_inputs, residual_cnn, residual_mlp, two_inputs, concatenate_input_with_particles,
              concatenate_time_axis, softmax_attention_pooling, softmax_last_axis, layer_normalization_axes,
              masked_embedding_lstm, masked_embedding_gru_sequences, masked_embedding_bidirectional,
              simple_rnn_sequences, conv1d_regressor, custom_per_example_layer, reshape_to_image,
-             attention_and_group_norm, prelu_permute_dot, separate_softmax_output, time_distributed_dense]
+             attention_and_group_norm, prelu_permute_dot, separate_softmax_output, time_distributed_dense,
+             masked_merge]
 
 
 def _perturb_weights(net, x):
@@ -275,7 +284,9 @@ def test_converted_model_predicts_as_the_keras_model(build, tmp_path):
     np.testing.assert_allclose(got, np.repeat(expected[:, None], N, 1), atol=1e-5, rtol=0)
     path = str(tmp_path / "converted.keras")
     model.save(path)
-    np.testing.assert_allclose(_particle_probabilities(keras.saving.load_model(path), x), got, atol=1e-6, rtol=0)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(_particle_probabilities(loaded, x), got, atol=1e-6, rtol=0)
+    assert not loaded.compiled  # saved uncompiled, loaded uncompiled (not with a default Keras optimizer)
 
 
 def _center_batch():
@@ -305,9 +316,15 @@ def _with_state():
     return keras.Model(sequences, L.Dense(1)(L.SimpleRNN(3, return_state=True, name="with_state")(sequences)[0]))
 
 
+def _shared_layer():
+    inputs = keras.Input((6,))
+    shared = L.Dense(4, name="shared_dense")
+    return keras.Model(inputs, L.Dense(1)(L.Add()([shared(inputs), shared(L.Rescaling(-1.0)(inputs))])))
+
+
 # (the name the error must contain, the model), built in the test, not at collection
 REFUSED = [("center_batch", _center_batch), ("bn_rows", _bn_rows), ("late_mask", _late_mask), ("mean", _mean),
-           ("with_state", _with_state)]
+           ("with_state", _with_state), ("shared_dense", _shared_layer)]
 
 
 @pytest.mark.parametrize("name,build", REFUSED, ids=[name for name, _ in REFUSED])

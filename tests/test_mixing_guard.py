@@ -92,3 +92,17 @@ def test_the_same_layers_on_other_axes_or_per_particle_are_accepted_and_keep_par
     after = np.asarray(model(x))
     np.testing.assert_array_equal(before[:, 1:], after[:, 1:])
     assert not np.array_equal(before[:, 0], after[:, 0])
+
+
+def test_keras_ops_across_the_particle_axis_are_refused_elementwise_ones_accepted():
+    inputs = keras.Input((5,))
+    h = bk.layers.Dense(4, num_particles=N)(inputs)
+    with pytest.raises(ValueError, match="operation.*PerParticle"):
+        bk.BayesianModel(inputs, bk.layers.Dense(2)(h - keras.ops.mean(h, axis=1, keepdims=True)),
+                         likelihood="categorical")
+    with pytest.raises(ValueError, match="operation"):
+        bk.BayesianModel(inputs, bk.layers.Dense(2)(h - keras.ops.mean(h, axis=0, keepdims=True)),
+                         likelihood="categorical")
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(2.0 * h + 1.0 - keras.ops.mean(h, axis=-1, keepdims=True)),
+                             likelihood="categorical")
+    assert model.predict_particles(np.zeros((2, 5), np.float32)).shape == (2, N, 2)

@@ -35,6 +35,13 @@ MERGES = (_L.Add, _L.Subtract, _L.Multiply, _L.Average, _L.Maximum, _L.Minimum)
 # Per particle when none of their axes is the batch or the particle axis.
 AXIS_ARGUMENT = (_L.Softmax, _L.LayerNormalization, _L.UnitNormalization, _L.RMSNormalization, _L.Concatenate)
 
+# keras.ops that act elementwise (on particle tensors of one layout, or with Python numbers)
+ELEMENTWISE_OPS = {"Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Negative", "Abs", "Exp", "Log", "Sqrt",
+                   "Square", "Tanh", "Sigmoid", "Relu", "Power", "Maximum", "Minimum", "Cast", "Equal", "NotEqual",
+                   "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "LogicalNot"}
+# keras.ops reductions: per particle when they reduce the last axis only (e.g. the mask of keras.layers.Masking)
+LAST_AXIS_OPS = {"Any", "All", "Sum", "Mean", "Max", "Min"}
+
 _PER_PARTICLE = "bayes_keras.layers.PerParticle({}(...)) (applies a per-example layer to each particle)"
 # exact classes: what to use instead
 REPLACEMENTS = {
@@ -96,6 +103,21 @@ def refusal(layer, shapes, carries):
             + _PER_PARTICLE.format(name) + " if it treats the examples of a batch independently")
 
 
+def operation_refusal(op, shapes, carries):
+    """Why a keras.ops operation (not a layer) on particle activations is refused; None for elementwise
+    operations over tensors that all carry the particle axis in one layout, and reductions of the last axis."""
+    ranks = {len(s) for s in shapes}
+    kind = type(op).__name__
+    last_axis = (kind in LAST_AXIS_OPS and len(ranks) == 1 and getattr(op, "axis", None) is not None
+                 and all(a % next(iter(ranks)) == next(iter(ranks)) - 1 for a in axes_of(op.axis)))
+    if (kind in ELEMENTWISE_OPS or last_axis) and all(carries) and len(ranks) == 1:
+        return None
+    return (f"the operation '{op.name}' (keras.ops {kind}) acts on (batch, particles, ...) activations and bayes_keras "
+            "cannot tell how it treats the particle axis (only elementwise operations and reductions of the last "
+            "axis are accepted). Write it as a Keras layer and wrap that in bayes_keras.layers.PerParticle, which "
+            "applies it to each particle")
+
+
 def mixing_found(layer, inputs, carries, num_particles):
     """Call `layer` on random inputs of the shapes of `inputs` with batch 2, again with the first particle of
     every particle input perturbed, and say how it mixed particles (None if every other particle's output is
@@ -142,8 +164,9 @@ def _is_particle_aware(layer):
 
 
 def check_layers_keep_particles(layers, particle_layer_types):
-    """Raise a ValueError for the first plain Keras layer in `layers` (topological order) that receives
-    a particle-axis tensor and would mix particles or drop the axis (module docstring).
+    """Raise a ValueError for the first plain Keras layer or keras.ops operation in `layers` (a functional
+    model's operations, topological order) that receives a particle-axis tensor and would mix particles or
+    drop the axis (module docstring).
 
     A tensor carries the particle axis if it is the output of a particle layer (an instance of
     `particle_layer_types`) or of any layer that received one."""
@@ -159,8 +182,15 @@ def check_layers_keep_particles(layers, particle_layer_types):
                     "checks each layer's particle layout through its one call. Use a separate layer instance per "
                     "call.") from None
             continue
-        flat_inputs = keras.tree.flatten(inputs)
+        flat_inputs = [t for t in keras.tree.flatten(inputs) if isinstance(t, keras.KerasTensor)]
         carries = [id(t) in carrying for t in flat_inputs]
+        if not isinstance(layer, _L.Layer):  # a keras.ops operation in a functional model
+            if any(carries):
+                problem = operation_refusal(layer, [tuple(t.shape) for t in flat_inputs], carries)
+                if problem is not None:
+                    raise ValueError(f"BayesianModel: {problem}.")
+                carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
+            continue
         if isinstance(layer, particle_layer_types) or (any(carries) and _is_particle_aware(layer)):
             carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
             started = True

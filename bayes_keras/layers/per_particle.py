@@ -4,6 +4,7 @@ import inspect
 
 import keras
 import tensorflow as tf
+from keras.src.backend import set_keras_mask
 
 from bayes_keras.layers.base import IMAGE_RANK, particle_axis
 
@@ -112,6 +113,9 @@ class PerParticle(keras.layers.Layer):
             for name, m in zip(("query_mask", "value_mask", "key_mask"), masks):  # attention layers
                 if name in self._parameters:
                     kwargs[name] = m
+            for x, m in zip(folded, masks):  # layers that read their inputs' masks (Keras' merge layers)
+                if m is not None:
+                    set_keras_mask(x, m)
         if self.unpack:
             outputs = self.layer(*folded, **kwargs)
         else:
