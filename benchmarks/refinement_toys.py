@@ -1,8 +1,8 @@
 """Local refinement on the paper's two small examples: a 1-D four-mode posterior and Eight Schools.
 
 Four modes: prior N(0, 1), a likelihood with four narrow bumps (the paper does not give its toy's exact
-form; ours: an equal mixture of N(w; m, 0.2^2), m = -1.5, -0.5, 0.5, 1.5, whose mean-field ELBO, -1.79, is the
-paper's), K = 2 auxiliary variables with variances 0.8 and 0.2 as in the paper, and K = 5 with ratio 0.7.
+form; ours: an equal mixture of N(w; m, 0.2^2), m = -1.5, -0.5, 0.5, 1.5, whose mean-field ELBO, -1.81 by
+quadrature, is near the paper's -1.79), K = 2 auxiliary variables with variances 0.8 and 0.2 as in the paper, and K = 5 with ratio 0.7.
 The base is the best of 8 mean-field fits (ADVI). Reported: the bounds, the best K = 2 bound any Gaussian
 stage fits could reach (quadrature over a_1 and a grid search of each stage's Gaussian), the number of
 modes of the samples' density (local maxima of a histogram-smoothed density above 5% of its peak), and
@@ -61,6 +61,8 @@ def four_modes(args):
     samples5, history5 = bk.refinement.refine_log_prob(
         four_mode_log_likelihood, mean, std, num_samples=args.samples, num_stages=5, steps_per_stage=args.steps,
         seed=2, eval_samples=64)
+    q = np.exp(-0.5 * ((grid - mean[0]) / std[0]) ** 2) / (std[0] * np.sqrt(2 * np.pi))
+    exact_base_elbo = float(np.trapezoid(q * log_joint, grid) + 0.5 * np.log(2 * np.pi * np.e * std[0] ** 2))
     base = mean + std * np.random.default_rng(2).standard_normal((args.samples, 1))  # for the near-mode mass
     posterior = np.exp(log_joint - log_evidence)
     near = np.min(np.abs(grid[:, None] - MODES[None]), axis=1) < BUMP
@@ -69,7 +71,8 @@ def four_modes(args):
     def near_mass(x):
         return float(np.mean(np.min(np.abs(x - MODES[None]), axis=1) < BUMP))
 
-    return {"log_evidence": log_evidence, "base_elbo": base_elbo, "base_mean": float(mean[0]),
+    return {"log_evidence": log_evidence, "base_elbo": base_elbo, "exact_base_elbo": exact_base_elbo,
+            "base_mean": float(mean[0]),
             "base_std": float(std[0]), "elbo_aux_per_stage": history.history["elbo_aux"],
             "elbo_aux_per_stage_k5": history5.history["elbo_aux"], "best_k2_bound": best_k2_bound(mean[0], std[0]),
             "modes": {"exact": count_modes(grid, posterior),
@@ -257,7 +260,8 @@ def main():
     mass = toy["modes"]
     lines = ["# Local refinement on the paper's small examples", "",
              "## Four-mode 1-D posterior (K = 2, auxiliary variances 0.8 / 0.2)", "",
-             f"Bounds (nats): mean-field ELBO {toy['base_elbo']:.3f}; refined ELBO_aux, K = 2: "
+             f"Bounds (nats): mean-field ELBO {toy['exact_base_elbo']:.3f} (by quadrature; its Monte Carlo estimate "
+             f"from fresh draws {toy['base_elbo']:.3f}); refined ELBO_aux, K = 2: "
              f"{toy['elbo_aux_per_stage'][-1]:.3f} (the best any Gaussian stage fits reach: "
              f"{toy['best_k2_bound']:.3f}); K = 5 (ratio 0.7): {toy['elbo_aux_per_stage_k5'][-1]:.3f}; exact log "
              f"evidence {toy['log_evidence']:.3f}. The paper's toy: -1.79 -> about -1.45 (its likelihood is not "

@@ -1,5 +1,7 @@
 """SequentialMonteCarlo: the particle filter PFBR is compared with."""
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -28,6 +30,7 @@ class SequentialMonteCarlo:
         if not 0 <= shrinkage < 1:
             raise ValueError(f"SequentialMonteCarlo: shrinkage must be in [0, 1); got {shrinkage!r}.")
         self.shrinkage = float(shrinkage)
+        self._steps = weakref.WeakKeyDictionary()  # problem -> its compiled step, kept across filter() calls
 
     def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0):
         if not isinstance(problem, SequentialProblem):
@@ -48,6 +51,12 @@ class SequentialMonteCarlo:
         return np.stack(out)
 
     def _step_function(self, problem):
+        """The problem's compiled stage, traced once and reused by every filter() call (as PFBR's is)."""
+        if problem not in self._steps:
+            self._steps[problem] = self._compile_step(problem)
+        return self._steps[problem]
+
+    def _compile_step(self, problem):
         shrinkage = self.shrinkage
 
         @tf.function(reduce_retracing=True)
