@@ -40,6 +40,27 @@ def test_metric_input_errors():
         bk.metrics.ece(np.full((3, 2), 0.5), [0, 1])
 
 
+@pytest.mark.parametrize("call,match", [
+    (lambda p, y: bk.metrics.nll(-p, y), r"probabilities in \[0, 1\]"),
+    (lambda p, y: bk.metrics.nll(5 * p, y), r"probabilities in \[0, 1\]"),
+    (lambda p, y: bk.metrics.nll(0.5 * p, y), "sum to 1"),
+    (lambda p, y: bk.metrics.nll(p[:0], y[:0]), "No examples"),
+    (lambda p, y: bk.metrics.ece(p[:0], y[:0]), "No examples"),
+    (lambda p, y: bk.metrics.accuracy(p[:0], y[:0]), "No examples"),
+    (lambda p, y: bk.metrics.brier(np.log(p), y), r"probabilities in \[0, 1\]"),
+    (lambda p, y: bk.metrics.rmse(np.zeros(0), np.zeros(0)), "No examples"),
+    (lambda p, y: bk.metrics.rmse(np.array([np.nan]), np.zeros(1)), "NaN"),
+    (lambda p, y: bk.pfbr.mmd_squared(np.zeros((0, 2)), np.zeros((5, 2))), "at least 2 samples"),
+    (lambda p, y: bk.pfbr.mmd_squared(np.zeros((4, 2)), np.zeros((5, 3))), r"\(N, d\)"),
+])
+def test_impossible_metric_inputs_are_refused(call, match):
+    """nll(-p) was 690.8, nll(5 p) -0.51, and empty inputs NaN with numpy warnings."""
+    p = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
+    y = np.array([0, 1, 1])
+    with pytest.raises(ValueError, match=match):
+        call(p, y)
+
+
 def test_ece_equals_tensorflow_probability():
     import tensorflow_probability as tfp
 

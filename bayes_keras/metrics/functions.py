@@ -36,7 +36,16 @@ def class_probabilities(probs, labels):
         raise ValueError(f"Labels must be in [0, {probs.shape[1]}); got range [{labels.min()}, {labels.max()}].")
     if not np.all(np.isfinite(probs)):
         raise ValueError("probs contains NaN or Inf.")
-    return probs, labels
+    if probs.shape[0] == 0:
+        raise ValueError("No examples: probs and labels are empty (a score of nothing is undefined).")
+    if probs.min() < -1e-6 or probs.max() > 1.0 + 1e-6:
+        raise ValueError(f"probs must be probabilities in [0, 1]; got values in [{probs.min():.4g}, "
+                         f"{probs.max():.4g}] (logits? apply softmax / sigmoid, or use model.predict).")
+    sums = probs.sum(1)
+    if np.max(np.abs(sums - 1.0)) > 1e-3:
+        raise ValueError(f"Each row of probs must sum to 1 (a distribution over the classes); got sums in "
+                         f"[{sums.min():.4g}, {sums.max():.4g}].")
+    return np.clip(probs, 0.0, 1.0), labels
 
 
 def accuracy(probs, labels):
@@ -164,6 +173,10 @@ def _same_shape(a, b, name):
         b = b[:, 0]
     if a.shape != b.shape:
         raise ValueError(f"Expected {name} and targets of the same shape; got {a.shape} and {b.shape}.")
+    if a.size == 0:
+        raise ValueError(f"No examples: {name} and targets are empty (a score of nothing is undefined).")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError(f"{name} or targets contain NaN or Inf.")
     return a, b
 
 

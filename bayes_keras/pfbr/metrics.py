@@ -39,6 +39,13 @@ def mmd_squared(x, y, bandwidth=None):
     kernel exp(-|a - b|^2 / (2 bandwidth^2)) (Gretton et al. 2012); bandwidth defaults to the median
     distance of the pooled samples."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"mmd_squared expects samples x (N, d) and y (M, d); got shapes {x.shape} and {y.shape}.")
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError(f"mmd_squared's unbiased estimate needs at least 2 samples on each side; got {len(x)} and "
+                         f"{len(y)}.")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("mmd_squared: the samples contain NaN or Inf.")
 
     def sq(a, b):
         return np.maximum(np.sum(a**2, 1)[:, None] + np.sum(b**2, 1)[None, :] - 2 * a @ b.T, 0.0)
