@@ -48,6 +48,9 @@ def load_digit_tokens(test_fraction=0.25, seed=0, threshold=6):
     """
     from sklearn.datasets import load_digits as _load
 
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not 0 < threshold <= 16:
+        raise ValueError(f"load_digit_tokens: threshold is a pixel intensity in (0, 16]; got {threshold!r}.")
     d = _load()
     bits = (d.images >= threshold).astype(np.int32)  # (n, 8 rows, 8 pixels)
     words = bits @ (2 ** np.arange(7, -1, -1)) + 1  # (n, 8): ids 1..256, 1 = a blank row

@@ -270,6 +270,9 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if not getattr(self, "compiled", False):
             raise ValueError("You must call compile() before fit(): e.g. "
                              "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
+        _check_batch_size(batch_size)
+        _check_sample_weight(kwargs.get("sample_weight"))
+        _check_not_empty(x, "fit")
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
             self._dataset_size_given = True
@@ -287,9 +290,19 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
 
+    def predict(self, x, batch_size=None, *args, **kwargs):
+        """As keras.Model.predict: the posterior predictive summary (probabilities for classification; the
+        mean and sd for regression)."""
+        _check_batch_size(batch_size)
+        _check_not_empty(x, "predict")
+        return super().predict(x, batch_size, *args, **kwargs)
+
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """As keras.Model.evaluate. Before the training-set size is known (no fit, no dataset_size=), "loss"
         takes the evaluated data as the training set (its size scales the prior term) for this call."""
+        _check_batch_size(kwargs.get("batch_size", args[0] if args else None))
+        _check_sample_weight(kwargs.get("sample_weight"))
+        _check_not_empty(x, "evaluate")
         if self.dataset_size is not None:
             return super().evaluate(x, y, *args, **kwargs)
         self.set_dataset_size(_infer_dataset_size(x))
@@ -419,6 +432,27 @@ def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
         return _nonempty(int(math.floor(n * (1.0 - float(validation_split or 0.0)))))
     raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
                      "or compile().")
+
+
+def _check_batch_size(batch_size):
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}.")
+
+
+def _check_sample_weight(sample_weight):
+    if sample_weight is None or isinstance(sample_weight, (tf.data.Dataset, dict)):
+        return
+    weights = np.asarray(sample_weight, dtype=np.float64)
+    if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
+        raise ValueError("sample_weight must be finite and non-negative (a negative weight would train on a negative "
+                         f"loss); got values in [{np.nanmin(weights):.4g}, {np.nanmax(weights):.4g}].")
+
+
+def _check_not_empty(x, what):
+    leaves = [] if x is None or isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) else tf.nest.flatten(x)
+    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0 and leaves[0].shape[0] == 0:
+        raise ValueError(f"{what} got no examples: x has 0 rows.")
 
 
 def _batch_size(batch):

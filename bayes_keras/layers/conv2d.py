@@ -12,12 +12,11 @@ from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
 def _pair(value, name):
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
-    if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
-        raise ValueError(f"Conv2D {name} must be an int or a pair of positive ints; got {value!r}.")
-    return value
+    pair = (value, value) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                 for v in pair):
+        raise ValueError(f"Conv2D {name} must be a positive int or a pair of positive ints; got {value!r}.")
+    return pair
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")

@@ -52,6 +52,12 @@ class Embedding(ParticleLayer):
 
     def call(self, inputs):
         ids = tf.cast(inputs, tf.int32)
+        # an id outside the table would be a GatherV2 error on CPU and a silent zero vector on GPU
+        with tf.control_dependencies([
+                tf.debugging.assert_non_negative(ids, message=f"Embedding '{self.name}': token ids must be >= 0"),
+                tf.debugging.assert_less(ids, self.input_dim, message=f"Embedding '{self.name}': token ids must be "
+                                         f"< input_dim={self.input_dim} (the vocabulary size, + 1 with mask_zero)")]):
+            ids = tf.identity(ids)
         if self.deterministic:
             out = tf.gather(self.embeddings, ids)  # (batch, ..., D)
             return self._broadcast_shared(out) if self.broadcasts else out

@@ -1,0 +1,63 @@
+"""Bad input to the public API gets a clear ValueError saying what was expected, not an obscure error from
+deep inside Keras or TensorFlow, and not a silent wrong answer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bayes_keras as bk
+
+X = np.random.default_rng(0).random((20, 4)).astype("float32")
+Y = (X[:, 0] > 0.5).astype("int32")
+
+
+def _model():
+    inputs = keras.Input((4,))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.SVGD())
+    return model
+
+
+def _token_model():
+    inputs = keras.Input((5,), dtype="int32")
+    h = bk.layers.GlobalAveragePooling1D()(bk.layers.Embedding(5, 3, num_particles=2)(inputs))
+    return bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+
+
+CASES = {
+    # was UnboundLocalError inside Keras
+    "predict on no examples": (lambda: _model().predict(X[:0], verbose=0), ValueError, "no examples"),
+    "predict_particles on None": (lambda: _model().predict_particles(None), ValueError, "needs inputs x"),
+    "predictive on None": (lambda: _model().predictive(None), ValueError, "needs inputs x"),
+    # was "Invalid value in tensor used for shape: -20"
+    "fit(batch_size=-1)": (lambda: _model().fit(X, Y, batch_size=-1, verbose=0), ValueError, "batch_size"),
+    # was silently the default batch size
+    "fit(batch_size=0)": (lambda: _model().fit(X, Y, batch_size=0, verbose=0), ValueError, "batch_size"),
+    "predict(batch_size=2.5)": (lambda: _model().predict(X, batch_size=2.5, verbose=0), ValueError, "batch_size"),
+    # was silently training on a negative loss
+    "negative sample_weight": (lambda: _model().fit(X, Y, sample_weight=-np.ones(20), verbose=0), ValueError,
+                               "non-negative"),
+    "NaN sample_weight": (lambda: _model().fit(X, Y, sample_weight=np.full(20, np.nan), verbose=0), ValueError,
+                          "finite"),
+    # was ZeroDivisionError / a graph error at fit
+    "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
+    "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),
+    "Conv2D(kernel_size=True)": (lambda: bk.layers.Conv2D(2, True), ValueError, "kernel_size"),
+    "Conv1D(strides=0)": (lambda: bk.layers.Conv1D(2, 3, strides=0), ValueError, "strides"),
+    # was a GatherV2 error on CPU (a silent zero vector on GPU)
+    "Embedding id >= input_dim": (lambda: _token_model().predict(np.full((2, 5), 7), verbose=0),
+                                  tf.errors.InvalidArgumentError, "must be < input_dim=5"),
+    "Embedding id < 0": (lambda: _token_model().predict(np.full((2, 5), -1), verbose=0),
+                         tf.errors.InvalidArgumentError, "must be >= 0"),
+    # was IndexError
+    "load_digit_tokens(threshold=100)": (lambda: bk.datasets.load_digit_tokens(threshold=100), ValueError,
+                                         "threshold"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_refused_clearly(name):
+    call, error, match = CASES[name]
+    with pytest.raises(error, match=match):
+        call()
