@@ -271,7 +271,13 @@ class ParticleTrainer:
         batch = tf.shape(outputs)[0]
         if self._loss_tracker is not None:
             n = tf.cast(tf.shape(outputs)[1], loss.dtype)
-            self._loss_tracker.update_state(loss / (n * float(self.dataset_size)), sample_weight=batch)
+            per_example = loss / (n * float(self.dataset_size))
+            # A step refused for a non-finite loss leaves the particles unchanged and is not part of the epoch's
+            # loss (one NaN batch made the whole epoch's reported loss NaN); fit warns that it was skipped.
+            finite = tf.math.is_finite(per_example) if training else tf.constant(True)  # evaluate reports a NaN
+            self._loss_tracker.update_state(tf.where(finite, per_example, tf.zeros_like(per_example)),
+                                            sample_weight=tf.where(finite, tf.cast(batch, per_example.dtype),
+                                                                   tf.zeros((), per_example.dtype)))
         self._bayesian_metrics.update_predictive(y, outputs, self.likelihood, sample_weight)
         logs = self.compute_metrics(x, y, outputs, sample_weight)
         if not training:  # the optimizer's bound is a training objective: not reported on held-out data

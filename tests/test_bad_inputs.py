@@ -61,3 +61,30 @@ def test_bad_input_is_refused_clearly(name):
     call, error, match = CASES[name]
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: bk.optimizers.IndependentParticles(beta_1=1.5), lambda: bk.optimizers.IndependentParticles(beta_1=np.nan),
+    lambda: bk.optimizers.IndependentParticles(epsilon=-1.0), lambda: bk.optimizers.MeanFieldVI(beta_2=2.0),
+    lambda: bk.optimizers.MeanFieldVI(epsilon=np.nan), lambda: bk.optimizers.MGVBP(max_halvings=-1),
+    lambda: bk.optimizers.MGVBP(gradient_clip=-1.0), lambda: bk.optimizers.MGVBP(initial_precision=np.inf),
+    lambda: bk.optimizers.MGVBP(momentum=np.nan), lambda: bk.optimizers.GaussianParticleFlow(
+        step_rule=bk.inference.step_rules.DimWiseRMSProp(rho=7.0)),
+    lambda: bk.layers.Dense(units=True)])
+def test_invalid_hyper_parameters_are_refused_at_construction(make):
+    """They were accepted, and then every update was skipped (or Dense(units=True) became one unit)."""
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_one_non_finite_batch_leaves_the_epoch_loss_finite():
+    """The step with a NaN batch is refused (particles unchanged, fit warns); the epoch's loss is the mean
+    over the steps that were taken (it was NaN)."""
+    x = X.copy()
+    x[3] = np.nan
+    model = _model()
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        history = model.fit(x, Y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert all(np.all(np.isfinite(v.numpy())) for v in model.particle_variables)
+    assert np.isnan(model.evaluate(x, Y, verbose=0)[0])  # evaluation on data with a NaN still says so

@@ -12,7 +12,15 @@ an element-wise Adam would precondition each particle differently and break the 
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import Configurable, resolve
+from bayes_keras._config import Configurable, check_number, resolve
+
+
+def decay_rate(value, what):
+    """A moving average's decay in [0, 1) (a ValueError otherwise: 1 or more never forgets, or diverges)."""
+    value = check_number(value, what, positive=False)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{what} must be in [0, 1); got {value!r}.")
+    return value
 
 
 class StepRule(Configurable):
@@ -39,7 +47,7 @@ class DimWiseRMSProp(StepRule):
     """RMSProp whose second moment is averaged over particles: v_d = rho v_d + (1 - rho) mean_n Delta_nd^2."""
 
     def __init__(self, rho=0.9, epsilon=1e-8):
-        self.rho, self.epsilon = float(rho), float(epsilon)
+        self.rho, self.epsilon = decay_rate(rho, "rho"), check_number(epsilon, "epsilon")
 
     def slots(self, shape):
         return {"v": tuple(shape[1:])}
@@ -61,7 +69,8 @@ class Adam(StepRule):
     """
 
     def __init__(self, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.beta_1, self.beta_2 = decay_rate(beta_1, "beta_1"), decay_rate(beta_2, "beta_2")
+        self.epsilon = check_number(epsilon, "epsilon")
 
     def slots(self, shape):
         return {"m": tuple(shape), "v": tuple(shape)}

@@ -42,7 +42,7 @@ class Dense(ParticleLayer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not isinstance(units, int) or units < 1:
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
             raise ValueError(f"Dense units must be a positive integer; got {units!r}.")
         self.units = units
         self.activation = keras.activations.get(activation)

@@ -28,6 +28,7 @@ Curvature of the "gradient" estimator (`curvature=`), the target that P is moved
 """
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import check_number
@@ -110,10 +111,10 @@ class MGVBP(GaussianVariationalOptimizer):
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.structure, self.estimator, self.curvature = structure, estimator, curvature
         self.momentum = float(momentum)
-        self.initial_precision = float(initial_precision)
-        self.max_halvings = int(max_halvings)
-        self.gradient_clip = None if gradient_clip is None else float(gradient_clip)
-        self.max_block_size = int(max_block_size)
+        self.initial_precision = check_number(initial_precision, "MGVBP initial_precision")
+        self.max_halvings = _count(max_halvings, "max_halvings", minimum=0)
+        self.gradient_clip = check_number(gradient_clip, "MGVBP gradient_clip", allow_none=True)
+        self.max_block_size = _count(max_block_size, "max_block_size", minimum=1)
         if isinstance(mean_learning_rate, dict):
             mean_learning_rate = keras.optimizers.schedules.deserialize(mean_learning_rate)
         if not isinstance(mean_learning_rate, keras.optimizers.schedules.LearningRateSchedule):
@@ -315,10 +316,15 @@ def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, i
     if structure == "kronecker" and gradient_clip is not None:
         raise ValueError("MGVBP gradient_clip is not implemented for structure='kronecker'; got "
                          f"gradient_clip={gradient_clip!r}.")
-    if not 0.0 <= momentum < 1.0:
+    if not (isinstance(momentum, (int, float)) and not isinstance(momentum, bool) and 0.0 <= momentum < 1.0):
         raise ValueError(f"MGVBP momentum (omega) must be in [0, 1); got {momentum!r}.")
-    if not initial_precision > 0:
-        raise ValueError(f"MGVBP initial_precision must be positive; got {initial_precision!r}.")
+    check_number(initial_precision, "MGVBP initial_precision")
+
+
+def _count(value, what, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"MGVBP {what} must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
 
 
 def _check_block_sizes(view, blocks, structure, max_block_size):
