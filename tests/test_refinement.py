@@ -171,6 +171,18 @@ def test_an_interrupted_refinement_leaves_the_model_as_it_was():
         np.testing.assert_array_equal(a, v.numpy())
 
 
+def test_refine_on_data_with_a_nan_writes_no_nan_particles():
+    """It wrote NaN particles (elbo_aux NaN), against the promise that non-finite updates are never written."""
+    model, x, y = _trained_linear_model(bk.optimizers.MeanFieldVI(1e-2, seed=0))
+    before = [v.numpy().copy() for v in model.particle_variables]
+    x = x.copy()
+    x[5, 1] = np.nan
+    with pytest.raises(ValueError, match="not finite.*left as they were"):
+        bk.refine(model, x, y, num_stages=2, steps_per_stage=10, seed=0, verbose=0)
+    for a, v in zip(before, model.particle_variables):
+        np.testing.assert_array_equal(a, v.numpy())
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"num_stages": 0}, "num_stages must be a positive integer"),
     ({"variance_ratio": 1.5}, r"ratio must be in \(0, 1\)"),

@@ -112,6 +112,10 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
     finally:
         if not finished:  # interrupted: the particles go back to what they were (the base posterior is untouched)
             target.assign_particles(original)
+    if not all(np.all(np.isfinite(v)) for v in target.particle_values()):
+        target.assign_particles(original)  # non-finite samples are never written, as for any update
+        raise ValueError("refine: the refined samples are not finite (NaN or Inf in x or y, or too large a "
+                         "learning_rate); the particles were left as they were.")
     history.base_steps = target.base_steps
     return history
 
