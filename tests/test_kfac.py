@@ -147,6 +147,18 @@ def test_dense_kronecker_product_is_the_exact_fisher_of_one_example():
             np.testing.assert_allclose(kron, fisher, rtol=1e-4, atol=1e-6 * np.abs(fisher).max())
 
 
+def _step_and_compare_patch_factors(model, x, y, expected):
+    """One recorded step; each particle's factors against expected[p][layer] = (patches, pre-activation grads):
+    A the mean of the patch rows' outer products (with the bias 1), G dataset_scale x the sum over the rows."""
+    opt = _Recorder()
+    scale = _compile_and_step(model, x, y, opt)
+    for p, layers in expected.items():
+        for layer, (patches, e) in layers.items():
+            rows, grads = patches.reshape(-1, patches.shape[-1]), e.reshape(-1, e.shape[-1])
+            _assert_factors({k: v[p] for k, v in opt.factors[layer].items()},
+                            {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
+
+
 def _im2col(x, k, stride, pad):
     """Explicit patches (B, H'W', k*k*C) in (kh, kw, C) order (not tf.image.extract_patches)."""
     x = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
@@ -181,13 +193,7 @@ def test_conv_factors_match_explicit_patches_and_pre_activation_gradients():
         e1, e2, e3 = (_np(g) for g in tape.gradient(loss, [z1, z2, z3]))
         expected[p] = {"c1": (_im2col(x.astype(np.float64), 3, 1, 1), e1), "c2": (_im2col(_np(h1), 2, 2, 0), e2),
                        "d": (_np(tf.reshape(tf.tanh(z2), (b, -1)))[:, None], e3[:, None])}
-    opt = _Recorder()
-    scale = _compile_and_step(model, x, y, opt)
-    for p in range(n):
-        for layer, (patches, e) in expected[p].items():
-            rows, grads = patches.reshape(-1, patches.shape[-1]), e.reshape(-1, e.shape[-1])
-            _assert_factors({k: v[p] for k, v in opt.factors[layer].items()},
-                            {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
+    _step_and_compare_patch_factors(model, x, y, expected)
 
 
 def _im2col_1d(x, k, stride, dilation, left, right):
@@ -227,13 +233,7 @@ def test_conv1d_factors_match_explicit_patches_and_pre_activation_gradients():
         e1, e2 = (_np(g) for g in tape.gradient(loss, [z1, z2]))
         expected[p] = {"c1": (_im2col_1d(x.astype(np.float64), 3, 1, 2, 4, 0), e1),
                        "c2": (_im2col_1d(_np(h1), 2, 2, 1, 0, 1), e2)}
-    opt = _Recorder()
-    scale = _compile_and_step(model, x, y, opt)
-    for p in range(n):
-        for layer, (patches, e) in expected[p].items():
-            rows, grads = patches.reshape(-1, patches.shape[-1]), e.reshape(-1, e.shape[-1])
-            _assert_factors({k: v[p] for k, v in opt.factors[layer].items()},
-                            {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
+    _step_and_compare_patch_factors(model, x, y, expected)
 
 
 def _cell(kind, reset_after, kernel, recurrent, bias, xs):
