@@ -196,7 +196,7 @@ def test_average_mode_is_vanilla_svgd_after_the_change_of_variables():
 
     x0 = np.random.default_rng(6).standard_normal((10, 3)) * 1.5
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
-    matrix = bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess), 200)
+    matrix = bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, rescaling="none"), 200)
     vanilla = bk.inference.run_particles(lambda y: log_p(tf.matmul(y, ih32)), x0 @ half,
                                          bk.optimizers.SVGD(0.2, step_rule="sgd"), 200)
     np.testing.assert_allclose(matrix.particles, vanilla.particles @ inv_half, rtol=1e-4, atol=1e-4)
@@ -301,7 +301,7 @@ def test_matrix_svgd_through_fit_and_saving(tmp_path):
     x, y = _tiny_regression()
     weights = None
     results = []
-    for opt in [bk.optimizers.SVGD(1e-4, step_rule="sgd"), bk.optimizers.MatrixSVGD(1e-4, IdentityPreconditioner())]:
+    for opt in [bk.optimizers.SVGD(1e-4, step_rule="sgd"), bk.optimizers.MatrixSVGD(1e-4, IdentityPreconditioner(), rescaling="none")]:
         keras.utils.set_random_seed(0)
         model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
         if weights is None:
@@ -408,3 +408,38 @@ def test_shared_weights_step_at_adam_scale_under_a_natural_gradient_learning_rat
     model.train_on_batch(x[:32], y[:32])
     steps = [np.max(np.abs(v.numpy() - b)) for v, b in zip(shared, before)]
     assert 0 < max(steps) <= 1.1e-3
+
+
+def test_rescaled_step_of_one_particle_is_newtons_step():
+    """rescaling="quadratic" on a Gaussian target with its exact Hessian: one particle has kernel 1 and no
+    repulsion, its driving term is Q^-1 grad log p and the quadratic model's step along it is 1, so one step
+    at learning rate 1 lands on the mode exactly (Newton's method on a quadratic; the first step's signal
+    fraction is 1). Unscaled, the same step is the Newton step too (N = 1); with N = 8 particles the rescaled
+    mean moves by the Newton step of the mean to first order, where the unscaled one moves the kernel row sum / N of it (0.38 here)."""
+    mu, prec = _gaussian(5)
+    p32, m32 = tf.constant(prec, tf.float32), tf.constant(mu, tf.float32)
+
+    def log_p(x):
+        z = x - m32
+        return -0.5 * tf.reduce_sum(tf.matmul(z, p32) * z, axis=1)
+
+    hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)
+    x0 = np.random.default_rng(3).standard_normal((1, 3)).astype(np.float32) * 3.0
+    with pytest.warns(UserWarning, match="num_particles=1"):
+        run = bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(1.0, hess, rescaling="quadratic"), 1)
+    np.testing.assert_allclose(run.particles[0], mu, atol=1e-4)
+    cloud = (np.random.default_rng(4).standard_normal((8, 3)) * 0.05 + 4.0).astype(np.float32)
+    moved = []
+    for rescaling in ("quadratic", "none"):
+        run = bk.inference.run_particles(log_p, cloud, bk.optimizers.MatrixSVGD(1.0, hess, rescaling=rescaling), 1)
+        moved.append(np.linalg.norm(run.particles.mean(0) - cloud.mean(0)) / np.linalg.norm(mu - cloud.mean(0)))
+    assert 0.9 < moved[0] < 1.1 and moved[1] < 0.5, moved  # measured 0.93 and 0.38
+
+
+def test_rescaling_argument_is_checked_and_serialised():
+    with pytest.raises(ValueError, match="rescaling must be one of"):
+        bk.optimizers.MatrixSVGD(rescaling="kfac")
+    with pytest.raises(ValueError, match="mode='average' only"):
+        bk.optimizers.MatrixSVGD(mode="mixture", rescaling="quadratic")
+    opt = bk.optimizers.MatrixSVGD(rescaling="none")
+    assert bk.optimizers.MatrixSVGD.from_config(opt.get_config()).rescaling == "none"

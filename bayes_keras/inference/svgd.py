@@ -77,18 +77,22 @@ def svgd_direction(particles, grads, kernel, groups):
     return out
 
 
-def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, metric="q"):
+def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, metric="q", rescale=None):
     """Matrix-valued SVGD with the constant ("average") preconditioner Q_bar: -phi for every particle.
 
     Args:
         particles, grads, kernel, groups: as `svgd_direction`.
         curvature: a bayes_keras.preconditioners.Curvature (its mean Q_bar is used).
         metric: "q" (Eq. 13: kernel on Q_bar-distances) or "euclidean" (Q_bar^{-1} times vanilla SVGD).
+        rescale: None, or a function (k, score, drift, curvature_drift) -> scalar called for the k-th group
+            with the group's scores, its driving term Q_bar^{-1} K S / N and Q_bar times it (lists over the
+            group's variables); the group's direction is multiplied by the scalar (MatrixSVGD's rescaling:
+            `quadratic_model_scale` times a signal fraction).
     """
     size = len(particles)
     n = _n(particles)
     out = [None] * size
-    for group in groups:
+    for index, group in enumerate(groups):
         xs = [particles[v] for v in group]
         ys = None
         if metric == "q":
@@ -96,14 +100,37 @@ def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, m
         k, rep = kernel.evaluate(xs, ys)
         if metric == "q":  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
             drift = curvature.solve_mean(_select([tf.matmul(k, -grads[v]) / n for v in group], group, size))
-            phi = [drift[v] + r / n for v, r in zip(group, rep)]
+            drift = [drift[v] for v in group]
+            phi = [d + r / n for d, r in zip(drift, rep)]
         else:  # separable kernel k Q^{-1}: precondition the whole vanilla direction
             vanilla = [(tf.matmul(k, -grads[v]) + r) / n for v, r in zip(group, rep)]
             pre = curvature.solve_mean(_select(vanilla, group, size))
             phi = [pre[v] for v in group]
+            if rescale is not None:
+                drift = curvature.solve_mean(_select([tf.matmul(k, -grads[v]) / n for v in group], group, size))
+                drift = [drift[v] for v in group]
+        if rescale is not None:
+            applied = curvature.apply_mean(_select(drift, group, size))
+            scale = rescale(index, [-grads[v] for v in group], drift, [applied[v] for v in group])
+            phi = [scale * p for p in phi]
         for v, p in zip(group, phi):
             out[v] = -p
     return out
+
+
+def quadratic_model_scale(score, drift, curvature_drift):
+    """alpha = sum_i <s_i, d_i> / sum_i <d_i, Q d_i>: the step along the driving term d that maximises the
+    quadratic model  sum_i [log p(x_i) + a <s_i, d_i> - a^2 / 2 <d_i, Q d_i>]  of the log density (s_i its
+    score at particle i, Q its curvature): KFAC's rescaling of a preconditioned step (Martens & Grosse
+    2015, "Optimizing Neural Networks with Kronecker-factored Approximate Curvature", Sec. 6.4), applied to
+    SVGD's driving term only, because the repulsive term is no gradient of the log density.
+
+    With d = Q^{-1} (K S) / N (the average mode's drift; K the PSD kernel matrix) both sums are
+    non-negative; a zero or non-finite denominator (no driving term at all) gives 1."""
+    num = tf.add_n([tf.reduce_sum(s * d) for s, d in zip(score, drift)])
+    den = tf.add_n([tf.reduce_sum(d * qd) for d, qd in zip(drift, curvature_drift)])
+    usable = tf.logical_and(den > 0.0, tf.math.is_finite(den))
+    return tf.where(usable, tf.maximum(num, 0.0) / tf.where(usable, den, 1.0), tf.ones_like(den))
 
 
 def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
