@@ -110,9 +110,10 @@ def test_an_exact_mean_field_posterior_is_left_exact():
     _, history = bk.refinement.refine_log_prob(log_likelihood, mean, sd, num_samples=20, num_stages=3,
                                                steps_per_stage=0, seed=3, eval_samples=20_000)
     np.testing.assert_allclose(history.elbo_aux, log_evidence, atol=0.05)  # Monte Carlo sd of an entry ~0.008
-    # With it, the stages' noisy Adam iterates stay near that optimum (the mean bound within 0.1 nats).
+    # With it (the default: each stage until it stops improving, then polished at a tenth of the rate), the
+    # stages' noisy Adam iterates stay near that optimum (the mean bound within 0.1 nats).
     _, history = bk.refinement.refine_log_prob(log_likelihood, mean, sd, num_samples=20, num_stages=3,
-                                               steps_per_stage=200, seed=3, eval_samples=20_000)
+                                               seed=3, eval_samples=20_000)
     np.testing.assert_allclose(history.elbo_aux.mean(axis=1), log_evidence, atol=0.1)
 
 
@@ -209,3 +210,32 @@ def test_refine_needs_a_trained_diagonal_gaussian():
         bk.refine(model, x, y)
     with pytest.raises(ValueError, match="needs the training data"):
         bk.refine(model)
+
+
+def test_default_refinement_halves_the_covariance_error_of_a_correlated_posterior():
+    """A 20-dimensional linear-Gaussian model with correlated inputs (posterior correlations up to 0.54; exact
+    posterior in closed form). The mean-field base (fit_mean_field's defaults) has a diagonal covariance,
+    relative Frobenius error 0.935; refine_log_prob with its defaults (5 stages, each until it stops
+    improving, scale-free steps) brings 1,000 samples to 0.416 (seeds 1-3: 0.416-0.426, 5,600-6,000 steps;
+    the earlier defaults, 200 steps per stage at 1e-2: 0.823)."""
+    rng = np.random.default_rng(0)
+    d, n, noise = 20, 60, 0.5
+    x = rng.standard_normal((n, 1)) + 0.5 * rng.standard_normal((n, d))
+    y = x @ rng.standard_normal(d) + noise * rng.standard_normal(n)
+    covariance = np.linalg.inv(x.T @ x / noise ** 2 + np.eye(d))
+    mean = covariance @ x.T @ y / noise ** 2
+    xt, yt = tf.constant(x), tf.constant(y)
+
+    def log_likelihood(w):
+        r = yt[None] - tf.matmul(w, xt, transpose_b=True)
+        return -0.5 * tf.reduce_sum(r * r, axis=1) / noise ** 2
+
+    def error(c):
+        return np.linalg.norm(c - covariance) / np.linalg.norm(covariance)
+
+    base_mean, base_sd, _ = bk.refinement.fit_mean_field(log_likelihood, d, seed=0)
+    samples, _ = bk.refinement.refine_log_prob(log_likelihood, base_mean, base_sd, num_samples=1000, seed=1)
+    base, refined = error(np.diag(base_sd ** 2)), error(np.cov(samples.T))
+    assert base > 0.85, base  # the target is far from mean-field
+    assert refined <= 0.5 * base, (refined, base)
+    assert np.all(np.abs(samples.mean(0) - mean) < 0.15 * np.sqrt(np.diag(covariance)))

@@ -41,19 +41,20 @@ class ConditionalGaussians:
         self.slots = [variable(zeros, name) for name in ("m_mean", "v_mean", "m_std", "v_std")]
         self.b = variable(zeros, "prior_mean")
         self.s2 = variable(np.ones(shape), "prior_variance")
-        self.learning_rate = variable(1e-3, "learning_rate")
+        self.learning_rate = variable(np.full(shape, 1e-3), "learning_rate")  # per sample and coordinate
         self.t = variable(0, "adam_step", tf.int64)
         self.draws = variable(0, "draw_counter", tf.int64)
         self.seed = int(seed)
 
     def start(self, mean, variance, prior_mean, prior_variance, learning_rate):
-        """A new stage: q_m = N(mean_m, variance_m), conditional prior N(prior_mean_m, prior_variance), fresh Adam."""
+        """A new stage: q_m = N(mean_m, variance_m), conditional prior N(prior_mean_m, prior_variance), fresh Adam
+        with `learning_rate` (a scalar, or per sample and coordinate (M, D))."""
         std = np.sqrt(np.asarray(variance, np.float64))
         self.nu.assign(tf.cast(np.broadcast_to(mean, self.nu.shape), self.dtype))
         self.r.assign(tf.cast(tfp.math.softplus_inverse(np.broadcast_to(std, self.r.shape)), self.dtype))
         self.b.assign(tf.cast(np.broadcast_to(prior_mean, self.b.shape), self.dtype))
         self.s2.assign(tf.cast(np.broadcast_to(prior_variance, self.s2.shape), self.dtype))
-        self.learning_rate.assign(float(learning_rate))
+        self.learning_rate.assign(tf.cast(np.broadcast_to(learning_rate, self.learning_rate.shape), self.dtype))
         for slot in self.slots:
             slot.assign(tf.zeros_like(slot))
         self.t.assign(0)
@@ -74,9 +75,15 @@ class ConditionalGaussians:
         """Draws w_m ~ q_m for every m: leading + (M, D)."""
         return self.nu + tf.math.softplus(self.r) * self.normals(leading)
 
+    def kl(self):
+        """KL(q_m || N(b_m, s^2)) for every m: (M,)."""
+        var = tf.square(tf.math.softplus(self.r))
+        return 0.5 * tf.reduce_sum(var / self.s2 + tf.square(self.nu - self.b) / self.s2 - 1.0 - tf.math.log(var / self.s2),
+                                   axis=1)
+
     def step(self, value_and_gradient):
         """One Adam step on every q_m. `value_and_gradient(w)` -> (ell (M,), grad ell (M, D)) at w (M, D).
-        Returns the step's ell (M,)."""
+        Returns the step's ell (M,) (at the draws from q before the step)."""
         eps = self.normals()
         sigma = tf.math.softplus(self.r)
         w = self.nu + sigma * eps

@@ -58,7 +58,7 @@ class RefinementHistory:
 
 
 def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio=0.7, variances=None,
-           steps_per_stage=200, learning_rate=1e-3, batch_size=32, sample_weight=None, seed=None, verbose="auto"):
+           steps_per_stage=None, learning_rate=1e-3, batch_size=32, sample_weight=None, seed=None, verbose="auto"):
     """Replace a model's particles by M samples of its locally refined Gaussian posterior.
 
     The model must have been trained with a diagonal Gaussian posterior (`MGVBP(structure="diagonal")`,
@@ -74,7 +74,15 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
         num_stages: K auxiliary variables (K = 1 samples the base posterior).
         variance_ratio: each a_k takes this fraction of the prior variance still left (paper: 0.7).
         variances: an explicit schedule instead (fractions of the prior variance, summing to < 1).
-        steps_per_stage: Adam steps of each optimised stage (paper: 200).
+        steps_per_stage: Adam steps of each optimised stage (the paper: 200), or None (default): each stage
+            runs until its objective stops improving (`stage_converged`: checked every 200 steps, a plateau
+            when the mean per-step estimate of the last 200 steps is no more than 2 standard errors above
+            that of the 200 before), then at a tenth of the rate until that plateaus too (the iterates'
+            jitter shrinks with the rate), at most `MAX_STEPS_PER_STAGE` (5,000) steps. A fixed 200 stops the
+            stages before they converge: on a correlated 20-dimensional Gaussian posterior (tests/
+            test_refinement.py) 1,000 refined samples have a covariance error (relative Frobenius) of 0.82
+            after 200 steps per stage at 1e-2 (the earlier defaults), from the mean-field base's 0.94, and
+            0.42 with the defaults.
         learning_rate: stage k uses learning_rate * s_k / s_0, proportional to the conditional prior's
             standard deviation (the paper: 1e-3 * 0.3^(k/2)).
         batch_size: minibatch size for arrays.
@@ -121,7 +129,7 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
 
 
 def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0, num_samples=100, num_stages=5,
-                    variance_ratio=0.7, variances=None, steps_per_stage=200, learning_rate=1e-2, seed=None,
+                    variance_ratio=0.7, variances=None, steps_per_stage=None, learning_rate=None, seed=None,
                     verbose=0, dtype="float64", eval_samples=64):
     """Local refinement on a log density, through the functional door (toys, hierarchical models).
 
@@ -133,6 +141,9 @@ def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0
         mean, stddev: (D,) the base diagonal Gaussian q_0 (e.g. from `fit_mean_field`).
         prior_loc, prior_scale: the Gaussian prior (scalars or (D,)).
         num_samples: M refined samples, refined side by side.
+        learning_rate: None (default): scale-free, each stage's Adam step is 0.5 x each coordinate's standard
+            deviation under q at the stage's start (`RELATIVE_LEARNING_RATE`), so the default needs no
+            knowledge of the posterior's scale; a number: as in `refine` (the paper's lr_0 0.3^(k/2)).
         eval_samples: draws per sample for each bound's expected log likelihood.
         Others as in `refine`.
 
@@ -202,24 +213,31 @@ def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per
 
     _check_positive_int(num_stages, "num_stages")
     fractions = auxiliary.variance_schedule(num_stages, variance_ratio, variances)
-    if isinstance(steps_per_stage, bool) or int(steps_per_stage) != steps_per_stage or steps_per_stage < 0:
-        raise ValueError(f"steps_per_stage must be a non-negative integer; got {steps_per_stage!r}.")
-    if isinstance(learning_rate, bool) or not np.isfinite(learning_rate) or not learning_rate > 0:
-        raise ValueError(f"learning_rate must be a positive number; got {learning_rate!r}.")
+    if steps_per_stage is not None and (isinstance(steps_per_stage, bool) or not isinstance(steps_per_stage, (int, np.integer, float))
+                                        or int(steps_per_stage) != steps_per_stage or steps_per_stage < 0):
+        raise ValueError(f"steps_per_stage must be a non-negative integer or None (until converged); got "
+                         f"{steps_per_stage!r}.")
+    if learning_rate is not None and (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.number))
+                                      or not np.isfinite(learning_rate) or not learning_rate > 0):
+        raise ValueError(f"learning_rate must be a positive number or None (scale-free); got {learning_rate!r}.")
     start = time.perf_counter()
     seed = np.random.SeedSequence(seed).generate_state(1)[0] if seed is None else int(seed)
     rng = np.random.default_rng(seed)
     prior_loc, prior_var = target.prior()
     stages = ConditionalGaussians(m, target.dim, target.dtype, seed)
-    step = tf.function(lambda batch: stages.step(lambda w: target.value_and_gradient(w, batch)))
+    # One step and its stage objective's estimate, mean over the M samples of ell(w_m) - KL(q_m || prior_m).
+    step = tf.function(lambda batch: tf.reduce_mean(stages.step(lambda w: target.value_and_gradient(w, batch))
+                                                    - stages.kl()))
     b, s2 = np.broadcast_to(prior_loc, nu.shape).astype(np.float64), np.broadcast_to(prior_var, nu.shape[1:])
     nu, var = np.array(nu, np.float64), np.array(var, np.float64)
-    stages.start(nu, var, b, s2, learning_rate)
+    stages.start(nu, var, b, s2, 1e-3 if learning_rate is None else learning_rate)
     bounds = [target.expected_log_likelihood(stages) - auxiliary.normal_kl(nu, var, b, s2).sum(1)]
     log_ratios = np.zeros(m)
     rates, taken = [], 0
-    total = (num_stages - 1) * int(steps_per_stage)
-    bar = keras.utils.Progbar(total, stateful_metrics=["stage", "elbo_aux"]) if verbose and total else None
+    total = (num_stages - 1) * (MAX_STEPS_PER_STAGE if steps_per_stage is None else int(steps_per_stage))
+    # Stages that run until they converge have no known length: the bar then counts steps without a target.
+    bar = (keras.utils.Progbar(None if steps_per_stage is None else total, stateful_metrics=["stage", "elbo_aux"])
+           if verbose and total else None)
     for k, fraction in enumerate(fractions, start=1):
         sigma2 = fraction * prior_var
         s2_next = s2 - sigma2
@@ -229,21 +247,50 @@ def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per
         log_ratios += (auxiliary.normal_log_prob(a, a_mean, a_var) - auxiliary.normal_log_prob(a, 0.0, sigma2)).sum(1)
         nu, var = auxiliary.conditional_posterior(a, nu, var, b, s2, sigma2)
         b, s2 = b + a, s2_next
-        rate = learning_rate * np.sqrt(float(np.mean(s2 / prior_var)))  # the paper's lr_0 * 0.3^(k/2)
+        if learning_rate is None:  # scale-free: Adam steps of a tenth of each coordinate's current sd
+            rate = RELATIVE_LEARNING_RATE * np.sqrt(var)
+        else:
+            rate = learning_rate * np.sqrt(float(np.mean(s2 / prior_var)))  # the paper's lr_0 * 0.3^(k/2)
         stages.start(nu, var, b, s2, rate)
         if k < num_stages:
-            rates.append(rate)
-            for _ in range(int(steps_per_stage)):
-                step(target.next_batch())
+            rates.append(float(np.mean(rate)))
+            budget = MAX_STEPS_PER_STAGE if steps_per_stage is None else int(steps_per_stage)
+            objectives, polishing = [], False
+            for i in range(budget):
+                objectives.append(float(step(target.next_batch())))
                 taken += 1
                 if bar is not None:
                     bar.update(taken, [("stage", k)])
+                if steps_per_stage is None and (i + 1) % STAGE_WINDOW == 0 and stage_converged(objectives):
+                    if polishing:
+                        break
+                    # A plateau at the stage's rate: continue at a tenth of it (Adam's iterates jitter in
+                    # proportion to the rate), until that plateaus too.
+                    stages.learning_rate.assign(stages.learning_rate * POLISH_FACTOR)
+                    objectives, polishing = [], True
             nu, var = stages.moments()
         bounds.append(target.expected_log_likelihood(stages) - log_ratios - auxiliary.normal_kl(nu, var, b, s2).sum(1))
         if bar is not None:
             bar.update(taken, [("stage", k), ("elbo_aux", float(np.mean(bounds[-1])) / units)])
     target.assign_samples(stages.sample())  # the refined samples, one per slot, from the last q
     return RefinementHistory(np.stack(bounds) / units, rates, taken, seconds=time.perf_counter() - start)
+
+
+MAX_STEPS_PER_STAGE = 5000
+RELATIVE_LEARNING_RATE = 0.5
+POLISH_FACTOR = 0.1
+STAGE_WINDOW = 200
+
+
+def stage_converged(objectives, window=STAGE_WINDOW, z=2.0):
+    """Whether a stage's objective has stopped improving: the mean of its last `window` per-step estimates is
+    no more than z standard errors above the mean of the `window` before (each standard error from its own
+    window's spread). False before two full windows."""
+    if len(objectives) < 2 * window:
+        return False
+    last, before = np.asarray(objectives[-window:]), np.asarray(objectives[-2 * window:-window])
+    se = np.sqrt(last.var(ddof=1) / window + before.var(ddof=1) / window)
+    return bool(last.mean() - before.mean() <= z * se)
 
 
 def _check_positive_int(value, name):
