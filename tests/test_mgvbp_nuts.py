@@ -7,8 +7,8 @@ MGVBP runs through model.fit: a BayesianModel with one Dense(1, use_bias=False) 
 S particles are the step's samples from q, full batch, schedule beta = 0.1 for 300 steps then
 beta * 300 / t, 4,000 steps, seed 0.
 
-Measured (this configuration): gradient estimator, S = 100: worst mean error 0.031 NUTS sd, sd ratios
-0.959 - 1.003 (the exact optimal Gaussian, computed by quadrature + L-BFGS, is at 0.025 / 0.959 - 1.000,
+Measured (this configuration, with the full block's signal-share step): gradient estimator, S = 100: worst mean error 0.030 NUTS sd, sd ratios
+0.962 - 1.001 (the exact optimal Gaussian, computed by quadrature + L-BFGS, is at 0.025 / 0.959 - 1.000,
 test_gpf_nuts.py docstring); the paper's score estimator, S = 200, 6,000 steps, beta 0.05: 0.031 /
 0.947 - 1.014 (slow test). Against GPF (N = 256, the run of test_gpf_nuts.py): means within 0.08 NUTS
 sd, MGVBP sd / GPF sd 0.90 - 1.00 (GPF's finite-N sds are inflated by up to 7 %, docs/gpf_finite_n.md),

@@ -30,7 +30,8 @@ class FullGaussian(GaussianFamily):
 
     def variables(self, add_variable, prefix, control_variates=False):
         vector, matrix = (self.dim,), (self.dim, self.dim)
-        shapes = {"mean": vector, "precision": matrix, "m_mean": vector, "m_precision": matrix}
+        shapes = {"mean": vector, "precision": matrix, "m_mean": vector, "m_precision": matrix, "v_mean": (),
+                  "v_precision": ()}
         if control_variates:
             shapes.update({"c_mean": vector, "c_precision": matrix})
         return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
@@ -57,6 +58,10 @@ class FullGaussian(GaussianFamily):
         """Momentum, the mean step and the retraction of P (with halving) for natural gradients."""
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
+        # Both steps are scaled by their signal shares: the Monte Carlo noise of the gradients and of the Stein /
+        # score curvature is averaged once q is near its optimum (an extension; see `signal_fraction`).
+        mean_learning_rate *= self.signal_fraction(state, "v_mean", m_mu, nat_mu, omega, writes)
+        learning_rate *= self.signal_fraction(state, "v_precision", m_p, nat_p, omega, writes)
         old_p = state["precision"].value
         chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
         retract = lambda p, xi: core.retract_full(p, xi, chol)  # noqa: E731
