@@ -88,3 +88,22 @@ def test_batch_normalization_converts_with_its_statistics():
     model = bk.bayesianize(net, num_particles=2, noise_std=0.0)
     probs = keras.ops.softmax(model.predict_particles(x)).numpy()
     np.testing.assert_allclose(probs, np.repeat(net.predict(x, verbose=0)[:, None], 2, 1), atol=1e-5)
+
+
+def test_batch_normalization_momentum_of_the_conversion():
+    """Converted BatchNormalization layers average their moving statistics over ~10 steps by default (0.9), so
+    inference mode follows particles that keep moving; None keeps the Keras layer's own; bad values are refused."""
+    inputs = keras.Input((6, 6, 1))
+    h = keras.layers.Conv2D(4, 3, use_bias=False)(inputs)
+    h = keras.layers.BatchNormalization(momentum=0.99)(h)
+    outputs = keras.layers.Dense(3, activation="softmax")(keras.layers.Flatten()(h))
+    net = keras.Model(inputs, outputs)
+
+    def momenta(model):
+        return [layer.momentum for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+
+    assert momenta(bk.bayesianize(net, num_particles=2)) == [0.9]
+    assert momenta(bk.bayesianize(net, num_particles=2, batch_norm_momentum=None)) == [0.99]
+    for bad in (1.0, -0.1, "fast", True):
+        with pytest.raises(ValueError, match="batch_norm_momentum must be a number in"):
+            bk.bayesianize(net, num_particles=2, batch_norm_momentum=bad)
