@@ -88,3 +88,32 @@ def test_one_non_finite_batch_leaves_the_epoch_loss_finite():
     assert np.isfinite(history.history["loss"][0])
     assert all(np.all(np.isfinite(v.numpy())) for v in model.particle_variables)
     assert np.isnan(model.evaluate(x, Y, verbose=0)[0])  # evaluation on data with a NaN still says so
+
+
+def test_size_guards_refuse_with_the_estimate_before_building():
+    """Dense(num_particles=10**10) looped 10**10 initializer draws (over 180 s for 10**8); MatrixSVGD's mixture
+    built an (N, N, D) tensor TensorFlow could not hold ("Cannot parse tensor from proto"). Both are refused
+    at build with the memory they would need (sizes far above any machine's memory)."""
+    with pytest.raises(ValueError, match=r"for 10000000000 particles.*would need about .* TB, more than this machine"):
+        bk.layers.Dense(10, num_particles=10**10)(keras.Input((10,)))
+    inputs = keras.Input((50,))
+    h = bk.layers.Dense(10, num_particles=20000, activation="relu")(inputs)
+    model = bk.BayesianModel(inputs, bk.layers.Dense(1)(h), likelihood=bk.likelihoods.Normal(scale=1.0))
+    model.compile(optimizer=bk.optimizers.MatrixSVGD(mode="mixture"))
+    with pytest.raises(ValueError, match=r"mode='mixture'\) with 20000 particles of 521 weights.*Use mode='average'"):
+        model.fit(np.zeros((4, 50), np.float32), np.zeros((4, 1), np.float32), verbose=0)
+
+
+def test_many_particles_are_drawn_at_once_from_the_per_particle_distribution():
+    """Above 4,096 particles the initial values come from one draw on the stacked shape (a per-particle loop
+    took minutes); a fan-based initializer's scale is corrected so every particle has the per-particle
+    distribution: Glorot uniform on a (3, 2) kernel has sd sqrt(2 / 5), He normal on (3, 2) sqrt(2 / 3)."""
+    layer = bk.layers.Dense(2, num_particles=20000)
+    layer(keras.Input((3,)))
+    np.testing.assert_allclose(layer.kernel.numpy().std(), np.sqrt(2 / 5), rtol=0.02)
+    assert np.abs(layer.kernel.numpy()).max() <= np.sqrt(6 / 5)  # uniform's limit
+    he = bk.layers.Dense(2, num_particles=20000, kernel_initializer="he_normal")
+    he(keras.Input((3,)))
+    np.testing.assert_allclose(he.kernel.numpy().std(), np.sqrt(2 / 3), rtol=0.02)  # Keras corrects the truncation
+    with pytest.raises(ValueError, match="Orthogonal initializer would be drawn one by one"):
+        bk.layers.Dense(2, num_particles=5000, kernel_initializer="orthogonal")(keras.Input((3,)))

@@ -14,9 +14,11 @@ import weakref
 from typing import NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
+from bayes_keras.memory_guard import check_fits, tensor_bytes
 
 
 class ParticleTerm(NamedTuple):
@@ -52,6 +54,8 @@ def _particle_initializer(initializer, num_particles):
             value = initializer(per_particle, dtype=dtype)
             return tf.tile(tf.expand_dims(value, 0), [num_particles] + [1] * len(per_particle))
         base = config["seed"] if config["seed"] is not None else random.randint(0, 2**30)
+        if num_particles > _LOOP_LIMIT:
+            return _stacked_draw(initializer, config, int(base), num_particles, per_particle, dtype)
         draws = []
         for i in range(num_particles):
             clone = initializer.__class__.from_config({**config, "seed": int(base) + 7919 * i})
@@ -59,6 +63,40 @@ def _particle_initializer(initializer, num_particles):
         return tf.stack(draws, axis=0)
 
     return init
+
+
+_LOOP_LIMIT = 4096  # more particles than this are drawn in one call (a Python loop of 1e8 draws never ends)
+
+
+def _stacked_draw(initializer, config, seed, num_particles, per_particle, dtype):
+    """All particles' draws in one call of `initializer` on the stacked shape: exact for initializers whose
+    distribution does not depend on the shape; a fan-based one (Glorot, He, LeCun: VarianceScaling) reads
+    the particle axis as part of its fans, so its scale is multiplied by stacked fan / per-particle fan, which
+    gives every particle the per-particle distribution. Other shape-dependent initializers are refused."""
+    stacked = (num_particles,) + per_particle
+    if isinstance(initializer, keras.initializers.VarianceScaling):
+        fans = [_fan(shape, initializer.mode) for shape in (per_particle, stacked)]
+        return keras.initializers.VarianceScaling(initializer.scale * fans[1] / fans[0], initializer.mode,
+                                                  initializer.distribution, seed=seed)(stacked, dtype=dtype)
+    if isinstance(initializer, keras.initializers.Orthogonal) or type(initializer).__module__.split(".")[0] != "keras":
+        raise ValueError(f"{num_particles} particles with the {type(initializer).__name__} initializer would be drawn "
+                         f"one by one; use at most {_LOOP_LIMIT} particles, or a Keras random / variance-scaling "
+                         "initializer.")
+    return initializer.__class__.from_config({**config, "seed": seed})(stacked, dtype=dtype)
+
+
+def _fan(shape, mode):
+    """Keras' fan of a shape for VarianceScaling's `mode` (compute_fans: receptive field x channels)."""
+    if len(shape) < 1:
+        fan_in = fan_out = 1
+    elif len(shape) == 1:
+        fan_in = fan_out = shape[0]
+    elif len(shape) == 2:
+        fan_in, fan_out = shape
+    else:
+        receptive = int(np.prod(shape[:-2]))
+        fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
+    return {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
 
 
 IMAGE_RANK = 5  # (batch, H, W, particles, channels)
@@ -155,6 +193,9 @@ class ParticleLayer(keras.layers.Layer):
         if self.deterministic:
             variable = self.add_weight(name=name, shape=tuple(shape), initializer=initializer)
         else:
+            check_fits(tensor_bytes((self.num_particles,) + tuple(shape), self.variable_dtype),
+                       f"{type(self).__name__} '{self.name}': its {name} for {self.num_particles} particles, shape "
+                       f"{(self.num_particles,) + tuple(shape)},", "Use fewer particles or a smaller layer.")
             variable = self.add_weight(
                 name=name,
                 shape=(self.num_particles,) + tuple(shape),

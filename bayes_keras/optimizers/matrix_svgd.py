@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from bayes_keras import kernels as kernels_lib
+from bayes_keras.memory_guard import check_fits, tensor_bytes
 import tensorflow as tf
 
 from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
@@ -141,6 +142,13 @@ class MatrixSVGD(PreconditionedOptimizer):
 
     # -- build / step --------------------------------------------------------------------------
     def _build_own_variables(self):
+        if self.mode == "mixture" and self.view.variables:
+            # The mixture broadcasts every particle against every anchor: (N, N, D) tensors (the particles'
+            # images under each anchor's Q, and their differences), a few of them alive at once.
+            n, dim = self.view.num_particles, sum(self.view.sizes)
+            check_fits(3 * tensor_bytes((n, n, dim + 4), self.view.variables[0].dtype),
+                       f"MatrixSVGD(mode='mixture') with {n} particles of {dim} weights (per step, tensors of shape "
+                       f"({n}, {n}, {dim}))", "Use mode='average' (O(N^2 + N D)), fewer particles, or scope='layer'.")
         self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
         if self._rescaled:
             # Running first moment of each particle's driving term and, per kernel group, of its squared norm
