@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
+from bayes_keras.loaded_state import check_finite_entries, remembered_refusal
 from bayes_keras.memory_guard import check_fits, tensor_bytes
 
 
@@ -186,6 +187,12 @@ class ParticleLayer(keras.layers.Layer):
                 "layer of the model, pass num_particles=N to it."
             )
         self.num_particles = int(input_shape[axis])
+
+    def load_own_variables(self, store):
+        """Keras' loading, then a check that no loaded weight is NaN / Inf (the entry is named)."""
+        with remembered_refusal(self, store):
+            super().load_own_variables(store)
+            check_finite_entries(self.name, self.weights, "layer")
 
     # -- weights -------------------------------------------------------------------------------
     def add_particle_weight(self, name, shape, initializer, prior, fan_in):

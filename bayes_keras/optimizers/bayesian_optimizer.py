@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import distribute
+from bayes_keras.loaded_state import check_finite_entries, remembered_refusal
 from bayes_keras.optimizers.particle_view import ParticleView
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
@@ -246,6 +247,18 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             self.iterations.assign_add(written)
             self.skipped_updates.assign_add(tf.cast(1 - written, self.skipped_updates.dtype))
             return finite
+
+    def load_own_variables(self, store):
+        """Keras' loading, then checks of the loaded state: every variable finite, and what a subclass
+        declares in `check_loaded_state` (e.g. MGVBP's precisions positive)."""
+        with remembered_refusal(self, store):
+            super().load_own_variables(store)
+            if len(store.keys()) == len(self.variables):  # Keras skips (with a warning) a state of another size
+                check_finite_entries(self.name, self.variables, "optimizer")
+                self.check_loaded_state()
+
+    def check_loaded_state(self):
+        """Raise a ValueError naming the entry if loaded state is out of range (default: nothing more)."""
 
     def apply_gradients(self, grads_and_vars, step=None):
         grads, variables = zip(*grads_and_vars)

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.curvature.capture import CurvatureRequest
+from bayes_keras.loaded_state import check_positive_definite_entry, check_positive_entry
 from bayes_keras.inference import mgvbp as core
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.particle_view import ParticleView
@@ -200,6 +201,17 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def _elementwise_moments(self, read):
         return self._families[0].moments(self._state[0], read)
+
+    def check_loaded_state(self):
+        for block in self._state:
+            for name in ("precision", "factor_a", "factor_g"):
+                if name not in block:
+                    continue
+                if self.structure == "diagonal":
+                    check_positive_entry(self.name, block[name], "optimizer", "a diagonal precision")
+                else:
+                    check_positive_definite_entry(self.name, block[name], "optimizer",
+                                                  "a precision" if name == "precision" else "a Kronecker factor")
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)

@@ -1,0 +1,55 @@
+"""Checks of state read back from a saved file: a value the library would never have written (NaN or Inf,
+a non-positive precision) is refused naming the entry it came from, instead of loading silently and
+poisoning every prediction or update after it."""
+
+import contextlib
+
+import numpy as np
+
+_REFUSALS = "_bayes_keras_refused_state"
+
+
+@contextlib.contextmanager
+def remembered_refusal(saveable, store):
+    """Around a `load_own_variables`: a refusal is remembered on the object, and a later call with an empty
+    store re-raises it. Keras' loader retries an object whose loading failed under other attribute paths of
+    the model, where the store is empty; without this the retry replaced the refusal by "expected 2
+    variables, received 0" (a layer) or skipped the optimizer's state with a warning and loaded the file."""
+    refused = getattr(saveable, _REFUSALS, None)
+    if refused is not None and not len(store.keys()):
+        raise refused
+    try:
+        yield
+    except ValueError as error:
+        setattr(saveable, _REFUSALS, error)
+        raise
+
+
+def check_finite_entries(owner, variables, what):
+    """Raise a ValueError if a loaded variable holds NaN or Inf: `owner` names the layer / optimizer entry of
+    the file, `what` its kind ("layer" / "optimizer")."""
+    for index, variable in enumerate(variables):
+        value = np.asarray(variable.numpy())
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            bad = int(np.sum(~np.isfinite(value)))
+            raise ValueError(f"The saved state of {what} '{owner}' is invalid: entry {index} ({variable.path}) holds "
+                             f"{bad} NaN / Inf value(s) of {value.size}. The file is damaged or was saved from a "
+                             "run that diverged; it was not loaded into a usable model.")
+
+
+def check_positive_entry(owner, variable, what, quantity):
+    value = np.asarray(variable.numpy())
+    if value.size and not np.all(value > 0):
+        raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
+                         f"{int(np.sum(~(value > 0)))} value(s) that are not positive (smallest "
+                         f"{float(np.min(value)):.3g}).")
+
+
+def check_positive_definite_entry(owner, variable, what, quantity):
+    value = np.asarray(variable.numpy(), np.float64)
+    matrices = value.reshape((-1,) + value.shape[-2:]) if value.ndim >= 2 else value.reshape(1, 1, -1)
+    for matrix in matrices:
+        if matrix.size and (not np.allclose(matrix, matrix.T, rtol=1e-6, atol=1e-12)
+                            or np.linalg.eigvalsh(matrix).min() <= 0):
+            raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) is not "
+                             "symmetric positive definite.")

@@ -1,0 +1,68 @@
+"""Saved state that the library would never write is refused on load, naming the entry (#30): NaN particles
+in the weights, Inf optimizer state, a non-positive MGVBP precision. The files are made by saving a trained
+model and rewriting one entry of its model.weights.h5 (h5py, Keras' own weights format)."""
+
+import os
+import zipfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import h5py  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import bayes_keras as bk  # noqa: E402
+
+
+def _trained(optimizer, tmp_path):
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    keras.utils.set_random_seed(0)
+    model = bk.zoo.mlp(4, 2, (5,), num_particles=3, likelihood="categorical")
+    model.compile(optimizer=optimizer)
+    model.fit(x, y, epochs=1, verbose=0)
+    path = str(tmp_path / "good.keras")
+    model.save(path)
+    return model, path
+
+
+def _tampered(path, entry, change, tmp_path):
+    """A copy of the .keras file with `change(array) -> array` applied to the weights entry `entry`."""
+    out = str(tmp_path / "tampered.keras")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w") as target:
+        for item in source.namelist():
+            data = source.read(item)
+            if item == "model.weights.h5":
+                scratch = tmp_path / "weights.h5"
+                scratch.write_bytes(data)
+                with h5py.File(scratch, "a") as f:
+                    f[entry][...] = change(np.array(f[entry]))
+                data = scratch.read_bytes()
+            target.writestr(item, data)
+    return out
+
+
+def test_a_good_file_loads_and_a_tampered_one_is_refused_naming_the_entry(tmp_path):
+    model, path = _trained(bk.optimizers.GaussianParticleFlow(), tmp_path)
+    keras.models.load_model(path)  # the untouched file loads
+    nan_weights = _tampered(path, "layers/dense/vars/0", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 3,
+                                                                             np.nan, a), tmp_path)
+    with pytest.raises(ValueError, match=r"layer 'dense_0' is invalid: entry 0 \(dense_0/kernel\) holds 1 NaN / Inf"):
+        keras.models.load_model(nan_weights)
+    slot = next(i for i, v in enumerate(model.optimizer.variables) if v.shape.rank and "kernel" in v.path)
+    inf_state = _tampered(path, f"optimizer/vars/{slot}", lambda a: np.full_like(a, np.inf), tmp_path)
+    with pytest.raises(ValueError, match=rf"optimizer '.*' is invalid: entry {slot} .* holds \d+ NaN / Inf"):
+        keras.models.load_model(inf_state)
+
+
+@pytest.mark.parametrize("structure", ["diagonal", "full"])
+def test_a_non_positive_mgvbp_precision_is_refused(structure, tmp_path):
+    model, path = _trained(bk.optimizers.MGVBP(structure=structure), tmp_path)
+    keras.models.load_model(path)
+    slot = next(i for i, v in enumerate(model.optimizer.variables) if v.path.endswith("_precision")
+                and "m_precision" not in v.path and "v_precision" not in v.path)
+    negative = _tampered(path, f"optimizer/vars/{slot}", lambda a: -np.abs(a), tmp_path)
+    kind = "not positive" if structure == "diagonal" else "not symmetric positive definite"
+    with pytest.raises(ValueError, match=rf"is invalid: .*precision.* {kind}"):
+        keras.models.load_model(negative)
