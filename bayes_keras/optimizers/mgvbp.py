@@ -27,6 +27,8 @@ Curvature of the "gradient" estimator (`curvature=`), the target that P is moved
       pre-activations; unlike the empirical Fisher it does not shrink with the residuals.
 """
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -43,6 +45,7 @@ _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
 _CURVATURES = ("stein", "empirical_fisher", "fisher")
 _FISHERS = ("empirical_fisher", "fisher")
+_SCORE_WEIGHTS = 1000  # above this many weights the score estimators warn
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -87,7 +90,9 @@ class MGVBP(GaussianVariationalOptimizer):
             the first particle's initial weights (or at `model.initialize_particles` values).
         max_halvings: retraction step halvings tried before a step of P is dropped.
         gradient_clip: if set, the stacked natural gradient (mu, P) of each block is scaled to at
-            most this norm (the paper's GradientMax = 100); not for structure="kronecker".
+            most this norm (the paper's GradientMax = 100); not for structure="kronecker". "auto"
+            (default): 100 for the score estimators (without it MGVBP(estimator="score") took a
+            digits MLP's training loss to 8e6 in its first epoch), None for "gradient".
         max_block_size: a full block larger than this raises an error (O(D^3) per step).
         antithetic: draw the samples of q in mirrored pairs mu +- a (even sample counts; odd counts
             draw independently): half the random numbers, which dominated the cost of a step on
@@ -119,8 +124,10 @@ class MGVBP(GaussianVariationalOptimizer):
     """
 
     def __init__(self, learning_rate=None, structure="diagonal", estimator="gradient", curvature="stein",
-                 momentum=0.8, initial_precision=1e3, max_halvings=5, gradient_clip=None, max_block_size=2000, seed=None,
+                 momentum=0.8, initial_precision=1e3, max_halvings=5, gradient_clip="auto", max_block_size=2000, seed=None,
                  mean_learning_rate=0.3, **kwargs):
+        if isinstance(gradient_clip, str) and gradient_clip == "auto":
+            gradient_clip = 100.0 if estimator in ("score", "score_h") else None
         _check_arguments(structure, estimator, curvature, gradient_clip, momentum, initial_precision)
         if learning_rate is None:
             learning_rate = 0.1 if structure in ("full", "layer") else 1e-3
@@ -161,6 +168,12 @@ class MGVBP(GaussianVariationalOptimizer):
         if self.built:
             return
         view = ParticleView(variables)  # the checks run before any variable is created
+        if self.estimator != "gradient" and sum(view.sizes) > _SCORE_WEIGHTS:
+            warnings.warn(
+                f"MGVBP estimator={self.estimator!r} on {sum(view.sizes)} weights: the score-function estimator's "
+                "variance grows with the number of weights, and on a digits MLP of 1,500 weights it does not "
+                "learn (test NLL 2.35, chance, after 3 epochs). It is the paper's estimator for small models; "
+                "use estimator='gradient' (the default) for networks.", UserWarning, stacklevel=2)
         blocks = self._block_groups(view)
         if self.structure == "kronecker":
             self._kron_shapes = _kronecker_shapes(view, blocks, self.max_block_size)
