@@ -10,11 +10,13 @@ BatchNormalization moving statistics) after every epoch; `--batch-norm-momentum`
 
 Usage:
     python benchmarks/resnet_conversion.py [--seeds 0] [--epochs 10] [--batch-norm-momentum keep]
+        [--optimizers "GaussianParticleFlow(1e-3)" ...] [--stem NAME]
 Writes benchmarks/results/resnet_conversion[_<momentum>].{json,md}.
 """
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
@@ -27,7 +29,15 @@ import keras  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
 
-OPTIMIZERS = ("GaussianParticleFlow", "MGVBP", "MatrixSVGD")
+OPTIMIZERS = {
+    "GaussianParticleFlow()": lambda: bk.optimizers.GaussianParticleFlow(),
+    "MGVBP()": lambda: bk.optimizers.MGVBP(),
+    "MatrixSVGD()": lambda: bk.optimizers.MatrixSVGD(),
+    "GaussianParticleFlow(1e-3)": lambda: bk.optimizers.GaussianParticleFlow(1e-3),
+    "GaussianParticleFlow(step_rule='signal_rmsprop')": lambda: bk.optimizers.GaussianParticleFlow(
+        step_rule="signal_rmsprop"),
+}
+DEFAULTS = ["GaussianParticleFlow()", "MGVBP()", "MatrixSVGD()"]
 
 
 def accuracy(model, x, y):
@@ -39,7 +49,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--keras-epochs", type=int, default=30)
-    parser.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=list(OPTIMIZERS))
+    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=DEFAULTS)
+    parser.add_argument("--stem", default=None, help="results file name (default from the momentum setting)")
     parser.add_argument("--batch-norm-momentum", default=None, help="a number, 'keep', or omitted (the default)")
     args = parser.parse_args()
     momentum = {} if args.batch_norm_momentum is None else {
@@ -55,7 +66,7 @@ def main():
         for name in args.optimizers:
             keras.utils.set_random_seed(seed)
             model = bk.bayesianize(net, num_particles=8, likelihood="categorical", seed=seed, **momentum)
-            model.compile(optimizer=getattr(bk.optimizers, name)())
+            model.compile(optimizer=OPTIMIZERS[name]())
             curve, began = [accuracy(model, xt, yt)], time.perf_counter()
             for _ in range(args.epochs):
                 model.fit(x, y, epochs=1, batch_size=64, verbose=0)
@@ -72,12 +83,10 @@ def main():
              "| seed | optimizer | Keras | after 1 epoch | lowest | final | final - Keras |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["accuracy_by_epoch"]
-        lines.append(f"| {r['seed']} | {r['optimizer']}() | {r['keras_accuracy']:.4f} | {c[1]:.4f} | {min(c):.4f} | "
+        lines.append(f"| {r['seed']} | {r['optimizer']} | {r['keras_accuracy']:.4f} | {c[1]:.4f} | {min(c):.4f} | "
                      f"{c[-1]:.4f} | {c[-1] - r['keras_accuracy']:+.4f} |")
-    lines += ["", f"Command: python benchmarks/resnet_conversion.py --seeds {' '.join(map(str, args.seeds))} "
-              f"--epochs {args.epochs}" + ("" if args.batch_norm_momentum is None else
-                                           f" --batch-norm-momentum {args.batch_norm_momentum}")]
-    stem = "resnet_conversion" + ("" if args.batch_norm_momentum is None else f"_momentum_{setting}")
+    lines += ["", "Command: python benchmarks/resnet_conversion.py " + shlex.join(sys.argv[1:])]
+    stem = args.stem or "resnet_conversion" + ("" if args.batch_norm_momentum is None else f"_momentum_{setting}")
     harness.save_results(stem, {"args": vars(args), "rows": rows, "machine": harness.machine_info()}, lines)
     print("\n".join(lines))
 
