@@ -3,6 +3,8 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import check_number
+
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class ConstantThenInverseTime(keras.optimizers.schedules.LearningRateSchedule):
@@ -16,6 +18,8 @@ class ConstantThenInverseTime(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, initial_learning_rate, tau):
+        initial_learning_rate = check_number(initial_learning_rate, "initial_learning_rate")
+        tau = check_number(tau, "tau (steps of constant learning rate)")
         if not initial_learning_rate > 0:
             raise ValueError(f"initial_learning_rate must be positive; got {initial_learning_rate!r}.")
         if not tau >= 1:

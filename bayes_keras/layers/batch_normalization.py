@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import check_number
 from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture, rules
@@ -57,6 +58,8 @@ class BatchNormalization(ParticleLayer):
         super().__init__(**kwargs)
         if axis not in (-1,):
             raise ValueError(f"BatchNormalization supports axis=-1 (channels last); got axis={axis!r}.")
+        momentum = check_number(momentum, "BatchNormalization momentum", positive=False)
+        epsilon = check_number(epsilon, "BatchNormalization epsilon")
         if not 0.0 <= float(momentum) <= 1.0 or not float(epsilon) > 0.0:
             raise ValueError(f"BatchNormalization needs 0 <= momentum <= 1 and epsilon > 0; got momentum={momentum!r}, "
                              f"epsilon={epsilon!r}.")

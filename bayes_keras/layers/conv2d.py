@@ -62,7 +62,7 @@ class Conv2D(ParticleLayer):
         super().__init__(**kwargs)
         if data_format not in (None, "channels_last"):
             raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
-        if not isinstance(filters, int) or filters < 1:
+        if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
             raise ValueError(f"Conv2D filters must be a positive integer; got {filters!r}.")
         padding = str(padding).lower()
         if padding not in ("valid", "same"):

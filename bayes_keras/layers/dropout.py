@@ -10,3 +10,8 @@ class Dropout(keras.layers.Dropout):
     Example:
         >>> h = bayes_keras.layers.Dropout(0.25)(h)
     """
+
+    def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
+        if isinstance(rate, bool):
+            raise ValueError(f"Dropout rate must be a number in [0, 1); got {rate!r}.")
+        super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras._config import check_number
 from bayes_keras import priors as priors_lib
 from bayes_keras.layers.base import ParticleLayer, per_particle_shape
 
@@ -37,6 +38,7 @@ class LayerNormalization(ParticleLayer):
             raise ValueError("LayerNormalization normalizes particle activations: place it after the layer where "
                              "the particle axis begins (num_particles goes there).")
         super().__init__(**kwargs)
+        epsilon = check_number(epsilon, "LayerNormalization epsilon")
         if not float(epsilon) > 0.0:
             raise ValueError(f"LayerNormalization epsilon must be positive; got {epsilon!r}.")
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import distribute
+from bayes_keras._config import check_number
 from bayes_keras.loaded_state import check_finite_entries, remembered_refusal
 from bayes_keras.optimizers.particle_view import ParticleView
 
@@ -158,6 +159,9 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             kwargs.pop(key, None)
         if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
             _check_schedule(learning_rate, f"{type(self).__name__} learning_rate")
+        elif not isinstance(learning_rate, dict) and not callable(learning_rate):
+            # 0 is allowed (a frozen run, e.g. to read curvature statistics without moving)
+            learning_rate = check_number(learning_rate, f"{type(self).__name__} learning_rate", allow_zero=True)
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
         self.view = None
 

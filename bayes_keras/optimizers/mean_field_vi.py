@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_keras._config import check_number
 from bayes_keras.inference import step_rules
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 
@@ -42,6 +43,8 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     def __init__(self, learning_rate=1e-3, initial_std=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-8, seed=None,
                  **kwargs):
+        initial_std = check_number(initial_std, "MeanFieldVI initial_std")
+        epsilon = check_number(epsilon, "MeanFieldVI epsilon")
         if not initial_std > 0:
             raise ValueError(f"MeanFieldVI initial_std must be positive; got {initial_std!r}.")
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)

@@ -36,10 +36,6 @@ class ParticleOptimizer(BayesianOptimizer):
     """
 
     def __init__(self, learning_rate=1e-3, step_rule="rmsprop", shared_learning_rate=None, name=None, **kwargs):
-        if not isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, dict)) \
-                and not callable(learning_rate):
-            # 0 is allowed (a frozen run, e.g. to read curvature statistics without moving)
-            learning_rate = check_number(learning_rate, f"{type(self).__name__} learning_rate", allow_zero=True)
         shared_learning_rate = check_number(shared_learning_rate, f"{type(self).__name__} shared_learning_rate",
                                             allow_none=True, allow_zero=True)
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras._config import check_number
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
 
 _RULES = ("clip", "abs")
@@ -145,6 +146,9 @@ class CallablePreconditioner(Preconditioner):
 
     def __init__(self, curvature_fn=None, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5,
                  dim=None):
+        min_eigenvalue = check_number(min_eigenvalue, "min_eigenvalue (never invert a raw Hessian)")
+        damping = check_number(damping, "damping", allow_zero=True)
+        shrinkage = check_number(shrinkage, "shrinkage", positive=False)
         if not min_eigenvalue > 0:
             raise ValueError(f"min_eigenvalue must be positive (never invert a raw Hessian); got {min_eigenvalue!r}.")
         if not damping >= 0:

@@ -60,6 +60,9 @@ are most of an inversion's cost: benchmarks/results/svgd_digits.md) and ("apply"
 mode="mixture".
 """
 
+import math
+import numbers
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -72,6 +75,12 @@ from bayes_keras.preconditioners.kfac_layer import KFACLayerState, KroneckerOper
 __all__ = ["KFACPreconditioner", "KFACCurvature", "KroneckerOperator", "damped_inverses"]
 
 PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
+
+
+def _whole(value):
+    """A whole number (int, or a float equal to one; not a bool, not inf / NaN)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            and int(value) == value)
 MEAN_OPERATORS = ("apply_mean", "solve_mean")
 
 
@@ -221,9 +230,9 @@ class KFACPreconditioner(Preconditioner):
             raise ValueError(f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}.")
         if isinstance(ema_decay, bool) or not 0.0 <= ema_decay < 1.0:
             raise ValueError(f"KFAC ema_decay must be in [0, 1); got {ema_decay!r}.")
-        if isinstance(inversion_period, bool) or int(inversion_period) != inversion_period or inversion_period < 1:
+        if not _whole(inversion_period) or inversion_period < 1:
             raise ValueError(f"KFAC inversion_period must be a positive integer; got {inversion_period!r}.")
-        if isinstance(factor_period, bool) or int(factor_period) != factor_period or factor_period < 1:
+        if not _whole(factor_period) or factor_period < 1:
             raise ValueError(f"KFAC factor_period must be a positive integer; got {factor_period!r}.")
         if int(inversion_period) % int(factor_period):
             raise ValueError(f"KFAC inversion_period ({inversion_period}) must be a multiple of factor_period "
