@@ -2,7 +2,7 @@
 
 Wang, Tang, Bajaj & Liu 2019 (https://arxiv.org/abs/1910.12794): the kernel K(x, x') = Q^-1/2 k_Q(x, x')
 Q^-1/2 with Q the layers' Kronecker-factored Fisher (MatrixSVGD's defaults: mode "average", KFAC inverted
-every 20 steps). Both with 10 particles and their library defaults; prints held-out accuracy / NLL / ECE.
+every step, the step rescaled by its quadratic model and signal share). Both with 10 particles and their library defaults; prints held-out accuracy / NLL / ECE.
 
     python examples/lenet_digits_svgd.py
 """
