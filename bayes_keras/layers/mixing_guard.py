@@ -118,39 +118,45 @@ def operation_refusal(op, shapes, carries):
             "applies it to each particle")
 
 
-def mixing_found(layer, inputs, carries, num_particles):
-    """Call `layer` on random inputs of the shapes of `inputs` with batch 2, again with the first particle of
-    every particle input perturbed, and say how it mixed particles (None if every other particle's output is
-    bit-identical, or if the shapes are not concrete)."""
-    shapes = [tuple(t.shape) for t in inputs]
-    if any(d is None for s in shapes for d in s[1:]):
+def perturbed_outputs(layer, shapes, dtypes, batch, perturb):
+    """Run `layer` (inference mode) on random inputs of `shapes` / `dtypes` with `batch` examples, then on
+    `perturb(values)` (the same inputs with something changed); the two lists of numpy outputs, or None when
+    the shapes are not concrete or the layer does not run on such inputs. The shared core of the one-time
+    checks that a layer keeps particles apart (`mixing_found`) and examples apart (bayesianize)."""
+    if any(d is None for s in shapes for d in tuple(s)[1:]):
         return None
     rng = np.random.default_rng(0)
-    values = []
-    for t, s in zip(inputs, shapes):
-        dtype = keras.backend.standardize_dtype(t.dtype)
-        if "float" in dtype:
-            values.append(rng.standard_normal((2,) + s[1:]).astype(dtype))
-        else:
-            values.append(np.zeros((2,) + s[1:], dtype))
-    moved = []
-    for v, c in zip(values, carries):
-        v = v.copy()
-        if c:
-            index = [slice(None)] * v.ndim
-            index[particle_axis(v.ndim)] = 0
-            v[tuple(index)] += 1.0
-        moved.append(v)
+    values = [rng.standard_normal((batch,) + tuple(s)[1:]).astype(dtype) if "float" in dtype
+              else np.zeros((batch,) + tuple(s)[1:], dtype) for s, dtype in zip(shapes, dtypes)]
 
     def run(arrays):
         args = arrays[0] if len(arrays) == 1 else arrays
         return [np.asarray(y) for y in keras.tree.flatten(layer(args, training=False))]
 
     try:
-        before, after = run(values), run(moved)
-    except Exception:  # noqa: BLE001 - a layer that cannot run eagerly here is judged by its rule alone
+        return run(values), run(perturb([v.copy() for v in values]))
+    except Exception:  # noqa: BLE001 - a layer that cannot run eagerly here is not confirmed by this check
         return None
-    for a, b in zip(before, after):
+
+
+def mixing_found(layer, inputs, carries, num_particles):
+    """Call `layer` on random inputs of the shapes of `inputs` with batch 2, again with the first particle of
+    every particle input perturbed, and say how it mixed particles (None if every other particle's output is
+    bit-identical, or if the shapes are not concrete or it does not run)."""
+
+    def first_particle_moved(values):
+        for v, c in zip(values, carries):
+            if c:
+                index = [slice(None)] * v.ndim
+                index[particle_axis(v.ndim)] = 0
+                v[tuple(index)] += 1.0
+        return values
+
+    outputs = perturbed_outputs(layer, [tuple(t.shape) for t in inputs],
+                                [keras.backend.standardize_dtype(t.dtype) for t in inputs], 2, first_particle_moved)
+    if outputs is None:
+        return None
+    for a, b in zip(*outputs):
         if a.ndim < 3 or a.shape[particle_axis(a.ndim)] != num_particles:
             return f"returns shape {a.shape[1:]} per example, without the particle axis"
         others = np.take(a, range(1, num_particles), axis=particle_axis(a.ndim))
