@@ -21,6 +21,8 @@ import numpy as np  # noqa: E402
 import bayes_keras as bk  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from convert_keras_model import keras_cnn  # noqa: E402  (the README example's CNN)
 from harness import onednn_setting, save_results  # noqa: E402
 
 OPTIMIZERS = {
@@ -32,18 +34,6 @@ OPTIMIZERS = {
     "MGVBP()": lambda: bk.optimizers.MGVBP(),
     "MeanFieldVI()": lambda: bk.optimizers.MeanFieldVI(),
 }
-
-
-def keras_cnn():
-    return keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
 
 
 def scores(model, x, y):
