@@ -18,6 +18,13 @@ class Configurable:
         return cls(**config)
 
 
+def is_real(value):
+    """A real number (int, float, numpy scalar), not a bool: what a numeric argument must be before any
+    comparison (a string would otherwise fail with Python's "'<' not supported ..." instead of a message
+    naming the argument)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_number(value, what, positive=True, allow_none=False, allow_zero=False):
     """`value` as a float, or a ValueError saying what was expected: a finite number (positive, or
     non-negative with `allow_zero`, unless `positive=False`). Used by constructors AND from_config

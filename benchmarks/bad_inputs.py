@@ -3,8 +3,9 @@
 For every class a user constructs (optimizers, layers, priors, kernels, likelihoods, schedules,
 preconditioners, step rules) and every constructor argument whose default is a number, each of NaN, +inf,
 -inf, a string and a bool is passed, once to the constructor and once through `from_config` (a saved
-config). Expected: a ValueError or TypeError at once, naming the argument; "accepted" (the bad value kept,
-to fail or be skipped later) and "obscure" (any other exception) are defects. tests/test_bad_input_sweep.py
+config). Expected ("clear"): a ValueError or TypeError at once whose message names the argument; "unclear"
+(one that does not), "obscure" (any other exception) and "silent" (the bad value kept, to fail or be
+skipped later) are defects. tests/test_bad_input_sweep.py
 runs the same sweep. Per-step data built by the model itself (StepInfo) and curvature operators (built
 by preconditioners from tensors) are not user inputs and are left out.
 
@@ -64,16 +65,19 @@ def numeric_arguments(cls):
         or (p.default is inspect.Parameter.empty and isinstance(REQUIRED.get(p.name), (int, float))))]
 
 
-def _outcome(build):
+def _outcome(build, argument):
+    """"clear": a ValueError / TypeError whose message names the argument; "unclear": one that does not;
+    "obscure": any other exception; "silent": the bad value accepted."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             build()
-    except (ValueError, TypeError):
-        return "refused"
+    except (ValueError, TypeError) as error:
+        named = argument in str(error) or argument.replace("_", " ") in str(error)
+        return "clear" if named else f"unclear ({str(error)[:60]})"
     except Exception as error:  # noqa: BLE001 (what the sweep looks for)
         return f"obscure ({type(error).__name__})"
-    return "accepted"
+    return "silent"
 
 
 def cases():
@@ -87,30 +91,32 @@ def cases():
         for name in numeric_arguments(cls):
             for label, value in BAD_VALUES.items():
                 fresh = {k: (v() if callable(v) else v) for k, v in {**args, **EXTRA.get(cls.__name__, {})}.items()}
-                yield _qualified(cls), name, label, "constructor", _outcome(lambda: cls(**{**fresh, name: value}))
+                yield _qualified(cls), name, label, "constructor", _outcome(lambda: cls(**{**fresh, name: value}),
+                                                                            name)
                 if config is not None and name in config:
                     yield _qualified(cls), name, label, "from_config", _outcome(
-                        lambda: cls.from_config({**config, name: value}))
+                        lambda: cls.from_config({**config, name: value}), name)
 
 
 def main():
     rows = [dict(zip(("class", "argument", "value", "door", "outcome"), c)) for c in cases()]
+    kinds = ("clear", "unclear", "obscure", "silent")
     by_class = collections.defaultdict(collections.Counter)
     for r in rows:
         by_class[r["class"]][r["outcome"].split(" ")[0]] += 1
     total = collections.Counter(r["outcome"].split(" ")[0] for r in rows)
     lines = ["# Bad-input sweep (benchmarks/bad_inputs.py)", "",
              f"{len(rows)} cases: every public class, every numeric constructor argument, each of "
-             f"{', '.join(BAD_VALUES)}, through the constructor and through from_config. Refused (ValueError / "
-             f"TypeError at once): {total['refused']}; accepted: {total['accepted']}; obscure: {total['obscure']}.",
-             "", "| class | cases | refused | accepted | obscure |", "|---|---|---|---|---|"]
+             f"{', '.join(BAD_VALUES)}, through the constructor and through from_config. "
+             + "; ".join(f"{k}: {total[k]}" for k in kinds) + ".", "",
+             "| class | cases | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
     for name in sorted(by_class):
         c = by_class[name]
-        lines.append(f"| {name} | {sum(c.values())} | {c['refused']} | {c['accepted']} | {c['obscure']} |")
-    defects = [r for r in rows if r["outcome"] != "refused"]
+        lines.append(f"| {name} | {sum(c.values())} | " + " | ".join(str(c[k]) for k in kinds) + " |")
+    defects = [r for r in rows if r["outcome"] != "clear"]
     if defects:
-        lines += ["", "Not refused:", ""] + [f"- {r['class']}({r['argument']}={r['value']}) via {r['door']}: "
-                                              f"{r['outcome']}" for r in defects]
+        lines += ["", "Not clear:", ""] + [f"- {r['class']}({r['argument']}={r['value']}) via {r['door']}: "
+                                           f"{r['outcome']}" for r in defects]
     import harness  # noqa: E402 (only for writing results)
 
     harness.save_results("bad_inputs", {"rows": rows, "machine": harness.machine_info()}, lines)

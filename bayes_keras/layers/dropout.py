@@ -2,6 +2,8 @@
 
 import keras
 
+from bayes_keras._config import check_number
+
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class Dropout(keras.layers.Dropout):
@@ -12,6 +14,5 @@ class Dropout(keras.layers.Dropout):
     """
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
-        if isinstance(rate, bool):
-            raise ValueError(f"Dropout rate must be a number in [0, 1); got {rate!r}.")
+        rate = check_number(rate, "Dropout rate", positive=False)
         super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)

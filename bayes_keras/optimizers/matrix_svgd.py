@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 
+from bayes_keras._config import check_number
 from bayes_keras import kernels as kernels_lib
 from bayes_keras.memory_guard import check_fits, tensor_bytes
 import tensorflow as tf
@@ -109,6 +110,7 @@ class MatrixSVGD(PreconditionedOptimizer):
         if rescaling == "quadratic" and mode == "mixture":
             raise ValueError("MatrixSVGD rescaling='quadratic' is defined for mode='average' only (its driving term "
                              "has one curvature); use rescaling='none' or 'auto' with mode='mixture'.")
+        mixture_beta = check_number(mixture_beta, "mixture_beta", allow_zero=True)
         if isinstance(mixture_beta, bool) or not np.isfinite(mixture_beta) or mixture_beta < 0:
             raise ValueError(f"mixture_beta must be a non-negative number; got {mixture_beta!r}.")
         super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)

@@ -45,6 +45,8 @@ class MeanFieldVI(GaussianVariationalOptimizer):
                  **kwargs):
         initial_std = check_number(initial_std, "MeanFieldVI initial_std")
         epsilon = check_number(epsilon, "MeanFieldVI epsilon")
+        beta_1 = check_number(beta_1, "MeanFieldVI beta_1", positive=False)
+        beta_2 = check_number(beta_2, "MeanFieldVI beta_2", positive=False)
         if not initial_std > 0:
             raise ValueError(f"MeanFieldVI initial_std must be positive; got {initial_std!r}.")
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)

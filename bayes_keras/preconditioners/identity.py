@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras._config import is_real
 from bayes_keras.preconditioners.base import Curvature, Preconditioner
 
 
@@ -42,7 +43,7 @@ class IdentityPreconditioner(Preconditioner):
     """
 
     def __init__(self, scale=1.0):
-        if isinstance(scale, bool) or not np.isfinite(scale) or not scale > 0:
+        if not is_real(scale) or not np.isfinite(scale) or not scale > 0:
             raise ValueError(f"IdentityPreconditioner scale must be a positive number; got {scale!r}.")
         self.scale = float(scale)
 
