@@ -66,3 +66,44 @@ def test_a_non_positive_mgvbp_precision_is_refused(structure, tmp_path):
     kind = "not positive" if structure == "diagonal" else "not symmetric positive definite"
     with pytest.raises(ValueError, match=rf"is invalid: .*precision.* {kind}"):
         keras.models.load_model(negative)
+
+
+def _with_config(path, change, tmp_path, name="config.keras"):
+    """A copy of the .keras file with `change(config dict)` applied to its config.json."""
+    import json
+
+    out = str(tmp_path / name)
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w") as target:
+        for item in source.namelist():
+            data = source.read(item)
+            if item == "config.json":
+                config = json.loads(data)
+                change(config)
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    return out
+
+
+def test_out_of_range_hyper_parameters_and_a_huge_input_in_the_config_are_refused(tmp_path):
+    """The config of a .keras file goes through the same constructors as code: DimWiseRMSProp(rho=7) or
+    epsilon=-1 in the optimizer's step rule are refused naming the argument; an Input changed to 10**9
+    features is refused naming the layer whose saved weights expect 4 (Dense checks its inputs against the
+    features it was built for, as keras.layers.Dense does; it loaded silently before)."""
+    _, path = _trained(bk.optimizers.GaussianParticleFlow(), tmp_path)
+
+    def step_rule(config, key, value):
+        config["compile_config"]["optimizer"]["config"]["step_rule"]["config"][key] = value
+
+    for key, value in (("rho", 7.0), ("epsilon", -1.0)):
+        bad = _with_config(path, lambda c: step_rule(c, key, value), tmp_path, f"{key}.keras")
+        with pytest.raises(ValueError, match=key):
+            keras.models.load_model(bad)
+
+    def huge_input(config):
+        for layer in config["config"]["layers"]:
+            if layer["class_name"] == "InputLayer":
+                layer["config"]["batch_shape"] = [None, 10**9]
+
+    with pytest.raises(ValueError, match=r"layer 'dense_0' is incompatible .* expected axis -1 of input shape to have "
+                                         r"value 4, but received input with shape \(None, 1000000000\)"):
+        keras.models.load_model(_with_config(path, huge_input, tmp_path))

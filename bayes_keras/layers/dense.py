@@ -70,6 +70,9 @@ class Dense(ParticleLayer):
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.units,), self.bias_initializer,
                                                  self.bias_prior, fan_in=in_dim)
+        # Keras checks every later call against the features the weights were built for (a model rebuilt
+        # from a config whose Input was changed is refused naming this layer, as keras.layers.Dense does).
+        self.input_spec = keras.InputSpec(min_ndim=2, axes={-1: in_dim})
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)
