@@ -6,9 +6,16 @@ Every loader returns numpy arrays ((x_train, y_train), (x_test, y_test)) with a 
 import numpy as np
 
 
+def _check_fraction(test_fraction):
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
+        raise ValueError(f"test_fraction must be a number in [0, 1) (the share of examples held out); got "
+                         f"{test_fraction!r}.")
+
+
 def _split(x, y, test_fraction, seed, stratify=True):
     from sklearn.model_selection import train_test_split
 
+    _check_fraction(test_fraction)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed,
                                               stratify=y if stratify else None)
     return (x_tr, y_tr), (x_te, y_te)
@@ -74,6 +81,7 @@ def load_breast_cancer(test_fraction=0.2, seed=0, add_bias=False):
 
     d = _load()
     x, y = d.data.astype(np.float64), d.target.astype(np.int32)
+    _check_fraction(test_fraction)
     if test_fraction > 0:
         (x_tr, y_tr), (x_te, y_te) = _split(x, y, test_fraction, seed)
     else:

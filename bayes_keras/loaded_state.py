@@ -37,6 +37,13 @@ def check_finite_entries(owner, variables, what):
                              "run that diverged; it was not loaded into a usable model.")
 
 
+def check_non_negative_entry(owner, variable, what, quantity):
+    value = np.asarray(variable.numpy())
+    if value.size and not np.all(value >= 0):
+        raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
+                         f"{int(np.sum(~(value >= 0)))} negative value(s) (smallest {float(np.min(value)):.3g}).")
+
+
 def check_positive_entry(owner, variable, what, quantity):
     value = np.asarray(variable.numpy())
     if value.size and not np.all(value > 0):

@@ -137,6 +137,10 @@ def mlp(input_dim, output_dim, hidden=(50, 50), activation="relu", num_particles
     Example:
         >>> model = bayes_keras.zoo.mlp(10, 1, (50, 50), num_particles=10, likelihood="normal")
     """
+    if isinstance(input_dim, bool) or not isinstance(input_dim, int) or input_dim < 1:
+        raise ValueError(f"mlp input_dim must be a positive integer; got {input_dim!r}.")
+    if isinstance(hidden, int) or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in hidden):
+        raise ValueError(f"mlp hidden must be a sequence of layer widths, e.g. (50, 50) or (50,); got {hidden!r}.")
     inputs = keras.Input((input_dim,))
     h = inputs
     for i, width in enumerate(hidden):

@@ -133,3 +133,25 @@ def test_mgvbp_score_estimator_defaults_do_not_explode_on_a_network_and_warn():
     assert np.all(np.isfinite(loss)) and max(loss) < 10.0, loss
     assert bk.optimizers.MGVBP(estimator="score").gradient_clip == 100.0
     assert bk.optimizers.MGVBP().gradient_clip is None
+
+
+def test_the_size_guard_counts_the_whole_layer_and_the_draw():
+    """A 1e9-particle kernel of 3 x 2 (22.4 GiB) passed a per-tensor guard on a 23.5 GiB machine and bayesianize
+    then ran for minutes: the guard now counts the layer's weights together and the initial draw's headroom
+    (3x), so it is refused at once on any machine with less than ~100 GB."""
+    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    memory = bk.memory_guard.physical_memory_bytes()
+    if memory is not None and memory > 90 * 2**30:
+        pytest.skip("a machine with more than 90 GiB can hold this layer")
+    with pytest.raises(ValueError, match=r"1000000000 particles.*with the layer's other weights and the initial draw"):
+        bk.bayesianize(net, num_particles=10**9, likelihood="normal")
+
+
+def test_zoo_and_dataset_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"mlp hidden must be a sequence of layer widths.*got 4"):
+        bk.zoo.mlp(3, 2, 4)
+    with pytest.raises(ValueError, match="mlp input_dim must be a positive integer; got 0"):
+        bk.zoo.mlp(0, 2, (4,))
+    for load in (bk.datasets.load_digits, bk.datasets.load_breast_cancer, bk.datasets.load_diabetes):
+        with pytest.raises(ValueError, match="test_fraction must be a number in"):
+            load(test_fraction=1.5)

@@ -107,3 +107,17 @@ def test_out_of_range_hyper_parameters_and_a_huge_input_in_the_config_are_refuse
     with pytest.raises(ValueError, match=r"layer 'dense_0' is incompatible .* expected axis -1 of input shape to have "
                                          r"value 4, but received input with shape \(None, 1000000000\)"):
         keras.models.load_model(_with_config(path, huge_input, tmp_path))
+
+
+def test_a_negative_second_moment_or_step_count_is_refused(tmp_path):
+    """A negative RMSProp second moment in a saved GPF loaded silently, and then every step of fit was skipped
+    (its square root is NaN); a negative step count loaded too. Both are refused naming the entry."""
+    model, path = _trained(bk.optimizers.GaussianParticleFlow(), tmp_path)
+    slot = next(i for i, v in enumerate(model.optimizer.variables) if v.path.endswith("kernel_v"))
+    negative = _tampered(path, f"optimizer/vars/{slot}", lambda a: -np.abs(a) - 1.0, tmp_path)
+    with pytest.raises(ValueError, match=r"is invalid: .*kernel_v \(DimWiseRMSProp's second moment\) has \d+ negative"):
+        keras.models.load_model(negative)
+    counter = next(i for i, v in enumerate(model.optimizer.variables) if v.path.endswith("iteration"))
+    backwards = _tampered(path, f"optimizer/vars/{counter}", lambda a: np.full_like(a, -5), tmp_path)
+    with pytest.raises(ValueError, match=r"is invalid: .*iteration \(a step count\) has 1 negative"):
+        keras.models.load_model(backwards)

@@ -15,6 +15,12 @@ import tensorflow as tf
 from bayes_keras._config import Configurable, check_number, resolve
 
 
+def is_second_moment(slot_name):
+    """Whether a rule's slot holds a running mean of squares (never negative): "v", "inner_v",
+    "signal_square"."""
+    return slot_name == "v" or slot_name.endswith("_v") or slot_name.endswith("signal_square")
+
+
 def decay_rate(value, what):
     """A moving average's decay in [0, 1) (a ValueError otherwise: 1 or more never forgets, or diverges)."""
     value = check_number(value, what, positive=False)

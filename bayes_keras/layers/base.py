@@ -66,6 +66,7 @@ def _particle_initializer(initializer, num_particles):
     return init
 
 
+DRAW_HEADROOM = 3  # bytes held while a particle weight is drawn, per byte of the weight
 _LOOP_LIMIT = 4096  # more particles than this are drawn in one call (a Python loop of 1e8 draws never ends)
 
 
@@ -200,9 +201,15 @@ class ParticleLayer(keras.layers.Layer):
         if self.deterministic:
             variable = self.add_weight(name=name, shape=tuple(shape), initializer=initializer)
         else:
-            check_fits(tensor_bytes((self.num_particles,) + tuple(shape), self.variable_dtype),
+            # This weight and the layer's earlier ones together, times DRAW_HEADROOM: drawing the initial values
+            # holds the random draw, the variable and the initializer's intermediates at once.
+            nbytes = tensor_bytes((self.num_particles,) + tuple(shape), self.variable_dtype)
+            total = nbytes + sum(tensor_bytes(v.shape, v.dtype) for v, _, _ in self._prior_terms
+                                 if getattr(v, "is_particle_variable", False))
+            check_fits(DRAW_HEADROOM * total,
                        f"{type(self).__name__} '{self.name}': its {name} for {self.num_particles} particles, shape "
-                       f"{(self.num_particles,) + tuple(shape)},", "Use fewer particles or a smaller layer.")
+                       f"{(self.num_particles,) + tuple(shape)}, with the layer's other weights and the initial draw,",
+                       "Use fewer particles or a smaller layer.")
             variable = self.add_weight(
                 name=name,
                 shape=(self.num_particles,) + tuple(shape),

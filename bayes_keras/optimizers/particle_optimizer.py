@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.inference import step_rules
+from bayes_keras.loaded_state import check_non_negative_entry
 from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StateWrites
 from bayes_keras.optimizers.particle_view import is_particle_variable  # noqa: F401 (re-exported)
 
@@ -104,6 +105,17 @@ class ParticleOptimizer(BayesianOptimizer):
         for k, value in new_state.items():
             writes.assign(slots[k], value)
         writes.assign(variable, variable.value - update)
+
+    def check_loaded_state(self):
+        """Second-moment slots (RMSProp's and Adam's v, SignalShare's squares) must be non-negative: a negative
+        one made every later step non-finite, so every step was skipped."""
+        for rule, slots in zip(self._rules(), self._slots):
+            for name, slot in slots.items():
+                if step_rules.is_second_moment(name):
+                    check_non_negative_entry(self.name, slot, "optimizer", f"{type(rule).__name__}'s second moment")
+
+    def _rules(self):
+        return [self.step_rule if is_particle_variable(v) else self.shared_rule for v in self.view.all_variables]
 
     def get_config(self):
         config = super().get_config()
