@@ -74,6 +74,7 @@ def test_matrix_svgd_default_is_ahead_of_svgd(reference):
     assert m300 < v300 + 0.03, (m300, v300)  # measured 0.32 vs 0.32: both at the finite-N fixed point
 
 
+@pytest.mark.slow  # 21 s; the default suite's tests/test_gpf_nuts.py checks GPF against the same NUTS run
 def test_gaussian_particle_flow_default_reaches_the_gaussian_optimum(reference):
     mean_error, sd_ratio = worst_errors(fit_breast_cancer(bk.optimizers.GaussianParticleFlow(), 512, (3000,))[3000],
                                         reference)
