@@ -8,6 +8,7 @@ import numpy as np
 from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
+from bayes_keras._config import is_real
 from bayes_keras.layers import mixing_guard
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.per_particle import PerParticle
@@ -121,9 +122,7 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
             raise ValueError("bayesianize: pass likelihood= ('categorical', 'bernoulli', 'normal' or a "
                              "bayes_keras.likelihoods object); the output layer has no softmax / sigmoid to infer it "
                              "from.")
-    if batch_norm_momentum is not None and (isinstance(batch_norm_momentum, bool)
-                                            or not isinstance(batch_norm_momentum, (int, float, np.number))
-                                            or not 0.0 <= batch_norm_momentum < 1.0):
+    if batch_norm_momentum is not None and (not is_real(batch_norm_momentum) or not 0.0 <= batch_norm_momentum < 1.0):
         raise ValueError(f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
                          f"got {batch_norm_momentum!r}.")
     conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_deterministic, output_layer,

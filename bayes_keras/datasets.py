@@ -5,9 +5,11 @@ Every loader returns numpy arrays ((x_train, y_train), (x_test, y_test)) with a 
 
 import numpy as np
 
+from bayes_keras._config import is_real
+
 
 def _check_fraction(test_fraction):
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
+    if not is_real(test_fraction) or not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be a number in [0, 1) (the share of examples held out); got "
                          f"{test_fraction!r}.")
 

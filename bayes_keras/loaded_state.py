@@ -37,19 +37,15 @@ def check_finite_entries(owner, variables, what):
                              "run that diverged; it was not loaded into a usable model.")
 
 
-def check_non_negative_entry(owner, variable, what, quantity):
+def check_bounded_entry(owner, variable, what, quantity, positive=False):
+    """Raise a ValueError naming the entry if a loaded variable has a negative value (or, with `positive`, a
+    value that is not positive): step counts and second moments are never negative, precisions positive."""
     value = np.asarray(variable.numpy())
-    if value.size and not np.all(value >= 0):
+    bad = ~(value > 0) if positive else ~(value >= 0)
+    if value.size and np.any(bad):
+        kind = "value(s) that are not positive" if positive else "negative value(s)"
         raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
-                         f"{int(np.sum(~(value >= 0)))} negative value(s) (smallest {float(np.min(value)):.3g}).")
-
-
-def check_positive_entry(owner, variable, what, quantity):
-    value = np.asarray(variable.numpy())
-    if value.size and not np.all(value > 0):
-        raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
-                         f"{int(np.sum(~(value > 0)))} value(s) that are not positive (smallest "
-                         f"{float(np.min(value)):.3g}).")
+                         f"{int(np.sum(bad))} {kind} (smallest {float(np.min(value)):.3g}).")
 
 
 def check_positive_definite_entry(owner, variable, what, quantity):

@@ -21,6 +21,16 @@ def is_second_moment(slot_name):
     return slot_name == "v" or slot_name.endswith("_v") or slot_name.endswith("signal_square")
 
 
+def signal_share(mean_square, square, correction):
+    """|m_hat|^2 / v_hat = mean_square / (square * correction), clipped to [0, 1]: the share of a direction that
+    persists from step to step, from the squared norm of its running mean (`mean_square`), the running mean of
+    its squared norm (`square`) and their common bias correction 1 - decay^t (Jensen: at most 1). 1 where no
+    direction has been seen (square 0)."""
+    usable = square > 0.0
+    share = mean_square / tf.where(usable, square * correction, tf.ones_like(square))
+    return tf.where(usable, tf.minimum(share, 1.0), tf.ones_like(square))
+
+
 def decay_rate(value, what):
     """A moving average's decay in [0, 1) (a ValueError otherwise: 1 or more never forgets, or diverges)."""
     value = check_number(value, what, positive=False)
@@ -123,7 +133,7 @@ class SignalShare(StepRule):
     are unchanged.
 
     Example:
-        >>> rule = SignalShare(DimWiseRMSProp())   # GaussianParticleFlow's default
+        >>> opt = GaussianParticleFlow(step_rule=SignalShare(DimWiseRMSProp()))   # or step_rule="signal_rmsprop"
     """
 
     def __init__(self, rule="rmsprop", decay=0.9):
@@ -139,11 +149,8 @@ class SignalShare(StepRule):
         update, inner = self.rule.apply(direction, inner, learning_rate, step)
         mean = self.decay * state["signal_mean"] + (1.0 - self.decay) * direction
         square = self.decay * state["signal_square"] + (1.0 - self.decay) * tf.reduce_sum(tf.square(direction))
-        # |m_hat|^2 / v_hat = |m|^2 / (v (1 - decay^t)) for zero-started averages of one decay.
         correction = 1.0 - tf.pow(tf.constant(self.decay, direction.dtype), tf.cast(step, direction.dtype))
-        usable = square > 0.0
-        share = tf.reduce_sum(tf.square(mean)) / tf.where(usable, square * correction, tf.ones_like(square))
-        share = tf.where(usable, tf.minimum(share, 1.0), tf.ones_like(square))
+        share = signal_share(tf.reduce_sum(tf.square(mean)), square, correction)
         return update * share, {**{f"inner_{k}": v for k, v in inner.items()}, "signal_mean": mean,
                                 "signal_square": square}
 

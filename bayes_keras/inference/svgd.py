@@ -98,16 +98,17 @@ def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, m
         if metric == "q":
             ys = [y for y in curvature.apply_mean(_select(xs, group, size)) if y is not None]
         k, rep = kernel.evaluate(xs, ys)
+        products = [tf.matmul(k, -grads[v]) for v in group]  # K S
+        driving = [p / n for p in products]
         if metric == "q":  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
-            drift = curvature.solve_mean(_select([tf.matmul(k, -grads[v]) / n for v in group], group, size))
+            drift = curvature.solve_mean(_select(driving, group, size))
             drift = [drift[v] for v in group]
             phi = [d + r / n for d, r in zip(drift, rep)]
         else:  # separable kernel k Q^{-1}: precondition the whole vanilla direction
-            vanilla = [(tf.matmul(k, -grads[v]) + r) / n for v, r in zip(group, rep)]
-            pre = curvature.solve_mean(_select(vanilla, group, size))
+            pre = curvature.solve_mean(_select([(p + r) / n for p, r in zip(products, rep)], group, size))
             phi = [pre[v] for v in group]
             if rescale is not None:
-                drift = curvature.solve_mean(_select([tf.matmul(k, -grads[v]) / n for v in group], group, size))
+                drift = curvature.solve_mean(_select(driving, group, size))
                 drift = [drift[v] for v in group]
         if rescale is not None:
             applied = curvature.apply_mean(_select(drift, group, size))

@@ -3,9 +3,9 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import check_number
 from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
+from bayes_keras._config import check_number
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, merge_particle_channels, particle_axis,
                                      per_particle_shape)

@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import check_number
 from bayes_keras import priors as priors_lib
+from bayes_keras._config import check_number
 from bayes_keras.layers.base import ParticleLayer, per_particle_shape
 
 

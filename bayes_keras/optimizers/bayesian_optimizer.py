@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from bayes_keras import distribute
 from bayes_keras._config import check_number
-from bayes_keras.loaded_state import check_finite_entries, check_non_negative_entry, remembered_refusal
+from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries, remembered_refusal
 from bayes_keras.optimizers.particle_view import ParticleView
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
@@ -260,7 +260,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             if len(store.keys()) == len(self.variables):  # Keras skips (with a warning) a state of another size
                 check_finite_entries(self.name, self.variables, "optimizer")
                 for counter in (self.iterations, self.skipped_updates):
-                    check_non_negative_entry(self.name, counter, "optimizer", "a step count")
+                    check_bounded_entry(self.name, counter, "optimizer", "a step count")
                 self.check_loaded_state()
 
     def check_loaded_state(self):

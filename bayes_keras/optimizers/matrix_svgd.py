@@ -2,13 +2,13 @@
 
 import keras
 import numpy as np
-
-from bayes_keras._config import check_number
-from bayes_keras import kernels as kernels_lib
-from bayes_keras.memory_guard import check_fits, tensor_bytes
 import tensorflow as tf
 
+from bayes_keras import kernels as kernels_lib
+from bayes_keras._config import check_number
+from bayes_keras.inference.step_rules import signal_share
 from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
+from bayes_keras.memory_guard import check_fits, tensor_bytes
 from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
 
 _MODES = ("average", "mixture")
@@ -153,13 +153,12 @@ class MatrixSVGD(PreconditionedOptimizer):
                        f"({n}, {n}, {dim}))", "Use mode='average' (O(N^2 + N D)), fewer particles, or scope='layer'.")
         self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
         if self._rescaled:
-            # Running first moment of each particle's driving term and, per kernel group, of its squared norm
-            # (with the running weight 1 - decay^t, their bias correction): the signal fraction.
+            # Running first moment of each particle's driving term and, per kernel group, of its squared norm:
+            # the signal share (their bias correction 1 - decay^t reads the count of committed steps).
             groups = self.kernel_groups(self.view.layer_groups)
             self.drift_average = [self.add_variable((self.view.num_particles, size), name=f"drift_average_{i}")
                                   for i, size in enumerate(self.view.sizes)]
             self.drift_square_average = self.add_variable((len(groups),), name="drift_square_average")
-            self.drift_average_weight = self.add_variable((), name="drift_average_weight")
 
     def _check_preconditioner(self, blocks, layer_groups):
         self._check_blocks(blocks, self.kernel_groups(layer_groups))
@@ -206,25 +205,24 @@ class MatrixSVGD(PreconditionedOptimizer):
         (Balles, Romero & Hennig 2017, "Coupling Adaptive Batch Sizes with Learning Rates")."""
         decay = self.rescaling_decay
         positions = groups[index]
-        weight = decay * self.drift_average_weight + (1.0 - decay)
         means = [decay * self.drift_average[v] + (1.0 - decay) * d for v, d in zip(positions, drift)]
         square = tf.add_n([tf.reduce_sum(tf.square(d)) for d in drift])
         squares = decay * self.drift_square_average[index] + (1.0 - decay) * square
-        persistent = tf.add_n([tf.reduce_sum(tf.square(m)) for m in means]) / weight
-        rho = tf.where(squares > 0.0, tf.minimum(persistent / tf.maximum(squares, 1e-30), 1.0), 1.0)
-        state.append((positions, means, index, squares, weight))
+        # The averages advance on committed steps only, as `iterations`: this is their (t)-th update.
+        correction = 1.0 - tf.pow(tf.constant(decay, square.dtype), tf.cast(self.iterations + 1, square.dtype))
+        rho = signal_share(tf.add_n([tf.reduce_sum(tf.square(m)) for m in means]), squares, correction)
+        state.append((positions, means, index, squares))
         return quadratic_model_scale(score, drift, curvature_drift) * rho
 
     def _after_step(self, extra, writes):
         if self.mode != "average":
             writes.assign(self.mixture_weight_entropy, extra)
             return
-        for positions, means, index, squares, weight in extra or ():
+        for positions, means, index, squares in extra or ():
             for v, m in zip(positions, means):
                 writes.assign(self.drift_average[v], m)
             writes.assign(self.drift_square_average, tf.tensor_scatter_nd_update(
                 writes.read(self.drift_square_average), [[index]], tf.reshape(squares, (1,))))
-            writes.assign(self.drift_average_weight, weight)
 
     def get_config(self):
         config = super().get_config()

@@ -35,8 +35,8 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.curvature.capture import CurvatureRequest
-from bayes_keras.loaded_state import check_positive_definite_entry, check_positive_entry
 from bayes_keras.inference import mgvbp as core
+from bayes_keras.loaded_state import check_bounded_entry, check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.particle_view import ParticleView
 from bayes_keras.posteriors import DiagonalGaussian, FullGaussian, KroneckerGaussian
@@ -221,7 +221,7 @@ class MGVBP(GaussianVariationalOptimizer):
                 if name not in block:
                     continue
                 if self.structure == "diagonal":
-                    check_positive_entry(self.name, block[name], "optimizer", "a diagonal precision")
+                    check_bounded_entry(self.name, block[name], "optimizer", "a diagonal precision", positive=True)
                 else:
                     check_positive_definite_entry(self.name, block[name], "optimizer",
                                                   "a precision" if name == "precision" else "a Kronecker factor")

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.inference import step_rules
-from bayes_keras.loaded_state import check_non_negative_entry
+from bayes_keras.loaded_state import check_bounded_entry
 from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StateWrites
 from bayes_keras.optimizers.particle_view import is_particle_variable  # noqa: F401 (re-exported)
 
@@ -49,8 +49,7 @@ class ParticleOptimizer(BayesianOptimizer):
             return
         super().build(variables)
         self._slots = []
-        for v in self.view.all_variables:
-            rule = self.step_rule if is_particle_variable(v) else self.shared_rule
+        for v, rule in zip(self.view.all_variables, self._rules()):
             slots = {}
             for slot, shape in rule.slots(tuple(v.shape)).items():
                 slots[slot] = self.add_variable(shape=shape, dtype=v.dtype, name=f"{_clean(v.path)}_{slot}")
@@ -112,9 +111,10 @@ class ParticleOptimizer(BayesianOptimizer):
         for rule, slots in zip(self._rules(), self._slots):
             for name, slot in slots.items():
                 if step_rules.is_second_moment(name):
-                    check_non_negative_entry(self.name, slot, "optimizer", f"{type(rule).__name__}'s second moment")
+                    check_bounded_entry(self.name, slot, "optimizer", f"{type(rule).__name__}'s second moment")
 
     def _rules(self):
+        """The step rule of each of the view's variables: `step_rule` for particles, `shared_rule` for shared weights."""
         return [self.step_rule if is_particle_variable(v) else self.shared_rule for v in self.view.all_variables]
 
     def get_config(self):

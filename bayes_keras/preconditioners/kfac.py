@@ -61,7 +61,6 @@ mode="mixture".
 """
 
 import math
-import numbers
 
 import keras
 import numpy as np
@@ -80,8 +79,7 @@ PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
 
 def _whole(value):
     """A whole number (int, or a float equal to one; not a bool, not inf / NaN)."""
-    return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-            and int(value) == value)
+    return is_real(value) and math.isfinite(value) and int(value) == value
 MEAN_OPERATORS = ("apply_mean", "solve_mean")
 
 
