@@ -15,7 +15,7 @@ def _seed():
 
 
 def gaussian_target(dim, condition, seed):
-    """The paper's Gaussian target family (gpf.md): Sigma = U diag(lam) U^T, U random orthogonal,
+    """The paper's Gaussian target family (Galy-Fajou et al. 2021's Gaussian experiments): Sigma = U diag(lam) U^T, U random orthogonal,
     log10 lam_i spaced evenly over [-1, log10(condition) - 1], mu ~ N(0, I)."""
     rng = np.random.default_rng(seed)
     u, _ = np.linalg.qr(rng.standard_normal((dim, dim)))

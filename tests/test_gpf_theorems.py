@@ -1,4 +1,5 @@
-"""GPF against its theorems (Galy-Fajou et al. 2021, gpf.md) on Gaussian targets, via the functional door.
+"""GPF against its theorems (Galy-Fajou et al. 2021, "Flexible and Efficient Inference with Particles for the
+Variational Gaussian Approximation") on Gaussian targets, via the functional door.
 
 Tolerances: the flows below are run to convergence in float32; the fixed point is exact, so the
 remaining error is float32 rounding (~1e-6 relative) and the residual of the geometric convergence

@@ -1,7 +1,8 @@
 """Gaussian particle flow (Galy-Fajou et al. 2021): the method's math as pure tensor functions.
 
-Notation (../shared/papers/gpf.md): particles x_i (i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i),
-m = mean_i x_i, z_i = x_i - m. The discretised flow (Eq. 13) moves every particle along
+Notation (Galy-Fajou, Perrone & Opper, "Flexible and Efficient Inference with Particles for the
+Variational Gaussian Approximation", Entropy 2021, https://doi.org/10.3390/e23080990): particles x_i
+(i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i), m = mean_i x_i, z_i = x_i - m. The discretised flow (Eq. 13) moves every particle along
 
     x_i <- x_i - eta * Delta_i,   Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
 
@@ -63,7 +64,7 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
             one block of the block-diagonal flow ([[0, 1, ..., V-1]] is the full flow).
         mean_preconditioning: replace the mean drift g_bar by C g_bar (C the particles' covariance
             in the block), which makes the mean's convergence independent of the conditioning once
-            C approaches the posterior covariance (gpf.md, "natural gradient on the mean only").
+            C approaches the posterior covariance (a natural gradient on the mean only).
         cloud: the `particle_cloud(particles, groups)` if already computed (it is then not redone).
 
     Returns:

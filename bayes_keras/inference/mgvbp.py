@@ -1,7 +1,8 @@
 """MGVBP (Magris, Shabani, Iosifidis): natural-gradient Gaussian VI on the precision matrix, as pure
 tensor functions.
 
-q = N(mu, P^-1). Notation (../shared/papers/mgvbp.md): samples theta_s = mu + L^-T eps_s (P = L L^T),
+q = N(mu, P^-1). Notation (Magris, Shabani & Iosifidis, "Manifold Gaussian Variational Bayes on the Precision Matrix",
+https://arxiv.org/abs/2210.14598): samples theta_s = mu + L^-T eps_s (P = L L^T),
 a_s = theta_s - mu, S samples. Natural gradients of the lower bound L = E_q[log p(y, theta)] + H(q):
 
     mu:  Sigma grad_mu L                 P:  2 P (grad_P L) P = -2 grad_Sigma L

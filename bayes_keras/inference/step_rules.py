@@ -4,7 +4,7 @@ optax-style pure pieces: `slots(shape)` names the state a rule needs for a varia
 and `apply(direction, state, learning_rate, step)` returns (step, new_state). State is a dict of
 tensors; the Keras optimizer stores it in optimizer variables so it is saved with the model.
 
-Dimension-wise rules (gpf.md, Sec. 4.4 / App. H) keep ONE second-moment statistic per coordinate,
+Dimension-wise rules (the GPF paper, Sec. 4.4 / App. H) keep ONE second-moment statistic per coordinate,
 shared by all particles, so the step is x <- x - P * Delta with the same diagonal P for every particle:
 an element-wise Adam would precondition each particle differently and break the affine flow.
 """

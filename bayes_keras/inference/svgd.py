@@ -1,6 +1,7 @@
 """Stein variational gradient descent, scalar and matrix-valued kernels, as pure tensor functions.
 
-Notation (../shared/papers/matrix-svgd.md): particles x_1..x_N in R^D given as lists of (N, d_v)
+Notation (Wang, Tang, Bajaj & Liu, "Stein Variational Gradient Descent With Matrix-Valued Kernels",
+NeurIPS 2019, https://arxiv.org/abs/1910.12794): particles x_1..x_N in R^D given as lists of (N, d_v)
 tensors (one per flattened variable, never concatenated here); g_j = grad of the NEGATIVE log density
 at x_j (what the model hands the optimizers), so grad log p(x_j) = -g_j. Every function returns the
 DIRECTION TO SUBTRACT, -phi, as gpf_direction does (the optimizer steps x <- x - step(direction)).

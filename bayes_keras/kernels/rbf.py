@@ -10,7 +10,7 @@ from bayes_keras.kernels.kernel import RadialKernel
 class RBF(RadialKernel):
     """k(x, x') = exp(-||x - x'||^2 / h), the SVGD kernel of Liu & Wang (2016).
 
-    Bandwidth convention (the default; matrix-svgd.md, "Vanilla SVGD"): h = med / log N, where med is
+    Bandwidth convention (the default, as in the SVGD and matrix-valued SVGD papers): h = med / log N, where med is
     the median of the N(N-1)/2 squared distances between distinct particles (the zero diagonal is
     excluded) and N the number of particles. Then sum_j k(x_i, x_j) ~ 1 + N exp(-log N) = 2 for a
     typical particle: its own gradient and the others' weigh about equally. `divide_by_log_n=False`

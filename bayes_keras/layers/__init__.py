@@ -1,4 +1,4 @@
-"""Particle-axis layers: Keras layers whose weights carry a leading particle axis (DESIGN.md)."""
+"""Particle-axis layers: Keras layers whose weights carry a leading particle axis (docs/architecture.md, "Particle axis")."""
 
 from bayes_keras.layers.activation import Activation
 from bayes_keras.layers.base import ParticleLayer
