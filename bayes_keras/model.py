@@ -14,6 +14,7 @@ from keras.src.models.functional import Functional
 from bayes_keras import distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
+from bayes_keras.batch_norm_refresh import DEFAULT_MAX_EXAMPLES, batch_norm_layers, refresh_batch_norm
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
 from bayes_keras.likelihoods.likelihood import check_output_activation
@@ -264,9 +265,18 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         with self.distribute_strategy.scope():
             return ParticleSlices(self, replicas)
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None, **kwargs):
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None,
+            refresh_batch_norm=True, **kwargs):
         """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from
-        compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset."""
+        compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset.
+
+        `refresh_batch_norm` (default True): when training ends, the BatchNormalization layers' moving
+        statistics are recomputed for the final weights from up to 4,096 training inputs (one inference-cost
+        pass; `refresh_batch_norm`, the method, says more). The running averages lag weights that a posterior
+        method keeps moving; False keeps them, as Keras does. Inputs a Python generator yields cannot be read
+        twice: they keep the running averages."""
+        if not isinstance(refresh_batch_norm, bool):
+            raise ValueError(f"fit: refresh_batch_norm must be True or False; got {refresh_batch_norm!r}.")
         if not getattr(self, "compiled", False):
             raise ValueError("You must call compile() before fit(): e.g. "
                              "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
@@ -288,7 +298,18 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             with self.distribute_strategy.scope():  # mirrored state under tf.distribute, as the model's
                 self.optimizer.build(self.trainable_variables)
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
-        return super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
+        history = super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
+        if refresh_batch_norm and batch_norm_layers(self) and not hasattr(x, "__next__"):
+            self.refresh_batch_norm(_training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size)
+        return history
+
+    def refresh_batch_norm(self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES):
+        """Recompute the BatchNormalization layers' moving mean and variance, per particle, for the current
+        weights: a training-mode pass over up to `max_examples` of the inputs `x` (arrays, tf.data.Dataset,
+        PyDataset; evenly spaced examples of arrays), weights unchanged, each batch's statistics averaged
+        with its size as weight (SWAG's practice for posterior samples). fit() calls it when training ends.
+        Returns the number of examples used."""
+        return refresh_batch_norm(self, x, batch_size, max_examples)
 
     def predict(self, x, batch_size=None, *args, **kwargs):
         """As keras.Model.predict: the posterior predictive summary (probabilities for classification; the
@@ -475,6 +496,15 @@ def _nonempty(size):
         raise ValueError("The data has no examples (after validation_split): BayesianModel needs at least one "
                          "training example to scale its likelihood.")
     return size
+
+
+def _training_inputs(x, validation_split=0.0):
+    """The inputs fit trains on: arrays less the validation split's last rows (as Keras splits), or x."""
+    if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or not validation_split:
+        return x
+    size = int(np.shape(tf.nest.flatten(x)[0])[0])
+    keep = int(math.floor(size * (1.0 - float(validation_split))))
+    return tf.nest.map_structure(lambda a: a[:keep], x)
 
 
 def _training_targets(x, y, validation_split=0.0, steps_per_epoch=None):

@@ -11,6 +11,7 @@ import os
 import platform
 import time
 
+import keras
 import numpy as np
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -188,3 +189,22 @@ def training_step(loss, variables):
         adam(tape.gradient(value, variables))
         return [value]
     return step
+
+
+def refresh_keras_batch_norm(model, x, batch_size=64):
+    """A plain Keras model's BatchNormalization moving statistics recomputed for its current weights as
+    `BayesianModel.refresh_batch_norm` does for particle networks (each batch's statistics averaged with its
+    size as weight; training-mode passes, weights unchanged), so that comparisons treat both sides alike."""
+    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]  # flat models
+    momenta = [layer.momentum for layer in layers]
+    try:
+        seen = 0
+        for start in range(0, len(x), batch_size):
+            count = len(x[start:start + batch_size])
+            for layer in layers:  # the running average of the batches so far, weighted by their sizes
+                layer.momentum = seen / (seen + count)
+            model(x[start:start + batch_size], training=True)
+            seen += count
+    finally:
+        for layer, momentum in zip(layers, momenta):
+            layer.momentum = momentum

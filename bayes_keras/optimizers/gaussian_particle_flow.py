@@ -40,11 +40,9 @@ class GaussianParticleFlow(ParticleOptimizer):
             or a StepRule. Dimension-wise: one second moment per coordinate shared by all particles,
             which keeps the flow affine (an element-wise Adam would not). "signal_rmsprop"
             (`step_rules.SignalShare(DimWiseRMSProp())`) scales RMSProp's step by the share of the direction
-            that persists between steps: for continuing from a trained network, where RMSProp's steps of
-            about `learning_rate` per weight and step are noise around the optimum (a converted Keras
-            ResNet-20 on the digits keeps its accuracy, 0.982 after 10 epochs at 1e-2, where "rmsprop"
-            ends at 0.944: benchmarks/results/resnet_conversion.md); from scratch it trains much slower
-            (digits MLP NLL 0.150 vs 0.078 after 30 epochs), so it is not the default.
+            that persists between steps: smaller steps where RMSProp's steps of about `learning_rate` per
+            weight are noise around an optimum (e.g. continuing from a trained network); from scratch it
+            trains much slower (digits MLP NLL 0.150 vs 0.078 after 30 epochs), so it is not the default.
         mean_preconditioning: precondition the mean drift by the particle covariance.
         shared_learning_rate: Adam step size for deterministic (shared) weights.
 
