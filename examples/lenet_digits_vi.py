@@ -5,7 +5,7 @@ MGVBP "kronecker" fits a Gaussian with one Kronecker-factored precision A (x) G 
 weights within a layer). All use the same model, prior N(0, 1), split (75/25 stratified), batch 64,
 epochs, N = 10 samples of q per step, and the same N = 10 samples of q for prediction, at temperature
 T = 0.1 (cold posterior: at T = 1 the mean-field optimum under the N(0, 1) prior underfits badly, see
-the README). Prints held-out accuracy, NLL, ECE, Brier and the final training ELBO per example, mean
+docs/results.md). Prints held-out accuracy, NLL, ECE, Brier and the final training ELBO per example, mean
 ± std over seeds, and writes benchmarks/results/lenet_digits_vi.{json,md}.
 
     python examples/lenet_digits_vi.py             # 5 seeds, ~4 minutes on 2 CPU cores

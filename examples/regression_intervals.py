@@ -31,7 +31,7 @@ def main():
     model = bk.zoo.mlp(x.shape[1], 1, (50,), num_particles=10, likelihood="normal")
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(),
                   metrics=[bk.metrics.IntervalCoverage(0.95), bk.metrics.IntervalWidth(0.95), "mae"])
-    # the Keras idiom against overfitting: the learned noise follows the training residuals (README)
+    # the Keras idiom against overfitting: the learned noise follows the training residuals (docs/results.md)
     stop = keras.callbacks.EarlyStopping(monitor="val_nll", patience=20, restore_best_weights=True)
     model.fit(x, y, epochs=args.epochs, batch_size=32, validation_split=0.2, callbacks=[stop], verbose=0)
     logs = model.evaluate(x_test, y_test, verbose=0, return_dict=True)
