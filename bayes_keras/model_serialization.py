@@ -12,6 +12,7 @@ import keras
 from bayes_keras import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
+from bayes_keras.export import export_predictive
 
 
 class ModelSerialization:
@@ -90,8 +91,6 @@ class ModelSerialization:
         bayes_keras: see `bayes_keras.export.export_predictive`. Other formats export the per-particle
         outputs (Keras' own export)."""
         if format == "tf_saved_model":
-            from bayes_keras.export import export_predictive
-
             return export_predictive(self, filepath, input_signature=input_signature,
                                      verbose=True if verbose is None else verbose)
         return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)

@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
+from bayes_keras.likelihoods import Likelihood
 
 SUPPORTED_LAYERS = ("Dense", "Conv1D", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding", "BatchNormalization")
 FISHER_TYPES = ("empirical", "true")
@@ -538,8 +539,6 @@ def conv_patches(layer, x):
 def sampled_negative_log_likelihood(likelihood, outputs, seed=None):
     """-log p(y~_bn | x_b, w_n) (batch, N) for labels drawn from each particle's own predictive: the
     likelihood's own `sampled_negative_log_likelihood` (bayes_keras.likelihoods.Likelihood)."""
-    from bayes_keras.likelihoods import Likelihood
-
     if not isinstance(likelihood, Likelihood):
         raise ValueError(f"The true Fisher samples labels from a bayes_keras likelihood; {type(likelihood).__name__} "
                          "is not supported. Use fisher='empirical'.")

@@ -19,7 +19,7 @@ Conventions (used by every kernel, by bayes_keras.inference.svgd and by MatrixSV
 import numpy as np
 import tensorflow as tf
 
-from bayes_keras._config import Configurable, config_repr, resolve
+from bayes_keras._config import Configurable, config_repr
 
 _MIN_BANDWIDTH = 1e-12
 
@@ -150,12 +150,3 @@ class RadialKernel(Kernel):
 
     def get_config(self):
         return {"bandwidth": self.bandwidth, "divide_by_log_n": self.divide_by_log_n}
-
-
-def get(identifier):
-    """A Kernel from a Kernel, a name ("rbf", "imq", "centred_linear") or a serialized config."""
-    from bayes_keras.kernels import centred_linear, imq, rbf
-
-    names = {"rbf": rbf.RBF, "imq": imq.IMQ, "centred_linear": centred_linear.CentredLinear,
-             "centered_linear": centred_linear.CentredLinear, "linear": centred_linear.CentredLinear}
-    return resolve(identifier, Kernel, names, "a kernel (a bayes_keras.kernels.Kernel", default=rbf.RBF)

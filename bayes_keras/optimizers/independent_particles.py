@@ -2,6 +2,7 @@
 
 import keras
 
+from bayes_keras.inference.step_rules import Adam
 from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 
 
@@ -23,8 +24,6 @@ class IndependentParticles(ParticleOptimizer):
     """
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs):
-        from bayes_keras.inference.step_rules import Adam
-
         kwargs.pop("step_rule", None)
         super().__init__(learning_rate=learning_rate, step_rule=Adam(beta_1, beta_2, epsilon), **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon

@@ -35,11 +35,14 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.curvature.capture import CurvatureRequest
+from bayes_keras.curvature.diagonal import per_example_squared_gradients
+from bayes_keras.curvature.kfac import candidate_specs, kfac_factors
 from bayes_keras.inference import mgvbp as core
 from bayes_keras.loaded_state import check_bounded_entry, check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.particle_view import ParticleView
 from bayes_keras.posteriors import DiagonalGaussian, FullGaussian, KroneckerGaussian
+from bayes_keras.priors import Normal
 
 _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
@@ -382,8 +385,6 @@ def _check_block_sizes(view, blocks, structure, max_block_size):
 
 def _kronecker_shapes(view, blocks, max_block_size):
     """Each block is one Dense / Conv2D layer's [kernel; bias] as a (p, q) matrix (KFAC's view)."""
-    from bayes_keras.curvature.kfac import candidate_specs  # noqa: I001 (layers import curvature)
-
     shapes = []
     for g in blocks:
         group = [view.variables[i] for i in g]
@@ -410,8 +411,6 @@ def _kronecker_shapes(view, blocks, max_block_size):
 
 def _prior_vectors(view, block, dtype, user):
     """(mean, precision) vectors of the layers' Normal priors over a block's coordinates."""
-    from bayes_keras.priors import Normal
-
     means, precisions = [], []
     for i in block:
         if view.priors[i] is None:
@@ -430,8 +429,6 @@ def _prior_vectors(view, block, dtype, user):
 def _fisher_diagonal(view, block, records, curvature, dtype):
     """Tempered, data-set-scaled empirical (or sampled-label) Fisher diagonal over a block's coordinates,
     E_q by the mean over the N samples."""
-    from bayes_keras.curvature import per_example_squared_gradients  # noqa: I001 (layers import curvature)
-
     labels = "sampled" if curvature == "fisher" else "observed"
     fisher = {}
     for r in records:
@@ -460,8 +457,6 @@ def _kronecker_targets(view, blocks, kron_index, records, curvature, temperature
     """Per block, the damped KFAC factors (A_hat, G_hat) that P moves toward: this batch's factors
     (dataset scale and temperature in G), E_q by the mean over the samples, with the prior precision
     / T of each row (kernel rows, bias row) as the damping D in A (x) G + D (x) I."""
-    from bayes_keras.curvature.kfac import kfac_factors  # noqa: I001 (layers import curvature)
-
     fisher = "true" if curvature == "fisher" else "empirical"
     targets = [None] * len(blocks)
     for r in records:

@@ -15,7 +15,8 @@ class LinearDynamicalSystemProblem(SequentialProblem):
     filter (`exact_posterior`) as ground truth.
 
     Every task draws its own A and B, so an operator meta-trained here is evaluated on systems it has
-    never seen. Entries are standard normal, then A is scaled to spectral radius `transition_radius` and
+    never seen; or pass `system=(A, B)` to fix one system for every task, as the paper's Table 1 does
+    (`sample_system` draws one from the same distribution). Entries are standard normal, then A is scaled to spectral radius `transition_radius` and
     B multiplied by `observation_scale`: the authors' released 10-D system has entry standard deviations
     0.27 (A, spectral radius 0.99) and 0.23 (B), while unscaled N(0, 1) matrices make the state grow by
     about sqrt(d) per step (1e11 after 25 steps at d = 10), beyond float32 and any particle method.
@@ -34,7 +35,7 @@ class LinearDynamicalSystemProblem(SequentialProblem):
     state_space = True
 
     def __init__(self, dim, transition_radius=0.99, observation_scale=0.25, prior_std=1.0, transition_std=1.0,
-                 observation_std=1.0):
+                 observation_std=1.0, system=None):
         if int(dim) < 1:
             raise ValueError(f"LinearDynamicalSystemProblem: dim must be a positive integer; got {dim!r}.")
         for name, value in (("transition_radius", transition_radius), ("observation_scale", observation_scale),
@@ -48,6 +49,18 @@ class LinearDynamicalSystemProblem(SequentialProblem):
         self.prior_std = float(prior_std)
         self.transition_std = float(transition_std)
         self.observation_std = float(observation_std)
+        self.system = None
+        if system is not None:
+            if not (isinstance(system, (tuple, list)) and len(system) == 2):
+                raise ValueError("LinearDynamicalSystemProblem: system must be a pair (A, B) of "
+                                 f"({dim}, {dim}) matrices; got {type(system).__name__}.")
+            a, b = (np.asarray(m, np.float64) for m in system)
+            if a.shape != (self.latent_dim,) * 2 or b.shape != (self.latent_dim,) * 2:
+                raise ValueError(f"LinearDynamicalSystemProblem: system must be a pair (A, B) of ({dim}, {dim}) "
+                                 f"matrices; got shapes {a.shape} and {b.shape}.")
+            if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+                raise ValueError("LinearDynamicalSystemProblem: system (A, B) holds NaN or Inf entries.")
+            self.system = (a, b)
 
     def sample_system(self, rng):
         """One (A, B) pair of the task distribution."""
@@ -57,8 +70,10 @@ class LinearDynamicalSystemProblem(SequentialProblem):
         return a, self.observation_scale * rng.normal(size=(d, d))
 
     def sample_tasks(self, num_tasks, length, rng, system=None):
-        """Tasks with fresh (A, B) each (or the given `system` = (A, B) for all) and their observations."""
+        """Tasks with fresh (A, B) each (or the given `system` = (A, B), else the problem's own fixed system,
+        for all) and their observations."""
         d = self.latent_dim
+        system = self.system if system is None else system
         systems = [self.sample_system(rng) if system is None else system for _ in range(num_tasks)]
         a = np.stack([s[0] for s in systems])
         b = np.stack([s[1] for s in systems])
@@ -130,4 +145,5 @@ class LinearDynamicalSystemProblem(SequentialProblem):
     def get_config(self):
         return {"dim": self.latent_dim, "transition_radius": self.transition_radius,
                 "observation_scale": self.observation_scale, "prior_std": self.prior_std,
-                "transition_std": self.transition_std, "observation_std": self.observation_std}
+                "transition_std": self.transition_std, "observation_std": self.observation_std,
+                "system": None if self.system is None else [m.tolist() for m in self.system]}

@@ -28,23 +28,3 @@ def serialize(prior):
 
 def deserialize(config):
     return keras.saving.deserialize_keras_object(config)
-
-
-def get(identifier):
-    """Resolve `None` (the default prior), a `Prior`, a float (Normal scale) or a config dict."""
-    from bayes_keras.priors.normal import Normal
-
-    if identifier is None:
-        return Normal()
-    if isinstance(identifier, Prior):
-        return identifier
-    if isinstance(identifier, (int, float)) and not isinstance(identifier, bool):
-        return Normal(scale=float(identifier))
-    if isinstance(identifier, str) and identifier == "he":
-        return Normal(scale="he")
-    if isinstance(identifier, dict):
-        return deserialize(identifier)
-    raise ValueError(
-        "Expected a prior: a bayes_keras.priors.Prior, a positive float (scale of a zero-mean "
-        f"Normal), 'he', a config dict or None; got {identifier!r}."
-    )

@@ -3,6 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras.model import BayesianModel
 from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.particle_view import ParticleView
 from bayes_keras.priors import Normal
@@ -13,8 +14,6 @@ class ModelTarget:
     own step (`bayesian_gradients`); the layers' Normal priors, tempered to N(loc, T s^2), are the prior."""
 
     def __init__(self, model, x, y, batch_size, sample_weight, seed):
-        from bayes_keras.model import BayesianModel  # noqa: I001
-
         if not isinstance(model, BayesianModel):
             raise ValueError(f"refine needs a bayes_keras.BayesianModel; got {type(model).__name__}.")
         optimizer = getattr(model, "optimizer", None)

@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from bayes_keras.refinement import auxiliary
 from bayes_keras.refinement.conditional_gaussians import ConditionalGaussians
+from bayes_keras.refinement.density_target import DensityTarget
+from bayes_keras.refinement.model_target import ModelTarget
 
 
 @dataclasses.dataclass
@@ -101,8 +103,6 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
         >>> history.history["elbo_aux"]                      # base ELBO, then one bound per stage
         >>> probs = model.predict(x_test)                    # now from the refined samples
     """
-    from bayes_keras.refinement.model_target import ModelTarget  # noqa: I001
-
     target = ModelTarget(model, x, y, batch_size, sample_weight, seed)
     m = target.num_particles
     if num_samples is not None and num_samples != m:
@@ -150,8 +150,6 @@ def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0
     Returns:
         (samples (M, D) numpy, `RefinementHistory`).
     """
-    from bayes_keras.refinement.density_target import DensityTarget  # noqa: I001
-
     _check_positive_int(num_samples, "num_samples")
     target = DensityTarget(log_likelihood, mean, stddev, prior_loc, prior_scale, dtype, eval_samples)
     d = target.dim
@@ -179,8 +177,6 @@ def fit_mean_field(log_likelihood, dim, prior_loc=0.0, prior_scale=1.0, steps=20
     Returns:
         (mean (D,), stddev (D,), elbo) as numpy arrays and a float.
     """
-    from bayes_keras.refinement.density_target import DensityTarget  # noqa: I001
-
     _check_positive_int(num_restarts, "num_restarts")
     _check_positive_int(dim, "dim")
     rng = np.random.default_rng(seed)
