@@ -161,6 +161,25 @@ def test_kalman_filter_equals_tfp_linear_gaussian_state_space_model():
         np.testing.assert_allclose(covariances[k], filtered.filtered_covs.numpy(), rtol=1e-8, atol=1e-8)
 
 
+def test_a_fixed_system_is_used_by_every_task():
+    """The paper's Table 1 protocol: one (A, B) for training and test sequences; bad systems refused."""
+    base = pfbr.LinearDynamicalSystemProblem(dim=3)
+    a, b = base.sample_system(np.random.default_rng(0))
+    problem = pfbr.LinearDynamicalSystemProblem(dim=3, system=(a, b))
+    task, observations = problem.sample_tasks(4, 5, np.random.default_rng(1))
+    for k in range(4):
+        np.testing.assert_allclose(task["transition"][k], a, rtol=1e-6)
+        np.testing.assert_allclose(task["observation"][k], b, rtol=1e-6)
+    assert not np.allclose(observations[0], observations[1])          # new states and noise per sequence
+    assert pfbr.LinearDynamicalSystemProblem(**problem.get_config()).system[0].tolist() == a.tolist()
+    fresh, _ = base.sample_tasks(2, 5, np.random.default_rng(1))
+    assert not np.allclose(fresh["transition"][0], fresh["transition"][1])
+    with pytest.raises(ValueError, match="pair \\(A, B\\) of \\(3, 3\\)"):
+        pfbr.LinearDynamicalSystemProblem(dim=3, system=(a, b[:2]))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        pfbr.LinearDynamicalSystemProblem(dim=3, system=(a * np.nan, b))
+
+
 def test_sequential_monte_carlo_recovers_conjugate_and_kalman_posteriors():
     problem = pfbr.GaussianMeanProblem(dim=2)
     task, observations = problem.sample_tasks(3, 20, np.random.default_rng(5), prefix=0)
