@@ -42,6 +42,9 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
     layers = batch_norm_layers(model)
     if not layers:
         return 0
+    if x is None:
+        raise ValueError("refresh_batch_norm needs the training inputs x (arrays, a tf.data.Dataset or a PyDataset); "
+                         "got None.")
     if isinstance(max_examples, bool) or not isinstance(max_examples, (int, np.integer)) or max_examples < 1:
         raise ValueError(f"refresh_batch_norm: max_examples must be a positive integer; got {max_examples!r}.")
     batched = isinstance(x, (tf.data.Dataset, keras.utils.PyDataset))

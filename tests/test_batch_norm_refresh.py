@@ -107,6 +107,8 @@ def test_bad_arguments_and_models_without_batch_norm():
         model.fit(x, y, epochs=1, verbose=0, refresh_batch_norm="yes")
     with pytest.raises(ValueError, match="max_examples must be a positive integer"):
         model.refresh_batch_norm(x, max_examples=0)
+    with pytest.raises(ValueError, match="needs the training inputs x"):
+        model.refresh_batch_norm(None)
     with pytest.raises(ValueError, match="no examples"):
         model.refresh_batch_norm(x[:0])
     inputs = keras.Input((3,))
