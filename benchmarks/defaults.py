@@ -81,14 +81,19 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     lines = [f"Every optimizer with no constructor arguments, {args.epochs} epochs, 10 particles, seeds {args.seeds} "
-             "(held-out accuracy / NLL of the posterior predictive; mean over seeds)", "",
+             "(held-out accuracy / NLL of the posterior predictive; mean over seeds" +
+             (", ± standard error" if len(args.seeds) > 1 else "") + ")", "",
              "| optimizer | " + " | ".join(args.tasks) + " |", "|---|" + "---|" * len(args.tasks)]
     for optimizer_name in args.optimizers:
         cells = []
         for task_name in args.tasks:
             got = [r for r in rows if r["task"] == task_name and r["optimizer"] == optimizer_name]
-            acc, nll = np.mean([r["accuracy"] for r in got]), np.mean([r["nll"] for r in got])
-            cells.append(f"{acc:.3f} / {nll:.3f}")
+            acc, nll = np.array([r["accuracy"] for r in got]), np.array([r["nll"] for r in got])
+            if len(got) > 1:
+                se = lambda v: v.std(ddof=1) / np.sqrt(len(v))  # noqa: E731
+                cells.append(f"{acc.mean():.3f} ± {se(acc):.3f} / {nll.mean():.3f} ± {se(nll):.3f}")
+            else:
+                cells.append(f"{acc.mean():.3f} / {nll.mean():.3f}")
         lines.append(f"| {optimizer_name}() | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)

@@ -4,8 +4,8 @@ with no arguments except structure / mode, against the long NUTS run of tests/fi
 Errors are those of the WORST coordinate: |mean - mean_nuts| / sd_nuts and sd / sd_nuts.
 
 Measured (seed 0, this file's configurations):
-- MatrixSVGD() (N = 100): worst mean error 0.37 after 100 steps and 0.32 after 300, where SVGD() is at 1.22
-  and 0.32: ahead at 100 steps, a tie at 300, where both have reached SVGD's finite-N fixed point (after 3,000
+- MatrixSVGD() (N = 100): worst mean error 0.68 after 100 steps and 0.32 after 300, where SVGD() is at 1.22
+  and 0.32 (with the signal share's decay 0.9 instead of 0.97: 0.37 and 0.32): ahead at 100 steps, a tie at 300, where both have reached SVGD's finite-N fixed point (after 3,000
   steps: 0.32 vs 0.33; N = 100 particles in 31 dimensions collapse to sd ratios 0.13-0.55, so their mean
   sits between the MAP, up to 0.33 sd from the posterior mean, and the mean). The unscaled MatrixSVGD(0.1)
   of earlier releases was at 2.24 and 2.08.
@@ -70,7 +70,7 @@ def test_matrix_svgd_default_is_ahead_of_svgd(reference):
     vanilla = fit_breast_cancer(bk.optimizers.SVGD(), 100, (100, 300))
     m100, v100 = worst_errors(matrix[100], reference)[0], worst_errors(vanilla[100], reference)[0]
     m300, v300 = worst_errors(matrix[300], reference)[0], worst_errors(vanilla[300], reference)[0]
-    assert m100 < 0.7 * v100, (m100, v100)  # measured 0.37 vs 1.22
+    assert m100 < 0.7 * v100, (m100, v100)  # measured 0.68 vs 1.22
     assert m300 < v300 + 0.03, (m300, v300)  # measured 0.32 vs 0.32: both at the finite-N fixed point
 
 
