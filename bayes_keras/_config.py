@@ -31,7 +31,7 @@ def check_number(value, what, positive=True, allow_none=False, allow_zero=False)
     paths, so a saved NaN or inf is refused on load as on construction."""
     if value is None and allow_none:
         return None
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    number = is_real(value) and math.isfinite(float(value))
     if number and positive:
         number = float(value) > 0 or (allow_zero and float(value) == 0)
     if not number:

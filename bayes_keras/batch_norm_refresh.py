@@ -15,17 +15,15 @@ averages would reach with a momentum that weights every batch alike. `BayesianMo
 end of training (`fit(..., refresh_batch_norm=False)` keeps the running averages).
 """
 
-import weakref
-
 import keras
 import numpy as np
 import tensorflow as tf
 from keras.src.trainers import data_adapters
 
 from bayes_keras.layers.batch_normalization import BatchNormalization
+from bayes_keras.particle_trainer import particle_function
 
 DEFAULT_MAX_EXAMPLES = 4096
-_FORWARDS = weakref.WeakKeyDictionary()  # model -> its compiled training-mode forward pass
 
 
 def batch_norm_layers(model):
@@ -51,7 +49,7 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
     if not batched:
         x = _spread_subset(x, int(max_examples))
     adapter = data_adapters.get_data_adapter(x, batch_size=None if batched else (batch_size or 32), shuffle=False)
-    forward = _forward(model)
+    forward = particle_function(model, training=True)
     moving = [(layer, variable) for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
     totals = [np.zeros(variable.shape, np.float64) for _, variable in moving]
     seen = 0
@@ -84,16 +82,3 @@ def _spread_subset(x, max_examples):
         return x
     index = np.linspace(0, size - 1, max_examples).round().astype(np.int64)
     return tf.nest.map_structure(lambda a: tf.gather(a, index) if tf.is_tensor(a) else np.asarray(a)[index], x)
-
-
-def _forward(model):
-    function = _FORWARDS.get(model)
-    if function is None:
-        owner = weakref.ref(model)
-
-        def training_forward(inputs):
-            owner()(inputs, training=True)
-
-        function = tf.function(training_forward, reduce_retracing=True)
-        _FORWARDS[model] = function
-    return function

@@ -449,8 +449,7 @@ def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
     leaves = tf.nest.flatten(x)
     if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
         n = int(leaves[0].shape[0])
-        # Keras trains on the first floor(n (1 - validation_split)) rows (array_slicing.train_validation_split)
-        return _nonempty(int(math.floor(n * (1.0 - float(validation_split or 0.0)))))
+        return _nonempty(_training_rows(n, validation_split))
     raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
                      "or compile().")
 
@@ -498,12 +497,17 @@ def _nonempty(size):
     return size
 
 
+def _training_rows(size, validation_split):
+    """How many of `size` rows fit trains on: Keras keeps the first floor(size (1 - validation_split))
+    (array_slicing.train_validation_split)."""
+    return int(math.floor(size * (1.0 - float(validation_split or 0.0))))
+
+
 def _training_inputs(x, validation_split=0.0):
     """The inputs fit trains on: arrays less the validation split's last rows (as Keras splits), or x."""
     if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or not validation_split:
         return x
-    size = int(np.shape(tf.nest.flatten(x)[0])[0])
-    keep = int(math.floor(size * (1.0 - float(validation_split))))
+    keep = _training_rows(int(np.shape(tf.nest.flatten(x)[0])[0]), validation_split)
     return tf.nest.map_structure(lambda a: a[:keep], x)
 
 
@@ -524,7 +528,7 @@ def _training_targets(x, y, validation_split=0.0, steps_per_epoch=None):
         return np.concatenate([np.asarray(x[i][1]) for i in range(batches)])
     if y is not None:
         y = np.asarray(y)
-        return y[:int(math.floor(len(y) * (1.0 - float(validation_split or 0.0))))]
+        return y[:_training_rows(len(y), validation_split)]
     raise ValueError(f"The likelihood fits constants to the training targets before the first step (e.g. "
                      f"Normal's standardisation), which fit cannot read from {type(x).__name__}: pass arrays or a "
                      "tf.data.Dataset, or call model.likelihood.adapt(y_train) before fit (or use "

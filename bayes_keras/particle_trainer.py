@@ -365,7 +365,7 @@ class ParticleTrainer:
                              "generator); got None.")
         adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
                                                  steps_per_epoch=steps, shuffle=False)
-        function = _particle_function(self)
+        function = particle_function(self)
         outputs = []
         for step, batch in enumerate(adapter.get_tf_dataset()):
             if steps is not None and step >= steps:
@@ -450,24 +450,25 @@ def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
     return grads, scaled_loglik, loss
 
 
-_PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()  # model -> its compiled per-particle forward pass
+_PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()  # model -> {training: its compiled per-particle forward pass}
 _PARTICLE_FUNCTIONS_LOCK = threading.Lock()
 
 
-def _particle_function(model):
-    """The model's compiled inference pass (batch, N, ...), made once per model (kept off the model, whose
-    attributes Keras tracks and exports)."""
+def particle_function(model, training=False):
+    """The model's compiled forward pass (batch, N, ...) in inference mode (or training mode, whose
+    BatchNormalization layers update their moving statistics), made once per model and mode (kept off the
+    model, whose attributes Keras tracks and exports)."""
     with _PARTICLE_FUNCTIONS_LOCK:
-        function = _PARTICLE_FUNCTIONS.get(model)
+        functions = _PARTICLE_FUNCTIONS.setdefault(model, {})
+        function = functions.get(training)
         if function is None:
             owner = weakref.ref(model)
 
             def particle_outputs(inputs):
                 bound = owner()
-                return tf.cast(bound(inputs, training=False), bound.loss_dtype)
+                return tf.cast(bound(inputs, training=training), bound.loss_dtype)
 
-            function = tf.function(particle_outputs, reduce_retracing=True)
-            _PARTICLE_FUNCTIONS[model] = function
+            function = functions[training] = tf.function(particle_outputs, reduce_retracing=True)
     return function
 
 

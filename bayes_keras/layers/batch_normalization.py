@@ -60,10 +60,9 @@ class BatchNormalization(ParticleLayer):
             raise ValueError(f"BatchNormalization supports axis=-1 (channels last); got axis={axis!r}.")
         momentum = check_number(momentum, "BatchNormalization momentum", positive=False)
         epsilon = check_number(epsilon, "BatchNormalization epsilon")
-        if not 0.0 <= float(momentum) <= 1.0 or not float(epsilon) > 0.0:
-            raise ValueError(f"BatchNormalization needs 0 <= momentum <= 1 and epsilon > 0; got momentum={momentum!r}, "
-                             f"epsilon={epsilon!r}.")
-        self.axis, self.momentum, self.epsilon = axis, float(momentum), float(epsilon)
+        if not 0.0 <= momentum <= 1.0:  # (check_number has refused a non-positive epsilon)
+            raise ValueError(f"BatchNormalization needs 0 <= momentum <= 1; got momentum={momentum!r}.")
+        self.axis, self.momentum, self.epsilon = axis, momentum, epsilon
         self.center, self.scale = bool(center), bool(scale)
         if not isinstance(synchronized, bool):
             raise ValueError(f"BatchNormalization synchronized must be True or False; got {synchronized!r}.")

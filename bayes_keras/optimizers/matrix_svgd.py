@@ -1,7 +1,6 @@
 """MatrixSVGD: SVGD with matrix-valued kernels (Wang, Tang, Bajaj & Liu 2019)."""
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
@@ -112,8 +111,6 @@ class MatrixSVGD(PreconditionedOptimizer):
             raise ValueError("MatrixSVGD rescaling='quadratic' is defined for mode='average' only (its driving term "
                              "has one curvature); use rescaling='none' or 'auto' with mode='mixture'.")
         mixture_beta = check_number(mixture_beta, "mixture_beta", allow_zero=True)
-        if isinstance(mixture_beta, bool) or not np.isfinite(mixture_beta) or mixture_beta < 0:
-            raise ValueError(f"mixture_beta must be a non-negative number; got {mixture_beta!r}.")
         super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
         self.kernel = kernels_lib.get(kernel)
         if kernel_metric == "q" and not isinstance(self.kernel, kernels_lib.RadialKernel):
