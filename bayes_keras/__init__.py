@@ -11,16 +11,18 @@ if _keras.backend.backend() != "tensorflow":
         f"bayes_keras needs the TensorFlow backend of Keras 3; KERAS_BACKEND is {_keras.backend.backend()!r}."
     )
 
-from bayes_keras import callbacks, curvature, datasets, inference, layers, likelihoods, metrics, optimizers, priors, schedules, zoo  # noqa: E402
+from bayes_keras import callbacks, core, curvature, datasets, layers, likelihoods, metrics, optimizers, priors, schedules, zoo  # noqa: E402
+from bayes_keras.core import step_rules  # noqa: E402
+from bayes_keras.functional import ParticleRun, run_particles  # noqa: E402
 from bayes_keras.model import BayesianModel  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "inference",
-           "schedules", "curvature"]
+__all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "core",
+           "step_rules", "run_particles", "ParticleRun", "schedules", "curvature"]
 
 from bayes_keras import export, kernels, plots, preconditioners, refinement  # noqa: E402
+from bayes_keras import pfbr  # noqa: E402
 from bayes_keras.bayesianize import bayesianize  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
-from bayes_keras import pfbr  # noqa: E402
 
 __all__ += ["bayesianize", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]

@@ -15,8 +15,8 @@ import tensorflow as tf
 from keras.src.trainers import data_adapters
 
 from bayes_keras import distribute
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo, step_is_finite
 from bayes_keras.curvature import capture
-from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo, step_is_finite
 
 
 class ParticleTrainer:

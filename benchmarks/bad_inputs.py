@@ -38,7 +38,7 @@ EXTRA = {"Embedding": {"num_particles": 2}, "Bidirectional": {"layer": lambda: b
 
 def public_classes():
     modules = (bk.optimizers, bk.layers, bk.priors, bk.kernels, bk.likelihoods, bk.schedules, bk.preconditioners,
-               bk.inference.step_rules)
+               bk.step_rules)
     found = {getattr(m, n) for m in modules for n in dir(m) if not n.startswith("_")}
     return sorted((c for c in found if inspect.isclass(c) and c.__module__.startswith("bayes_keras")
                    and c.__name__ not in NOT_USER_INPUTS), key=lambda c: c.__name__)

@@ -4,7 +4,7 @@ Target: N(0, S) in D = 10 dimensions, S = equicorrelated with correlation rho (0
 variances. The best mean-field Gaussian (the N -> infinity limit of GPF(structure="mean_field")) has
 variances 1 / (S^-1)_ii. GPF with N particles runs 3,000 steps of plain SGD (0.05; full: 10,000 steps of 0.01, since 0.05 diverges
 at rho = 0.9) through
-bayes_keras.inference.run_particles; its marginal variances (the particles' per-coordinate variance,
+bayes_keras.run_particles; its marginal variances (the particles' per-coordinate variance,
 1/N normalisation) are compared with 1 / (S^-1)_ii: the relative error, worst coordinate, median over
 seeds. Full-structure GPF is exact on a Gaussian with N >= D + 1 and is run as a control.
 
@@ -35,7 +35,7 @@ def run(rho, n, structure, seed, steps):
     x0 = np.random.default_rng(seed).standard_normal((n, D))
     optimizer = bk.optimizers.GaussianParticleFlow(0.05 if structure == "mean_field" else 0.01, structure=structure,
                                                     step_rule="sgd")
-    result = bk.inference.run_particles(lambda x: -0.5 * tf.reduce_sum((x @ p) * x, 1), x0, optimizer, steps)
+    result = bk.run_particles(lambda x: -0.5 * tf.reduce_sum((x @ p) * x, 1), x0, optimizer, steps)
     variance = result.particles.var(0)
     target = 1.0 / np.diag(precision) if structure == "mean_field" else np.diag(cov)
     return float(np.max(np.abs(variance / target - 1.0)))

@@ -88,7 +88,7 @@ def main():
             runs = []
             for seed in SEEDS:
                 x0 = np.random.default_rng(seed).standard_normal((N_PARTICLES, x.shape[1]))  # from the prior
-                run = bk.inference.run_particles(log_prob, x0, make(lr), STEPS, record_trajectory=True)
+                run = bk.run_particles(log_prob, x0, make(lr), STEPS, record_trajectory=True)
                 runs.append(test_ll(run.trajectory, xt, yt))
             curves[(name, lr)] = np.mean(runs, axis=0)
             print(f"{name:38s} lr {lr:<6g} final test LL {np.mean(curves[(name, lr)][-STEPS // 4:]):.4f}",

@@ -7,7 +7,7 @@ iteration (0..T), for
   average   bk.optimizers.MatrixSVGD(mode="average") with the exact Hessian (HessianPreconditioner)
   mixture   bk.optimizers.MatrixSVGD(mode="mixture") with the exact Hessian, anchors = particles
 
-all run through the functional door (bk.inference.run_particles), 50 particles, the same initial
+all run through the functional door (bk.run_particles), 50 particles, the same initial
 particles x0 ~ N(0, 1.5^2 I) per seed (the paper's setting), T = 300 iterations.
 
 Targets (the authors' definitions, dilinwang820/matrix_svgd 2d_toy/code/environment.py and run_exp.py,
@@ -68,7 +68,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bayes_keras as bk  # noqa: E402
 import harness  # noqa: E402
-from bayes_keras.inference.step_rules import StepRule  # noqa: E402
+from bayes_keras.core.step_rules import StepRule  # noqa: E402
 
 RESULTS = harness.RESULTS_DIR
 # (name, mode, curvature source); "hessian": exact Hessian of -log p, eigenvalue-clipped;
@@ -195,7 +195,7 @@ def make_optimizer(method, config, surrogate, min_eigenvalue):
 def run_one(log_prob, surrogate, x0, method, config, iters, mmd, min_eigenvalue):
     opt = make_optimizer(method, config, surrogate, min_eigenvalue)
     t0 = time.perf_counter()
-    run = bk.inference.run_particles(log_prob, x0, opt, iters, record_trajectory=True)
+    run = bk.run_particles(log_prob, x0, opt, iters, record_trajectory=True)
     seconds = time.perf_counter() - t0
     traj = run.trajectory.astype(np.float64)
     curve = np.array([mmd(p) if np.all(np.isfinite(p)) else np.nan for p in traj])

@@ -19,8 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import bayes_keras as bk  # noqa: E402
 from bayes_keras import pfbr  # noqa: E402
+import bayes_keras as bk  # noqa: E402
 
 
 def main():

@@ -116,7 +116,7 @@ def run_gpf_breast_cancer(num_steps, num_particles=256, seed=0, learning_rate=1.
     init = init_spread * np.random.default_rng(seed).standard_normal((num_particles, 31)).astype(np.float32)
     opt = bk.optimizers.GaussianParticleFlow(learning_rate, structure="full", step_rule=step_rule,
                                              mean_preconditioning=False)
-    return bk.inference.run_particles(breast_cancer_log_prob(), init, opt, num_steps)
+    return bk.run_particles(breast_cancer_log_prob(), init, opt, num_steps)
 
 
 # -- tolerances ----------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import bayes_keras as bk
 from bayes_keras import atomic_files
+import bayes_keras as bk
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "save_loop.py")
 

@@ -69,7 +69,7 @@ def test_bad_input_is_refused_clearly(name):
     lambda: bk.optimizers.MeanFieldVI(epsilon=np.nan), lambda: bk.optimizers.MGVBP(max_halvings=-1),
     lambda: bk.optimizers.MGVBP(gradient_clip=-1.0), lambda: bk.optimizers.MGVBP(initial_precision=np.inf),
     lambda: bk.optimizers.MGVBP(momentum=np.nan), lambda: bk.optimizers.GaussianParticleFlow(
-        step_rule=bk.inference.step_rules.DimWiseRMSProp(rho=7.0)),
+        step_rule=bk.step_rules.DimWiseRMSProp(rho=7.0)),
     lambda: bk.layers.Dense(units=True)])
 def test_invalid_hyper_parameters_are_refused_at_construction(make):
     """They were accepted, and then every update was skipped (or Dense(units=True) became one unit)."""

@@ -7,7 +7,7 @@ tests/fixtures/make_breast_cancer_nuts.py (tfp NUTS, float64, 4 chains x 100,000
 split R-hat 1.00001, min ESS 560,000; Monte Carlo error of the reference: at most 0.0013 posterior
 sd on a mean and 0.18 % on an sd, negligible here).
 
-GPF runs through the functional door (`bk.inference.run_particles`): plain GPF, i.e. the full-covariance
+GPF runs through the functional door (`bk.run_particles`): plain GPF, i.e. the full-covariance
 flow with the "sgd" step rule (the discretised flow itself, whose fixed points are exactly those of
 GPF), full batch, learning rate 1.5e-2 (half the rate at which it diverges, 3e-2), N = 256 particles
 started at 0.1 * N(0, I) draws (numpy seed 0), 8,000 steps. Runtime: 15-30 s on 2 CPU cores

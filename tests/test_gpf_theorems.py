@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
-from bayes_keras.inference import gaussian_entropy, gpf_direction
+from bayes_keras.optimizers.gaussian_particle_flow import gaussian_entropy, gpf_direction
 from conftest import gaussian_target
 
 D, KAPPA = 20, 100.0
@@ -35,7 +35,7 @@ def test_theorem1_d_plus_one_particles_recover_gaussian_exactly():
     mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=0)
     x0 = np.random.default_rng(1).standard_normal((D + 1, D))
     # eta = 0.01 as in the paper; stability needs eta * lambda_max(Lambda C) < 2 along the way.
-    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
+    run = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
     assert _rel(run.mean, mu) < 1e-3
     assert _rel(run.covariance, sigma) < 1e-3
     assert run.skipped_steps == 0
@@ -45,7 +45,7 @@ def test_theorem3_fewer_particles_give_top_eigenpairs():
     mu, sigma, lam, log_prob = gaussian_target(D, KAPPA, seed=2)
     n = 6
     x0 = np.random.default_rng(3).standard_normal((n, D))
-    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
+    run = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 10000)
     eig = np.sort(np.linalg.eigvalsh(run.covariance))[::-1]
     top = np.sort(lam)[::-1][: n - 1]
     np.testing.assert_allclose(eig[: n - 1], top, rtol=1e-3)
@@ -57,7 +57,7 @@ def test_theorem3_fewer_particles_give_top_eigenpairs():
 def test_free_energy_never_increases_at_small_step():
     _, _, _, log_prob = gaussian_target(D, KAPPA, seed=4)
     x0 = np.random.default_rng(5).standard_normal((D + 1, D))
-    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.005, step_rule="sgd"), 4000)
+    run = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.005, step_rule="sgd"), 4000)
     f = run.free_energy.astype(np.float64)
     # Allow float32 rounding of F (magnitude |F|, unit roundoff 6e-8, summed over ~D terms).
     tol = 1e-6 * (1.0 + np.abs(f[1:]))
@@ -70,7 +70,7 @@ def test_free_energy_check_detects_a_too_large_step():
     _, _, _, log_prob = gaussian_target(D, KAPPA, seed=4)
     x0 = np.random.default_rng(5).standard_normal((D + 1, D))
     with pytest.warns(RuntimeWarning):
-        run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.3, step_rule="sgd"), 200)
+        run = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.3, step_rule="sgd"), 200)
     f = run.free_energy
     assert not np.all(np.diff(f[np.isfinite(f)]) <= 1e-6 * (1 + np.abs(f[np.isfinite(f)][1:])))
 
@@ -124,7 +124,7 @@ def test_dimwise_rules_keep_the_exact_fixed_point(rule, tol):
     recover the Gaussian (constant step: residual oscillation of the adaptive rule sets tol)."""
     mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=8)
     x0 = np.random.default_rng(9).standard_normal((D + 1, D))
-    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(1e-2, step_rule=rule), 10000)
+    run = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(1e-2, step_rule=rule), 10000)
     assert _rel(run.mean, mu) < 1e-3
     assert _rel(run.covariance, sigma) < tol
 
@@ -132,8 +132,8 @@ def test_dimwise_rules_keep_the_exact_fixed_point(rule, tol):
 def test_mean_preconditioning_speeds_up_the_mean():
     mu, sigma, _, log_prob = gaussian_target(D, KAPPA, seed=10)
     x0 = np.random.default_rng(11).standard_normal((D + 1, D))
-    plain = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 3000)
-    pre = bk.inference.run_particles(
+    plain = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd"), 3000)
+    pre = bk.run_particles(
         log_prob, x0, bk.optimizers.GaussianParticleFlow(0.01, step_rule="sgd", mean_preconditioning=True), 3000)
     assert _rel(pre.mean, mu) < 1e-4 < _rel(plain.mean, mu)
     assert _rel(pre.covariance, sigma) < 1e-3
@@ -148,7 +148,7 @@ def test_structures_recover_their_targets():
     def log_prob(x):
         return -0.5 * tf.reduce_sum((x - mu.astype(np.float32)) ** 2 / var.astype(np.float32), axis=1)
 
-    run = bk.inference.run_particles(log_prob, rng.standard_normal((4, 6)),
+    run = bk.run_particles(log_prob, rng.standard_normal((4, 6)),
                                      bk.optimizers.GaussianParticleFlow(0.05, structure="mean_field", step_rule="sgd"),
                                      3000)
     np.testing.assert_allclose(np.diag(run.covariance), var, rtol=1e-3)
@@ -157,7 +157,7 @@ def test_structures_recover_their_targets():
 
 def test_gpf_needs_two_particles():
     with pytest.raises(ValueError, match="at least 2 particles"):
-        bk.inference.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 3)),
+        bk.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 3)),
                                    bk.optimizers.GaussianParticleFlow(0.1), 10)
 
 

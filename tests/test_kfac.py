@@ -14,8 +14,8 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from targets import keras_round_trip
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.curvature import kfac_factors
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
 from bayes_keras.preconditioners.kfac import damped_inverses
 
 SIGMA = 0.7
@@ -630,7 +630,7 @@ def test_unsupported_layers_and_mismatches_are_reported():
         model.fit(x, y, verbose=0)
     # the functional door has no layers
     with pytest.raises(ValueError, match="grouped by layer"):
-        bk.inference.run_particles(lambda p: -tf.reduce_sum(p**2, 1), np.zeros((3, 2)),
+        bk.run_particles(lambda p: -tf.reduce_sum(p**2, 1), np.zeros((3, 2)),
                                    bk.optimizers.MatrixSVGD(0.1, "kfac"), 2)
     with pytest.raises(ValueError, match="deterministic"):
         layer = bk.layers.Dense(2, deterministic=True)

@@ -14,7 +14,7 @@ from scipy.stats import multivariate_normal
 
 import bayes_keras as bk
 from targets import correlated_gaussian_2d, keras_round_trip
-from bayes_keras.inference.svgd import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
+from bayes_keras.optimizers.svgd.stein import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
                                         mixture_log_weights, svgd_direction)
 from bayes_keras.preconditioners import DenseCurvature, IdentityPreconditioner
 
@@ -196,13 +196,13 @@ def test_average_mode_is_vanilla_svgd_after_the_change_of_variables():
 
     x0 = np.random.default_rng(6).standard_normal((10, 3)) * 1.5
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
-    matrix = bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, rescaling="none"), 200)
-    vanilla = bk.inference.run_particles(lambda y: log_p(tf.matmul(y, ih32)), x0 @ half,
+    matrix = bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, rescaling="none"), 200)
+    vanilla = bk.run_particles(lambda y: log_p(tf.matmul(y, ih32)), x0 @ half,
                                          bk.optimizers.SVGD(0.2, step_rule="sgd"), 200)
     np.testing.assert_allclose(matrix.particles, vanilla.particles @ inv_half, rtol=1e-4, atol=1e-4)
     assert np.abs(matrix.particles - x0).max() > 0.5  # they did move
     # mixture: equal Hessians everywhere, uniform weights (beta = 0): the same trajectory
-    mixture = bk.inference.run_particles(
+    mixture = bk.run_particles(
         log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, mode="mixture", mixture_beta=0.0), 200)
     np.testing.assert_allclose(mixture.particles, matrix.particles, rtol=1e-4, atol=1e-4)
 
@@ -215,13 +215,13 @@ def test_functional_door_modes_fit_a_correlated_gaussian():
     x0 = np.random.default_rng(7).standard_normal((50, 2)) * 1.5
     for mode in ["average", "mixture"]:
         opt = bk.optimizers.MatrixSVGD(0.3, "hessian", mode=mode)
-        run = bk.inference.run_particles(log_p, x0, opt, 300)
+        run = bk.run_particles(log_p, x0, opt, 300)
         assert np.all(np.abs(run.mean - mu) < 0.02 * np.sqrt(np.diag(sigma)))
         np.testing.assert_allclose(np.diag(run.covariance), np.diag(sigma), rtol=0.25)
         corr = run.covariance[0, 1] / np.sqrt(run.covariance[0, 0] * run.covariance[1, 1])
         assert abs(corr - 1.2 / np.sqrt(3.0)) < 0.05
     one = bk.optimizers.MatrixSVGD(0.3, "hessian", mode="mixture")
-    bk.inference.run_particles(log_p, x0, one, 1)
+    bk.run_particles(log_p, x0, one, 1)
     curvature = bk.preconditioners.DenseCurvature.from_matrices(tf.constant(np.broadcast_to(
         np.linalg.inv(sigma), (50, 2, 2)).astype(np.float32)))
     _, entropy = matrix_svgd_mixture_direction([tf.constant(x0, tf.float32)], [tf.zeros((50, 2))], bk.kernels.RBF(),
@@ -232,7 +232,7 @@ def test_functional_door_modes_fit_a_correlated_gaussian():
 
 def test_mixture_needs_two_particles():
     with pytest.raises(ValueError, match="at least 2 particles"):
-        bk.inference.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 2)),
+        bk.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 2)),
                                    bk.optimizers.MatrixSVGD(0.1, "hessian", mode="mixture"), 3)
     v = keras.Variable(np.zeros((1, 4), np.float32))
     v.is_particle_variable = True
@@ -244,7 +244,7 @@ def test_nonfinite_curvature_skips_the_update():
     x0 = np.random.default_rng(8).standard_normal((6, 2))
     nan = bk.preconditioners.CallablePreconditioner(lambda x: tf.fill((6, 2, 2), float("nan")))
     opt = bk.optimizers.MatrixSVGD(0.1, nan, mode="mixture", step_rule="rmsprop")
-    run = bk.inference.run_particles(lambda x: -tf.reduce_sum(x**2, 1), x0, opt, 4)
+    run = bk.run_particles(lambda x: -tf.reduce_sum(x**2, 1), x0, opt, 4)
     np.testing.assert_array_equal(run.particles, x0.astype(np.float32))
     assert int(opt.skipped_curvature_steps) == 4 and run.skipped_steps == 0
     assert all(np.all(s.numpy() == 0) for slots in opt._slots for s in slots.values())  # step-rule state untouched
@@ -256,10 +256,10 @@ def test_preconditioner_dimension_mismatch_is_reported():
     log_p = lambda x: -tf.reduce_sum(x**2, 1)  # noqa: E731
     wrong = bk.preconditioners.CallablePreconditioner(lambda x: tf.eye(3, batch_shape=[4]))
     with pytest.raises(ValueError, match=r"must return \(N, D, D\) = \(4, 2, 2\)"):
-        bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, wrong), 2)
+        bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, wrong), 2)
     declared = bk.preconditioners.CallablePreconditioner(lambda x: tf.eye(3, batch_shape=[4]), dim=3)
     with pytest.raises(ValueError, match="declared for D = 3 coordinates, but the particles have D = 2"):
-        bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, declared), 2)
+        bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, declared), 2)
     # a dense preconditioner cannot serve per-layer kernels
     a, b = keras.Variable(np.ones((4, 2), np.float32)), keras.Variable(np.ones((4, 3), np.float32))
     a.is_particle_variable = b.is_particle_variable = True
@@ -388,7 +388,7 @@ def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
 
     opt = bk.optimizers.MatrixSVGD(1e-2, Spy(), mode=mode, kernel_metric=metric)
     x0 = np.random.default_rng(4).standard_normal((N, D)).astype(np.float32)
-    bk.inference.run_particles(lambda p: -0.5 * tf.reduce_sum(p**2, 1), x0, opt, 2)
+    bk.run_particles(lambda p: -0.5 * tf.reduce_sum(p**2, 1), x0, opt, 2)
     assert called and called <= set(opt.curvature_operators)
     if metric == "q":
         assert called == set(opt.curvature_operators)
@@ -426,12 +426,12 @@ def test_rescaled_step_of_one_particle_is_newtons_step():
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)
     x0 = np.random.default_rng(3).standard_normal((1, 3)).astype(np.float32) * 3.0
     with pytest.warns(UserWarning, match="num_particles=1"):
-        run = bk.inference.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(1.0, hess, rescaling="quadratic"), 1)
+        run = bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(1.0, hess, rescaling="quadratic"), 1)
     np.testing.assert_allclose(run.particles[0], mu, atol=1e-4)
     cloud = (np.random.default_rng(4).standard_normal((8, 3)) * 0.05 + 4.0).astype(np.float32)
     moved = []
     for rescaling in ("quadratic", "none"):
-        run = bk.inference.run_particles(log_p, cloud, bk.optimizers.MatrixSVGD(1.0, hess, rescaling=rescaling), 1)
+        run = bk.run_particles(log_p, cloud, bk.optimizers.MatrixSVGD(1.0, hess, rescaling=rescaling), 1)
         moved.append(np.linalg.norm(run.particles.mean(0) - cloud.mean(0)) / np.linalg.norm(mu - cloud.mean(0)))
     assert 0.9 < moved[0] < 1.1 and moved[1] < 0.5, moved  # measured 0.93 and 0.38
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
-from bayes_keras.inference import mgvbp as core
+from bayes_keras.optimizers.gaussian_vi import natural_gradients as core
 from targets import exact_linear_posterior, linear_data, linear_model, paper_mgvbp
 
 

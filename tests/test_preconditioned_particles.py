@@ -15,9 +15,9 @@ def test_hessian_preconditioner_gives_one_newton_step_to_the_mode():
     mu, _, _, log_p = gaussian_target(4, 30.0, seed=3)
     x0 = np.random.default_rng(0).standard_normal((5, 4)) * 3.0
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
-    one = bk.inference.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(1.0, hess), 1)
+    one = bk.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(1.0, hess), 1)
     np.testing.assert_allclose(one.particles, np.tile(mu, (5, 1)), atol=1e-4)
-    half = bk.inference.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(
+    half = bk.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(
         0.5, bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)), 1)
     np.testing.assert_allclose(half.particles - mu, 0.5 * (x0 - mu), atol=1e-4)
 

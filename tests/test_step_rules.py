@@ -1,4 +1,4 @@
-"""Step rules against what they are defined to compute (bayes_keras.inference.step_rules)."""
+"""Step rules against what they are defined to compute (bayes_keras.core.step_rules)."""
 
 import os
 
@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
-from bayes_keras.inference import step_rules  # noqa: E402
+from bayes_keras.core import step_rules  # noqa: E402
 
 
 def _run(rule, directions, learning_rate=0.1):

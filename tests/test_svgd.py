@@ -13,8 +13,8 @@ from scipy.spatial.distance import pdist
 
 import bayes_keras as bk
 from targets import correlated_gaussian_2d, keras_round_trip, linear_data, linear_model
-from bayes_keras.inference.gpf import gpf_direction
-from bayes_keras.inference.svgd import svgd_direction
+from bayes_keras.optimizers.gaussian_particle_flow import gpf_direction
+from bayes_keras.optimizers.svgd.stein import svgd_direction
 
 
 def _autodiff_repulsion(kernel_fn, x):
@@ -112,9 +112,9 @@ def test_centred_linear_svgd_follows_gpf_trajectory_and_recovers_gaussian():
         return -0.5 * tf.reduce_sum(tf.matmul(z, prec) * z, axis=1)
 
     x0 = rng.standard_normal((4, 3))
-    svgd = bk.inference.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05, kernel="centred_linear",
+    svgd = bk.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05, kernel="centred_linear",
                                                                        step_rule="sgd"), 3000)
-    gpf = bk.inference.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.05, step_rule="sgd"), 3000)
+    gpf = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.05, step_rule="sgd"), 3000)
     np.testing.assert_allclose(svgd.particles, gpf.particles, atol=1e-4)
     np.testing.assert_allclose(svgd.mean, mu, atol=1e-3)
     np.testing.assert_allclose(svgd.covariance, sigma, atol=1e-3 * np.abs(sigma).max())
@@ -127,7 +127,7 @@ def test_rbf_svgd_converges_on_a_2d_gaussian():
     correlation within 0.004. The test allows 0.05 sd, 25% and 0.05."""
     mu, sigma, log_prob = correlated_gaussian_2d()
     x0 = np.random.default_rng(4).standard_normal((50, 2)) * 1.5
-    run = bk.inference.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05), 2000)
+    run = bk.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05), 2000)
     sd = np.sqrt(np.diag(sigma))
     assert np.all(np.abs(run.mean - mu) < 0.05 * sd)
     np.testing.assert_allclose(np.diag(run.covariance), np.diag(sigma), rtol=0.25)

@@ -13,7 +13,7 @@ class CentredLinear(Kernel):
     With this kernel SVGD's direction is exactly the Gaussian particle flow's (Galy-Fajou et al. 2021;
     Liu & Wang 2018 "SVGD as moment matching"): with g = grad of the NEGATIVE log density, z = x - m,
         phi(x_i) = (1/N) sum_j [(1 + z_j . z_i)(-g_j) + z_i] = -(g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i),
-    i.e. -Delta_i of bayes_keras.inference.gpf_direction, with the same 1/N normalisation. The
+    i.e. -Delta_i of bayes_keras.optimizers.gaussian_particle_flow_direction, with the same 1/N normalisation. The
     stop-gradient on m matters: differentiating through m would turn sum_j grad_{x_j} k(x_j, x_i) = N z_i
     into (N - 1) z_i and break the coincidence.
 

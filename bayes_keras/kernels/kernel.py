@@ -1,6 +1,6 @@
 """Kernel base class and the pairwise machinery shared by the SVGD kernels.
 
-Conventions (used by every kernel, by bayes_keras.inference.svgd and by MatrixSVGD):
+Conventions (used by every kernel, by bayes_keras.optimizers.svgd.stein and by MatrixSVGD):
 
 - Particles come as a list of (N, d_v) tensors, one per flattened particle variable; the kernel acts
   on their concatenation x in R^D without ever concatenating.

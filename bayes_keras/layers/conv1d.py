@@ -4,8 +4,8 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.curvature import capture, rules
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 from bayes_keras.layers import grouped_convolution
+from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 

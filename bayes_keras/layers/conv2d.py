@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
+from bayes_keras.curvature import rules
 from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, merge_particle_channels,
                                      split_particle_channels)
 from bayes_keras.layers import grouped_convolution

@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.curvature import rules
 from bayes_keras.curvature import capture
+from bayes_keras.curvature import rules
 from bayes_keras.layers._permute import permute
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer, IMAGE_RANK
 

@@ -1,22 +1,23 @@
-"""Inference methods as Keras optimizers (one file per method)."""
+"""Inference methods as Keras optimizers, one package or file per method (its Keras class and its math).
 
-from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StateWrites, StepInfo
+- gaussian_particle_flow.py: GaussianParticleFlow (GPF)
+- svgd/: SVGD, MatrixSVGD
+- gaussian_vi/: MGVBP, MeanFieldVI (and the Gaussian families they step)
+- ensembles/: IndependentParticles, PreconditionedParticles
+
+The contract they implement (BayesianOptimizer, StepInfo, StateWrites, ParticleView) is bayes_keras.core,
+re-exported here for writing a method of one's own.
+"""
+
+from bayes_keras.core import BayesianOptimizer, ParticleOptimizer, ParticleView, StateWrites, StepInfo
+from bayes_keras.optimizers.ensembles import IndependentParticles, PreconditionedParticles
 from bayes_keras.optimizers.gaussian_particle_flow import GaussianParticleFlow
-from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
-from bayes_keras.optimizers.independent_particles import IndependentParticles
-from bayes_keras.optimizers.mean_field_vi import MeanFieldVI
-from bayes_keras.optimizers.mgvbp import MGVBP
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
-from bayes_keras.optimizers.particle_view import ParticleView
+from bayes_keras.optimizers.gaussian_vi import MGVBP, GaussianVariationalOptimizer, MeanFieldVI
+from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
+from bayes_keras.optimizers.svgd import SVGD, MatrixSVGD
 
 GPF = GaussianParticleFlow
 
-__all__ = ["BayesianOptimizer", "StepInfo", "StateWrites", "ParticleView", "ParticleOptimizer", "GaussianParticleFlow", "GPF", "IndependentParticles", "GaussianVariationalOptimizer",
-           "MGVBP", "MeanFieldVI"]
-
-from bayes_keras.optimizers.svgd import SVGD  # noqa: E402
-from bayes_keras.optimizers.matrix_svgd import MatrixSVGD  # noqa: E402
-from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer  # noqa: E402
-from bayes_keras.optimizers.preconditioned_particles import PreconditionedParticles  # noqa: E402
-
-__all__ += ["SVGD", "MatrixSVGD", "PreconditionedOptimizer", "PreconditionedParticles"]
+__all__ = ["BayesianOptimizer", "StepInfo", "StateWrites", "ParticleView", "ParticleOptimizer", "GaussianParticleFlow",
+           "GPF", "IndependentParticles", "GaussianVariationalOptimizer", "MGVBP", "MeanFieldVI", "SVGD", "MatrixSVGD",
+           "PreconditionedOptimizer", "PreconditionedParticles"]

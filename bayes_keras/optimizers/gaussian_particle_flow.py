@@ -1,13 +1,168 @@
-"""GaussianParticleFlow: the Keras optimizer for GPF (Galy-Fajou et al. 2021)."""
+"""Gaussian particle flow (Galy-Fajou et al. 2021): the Keras optimizer and its math, in one place.
 
+The flow's math is pure tensor functions (`gpf_direction`, `gaussian_entropy`, `particle_cloud`); the
+optimizer `GaussianParticleFlow` below calls them from its `prepare_step` / `report` / `direction`.
+
+Notation (Galy-Fajou, Perrone & Opper, "Flexible and Efficient Inference with Particles for the
+Variational Gaussian Approximation", Entropy 2021, https://doi.org/10.3390/e23080990): particles x_i
+(i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i), m = mean_i x_i, z_i = x_i - m. The discretised flow (Eq. 13) moves every particle along
+
+    x_i <- x_i - eta * Delta_i,   Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
+
+i.e. Delta = 1 g_bar^T + (1/N) K G - Z with the N x N Gram K = Z Z^T (rows are particles), so the
+D x D matrix A = I - E[g z^T] is never formed: cost O(N^2 D).
+
+Structures: "full" uses one Gram over all coordinates; a list of groups (e.g. one per layer) gives
+a block-diagonal A (structured mean-field, Sec. 3.5); "mean_field" a diagonal A.
+
+All functions take lists of (N, d_v) float tensors, one per variable, so callers never concatenate.
+"""
+
+import math
 import warnings
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from bayes_keras.inference.gpf import ParticleCloud, gaussian_entropy, gpf_direction, particle_cloud
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
+
+_LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
+
+
+def _centre(xs):
+    return [x - tf.reduce_mean(x, axis=0, keepdims=True) for x in xs]
+
+
+def _gram(zs):
+    """K = sum_v Z_v Z_v^T, the N x N Gram of a block given as its variables' (N, d_v) pieces."""
+    return tf.add_n([tf.matmul(z, z, transpose_b=True) for z in zs])
+
+
+class ParticleCloud(NamedTuple):
+    """What both the flow's direction and the entropy of the particles' Gaussian are built from:
+    the particles, their centred values Z_v and one N x N Gram K = Z Z^T per block (None for
+    "mean_field"). Computed once per step (GaussianParticleFlow.prepare_step) and handed to both."""
+
+    particles: list
+    centred: list
+    grams: Optional[list]
+
+
+def particle_cloud(particles, groups):
+    """The `ParticleCloud` of (N, d_v) particle tensors under `groups` (as in `gpf_direction`)."""
+    zs = _centre(particles)
+    grams = None if groups == "mean_field" else [_gram([zs[v] for v in group]) for group in groups]
+    return ParticleCloud(list(particles), zs, grams)
+
+
+def _concat(xs, idx):
+    return xs[idx[0]] if len(idx) == 1 else tf.concat([xs[i] for i in idx], axis=1)
+
+
+def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=None):
+    """The GPF pseudo-gradient Delta for every particle (the update is x <- x - step(Delta)).
+
+    Args:
+        particles: list of (N, d_v) tensors (flattened particle variables).
+        grads: list of (N, d_v) gradients of the NEGATIVE log joint at those particles.
+        groups: "mean_field", or a list of lists of indices into `particles`: each inner list is
+            one block of the block-diagonal flow ([[0, 1, ..., V-1]] is the full flow).
+        mean_preconditioning: replace the mean drift g_bar by C g_bar (C the particles' covariance
+            in the block), which makes the mean's convergence independent of the conditioning once
+            C approaches the posterior covariance (a natural gradient on the mean only).
+        cloud: the `particle_cloud(particles, groups)` if already computed (it is then not redone).
+
+    Returns:
+        list of (N, d_v) tensors Delta_v.
+    """
+    cloud = particle_cloud(particles, groups) if cloud is None else cloud
+    zs = cloud.centred
+    n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    if groups == "mean_field":
+        out = []
+        for z, g in zip(zs, grads):
+            gbar = tf.reduce_mean(g, axis=0, keepdims=True)
+            if mean_preconditioning:
+                gbar = tf.reduce_mean(z * z, axis=0, keepdims=True) * gbar
+            psi = tf.reduce_mean(g * z, axis=0, keepdims=True)  # diagonal of E[g z^T]
+            out.append(gbar + z * (psi - 1.0))  # psi and gbar have no particle axis
+        return out
+    out = [None] * len(particles)
+    for group, gram in zip(groups, cloud.grams):  # gram: (N, N)
+        if not mean_preconditioning:
+            # g_bar = (1/N) 1 1^T G, so Delta = ((K + 1 1^T) / N) G - Z: one matmul by an N x N matrix and one
+            # subtraction per variable, no separate passes for the mean, the 1/N and the sum.
+            mixing = (gram + 1.0) / n
+            for v in group:
+                out[v] = tf.matmul(mixing, grads[v]) - zs[v]
+            continue
+        # C g_bar = (1/N) Z^T (Z g_bar), per block.
+        gbars = {v: tf.reduce_mean(grads[v], axis=0, keepdims=True) for v in group}
+        s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
+        for v in group:
+            gbar = tf.matmul(s, zs[v], transpose_a=True) / n
+            out[v] = gbar + tf.matmul(gram, grads[v]) / n - zs[v]
+    return out
+
+
+def gaussian_entropy(particles, groups, cloud=None):
+    """Entropy of the Gaussian N(m, C) defined by the particles, C = Z^T Z / N, in its support.
+
+    With N <= D the covariance is singular (rank N - 1); the entropy is that of the Gaussian on the
+    particles' affine span, from the nonzero eigenvalues of the N x N matrix K / N (the same as
+    those of C; with N > D the D x D covariance is used instead). Block structures sum their blocks'
+    entropies (q factorises over blocks). `cloud`: the `particle_cloud(particles, groups)` if already
+    computed (its centred values and Grams are then reused).
+    """
+    cloud = particle_cloud(particles, groups) if cloud is None else cloud
+    n_int = particles[0].shape[0]
+    n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    if groups == "mean_field":
+        total = 0.0
+        for z in cloud.centred:
+            var = tf.reduce_mean(z * z, axis=0)
+            total += 0.5 * tf.reduce_sum(tf.math.log(tf.maximum(var, 1e-30)) + _LOG_2PI_E)
+        return total
+    total = 0.0
+    for group, particle_gram in zip(groups, cloud.grams):
+        dim = sum(int(particles[v].shape[1]) for v in group)
+        rank = min(n_int - 1, dim)
+        # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
+        small = dim < n_int
+        size = dim if small else n_int
+
+        def log_det(dtype):
+            if small:
+                z = _concat(cloud.centred, group) if dtype == particles[0].dtype else \
+                    _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                gram = tf.matmul(z, z, transpose_a=True)
+            elif dtype == particles[0].dtype:
+                gram = particle_gram  # the direction's K, not recomputed
+            else:
+                # K = sum_v Z_v Z_v^T block by block: concatenating the group first copied every weight.
+                gram = _gram(_centre([tf.cast(particles[v], dtype) for v in group]))
+            gram = tf.cast(gram, tf.float64) / tf.cast(n, tf.float64)
+            finite = tf.reduce_all(tf.math.is_finite(gram))
+            # eigvalsh in float64: float32 eigensolvers fail to converge on the near-singular Grams of
+            # tight clouds. A diverged (non-finite) cloud gives NaN, not an eigensolver error.
+            eig = tf.linalg.eigvalsh(tf.where(finite, gram, tf.eye(size, dtype=tf.float64)))[-rank:]
+            value = tf.reduce_sum(tf.math.log(tf.maximum(eig, 1e-300)))
+            return tf.where(finite, value, tf.constant(float("nan"), tf.float64)), eig
+
+        # The Gram in the particles' dtype resolves eigenvalues down to ~eps * lambda_max; a cloud whose
+        # spreads differ by more (1e5 along rotated axes: the log-determinant fell to the 1e-300 floor,
+        # free energy -360 instead of -23) is redone in float64, which costs 6x on CPU (this runs every
+        # step for the free-energy metric), so only then.
+        logdet, eig = log_det(particles[0].dtype)
+        if particles[0].dtype != tf.float64:
+            resolution = 1e3 * np.finfo(particles[0].dtype.as_numpy_dtype).eps
+            coarse = eig[0] <= resolution * eig[-1]
+            logdet = tf.cond(coarse, lambda: log_det(tf.float64)[0], lambda: logdet)
+        logdet = tf.cast(logdet, particles[0].dtype)
+        total += 0.5 * logdet + 0.5 * rank * _LOG_2PI_E
+    return total
 
 _STRUCTURES = ("full", "layer", "mean_field")
 

@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import preconditioners as preconditioners_lib
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
 
 
 def default_preconditioner():
@@ -41,7 +41,7 @@ class PreconditionedOptimizer(ParticleOptimizer):
         return self.preconditioner.curvature_request
 
     def bind_log_prob(self, log_prob_fn):
-        """Called by bayes_keras.inference.run_particles: lets a HessianPreconditioner see the density."""
+        """Called by bayes_keras.run_particles: lets a HessianPreconditioner see the density."""
         self.preconditioner.bind_log_prob(log_prob_fn)
 
     # -- build / step --------------------------------------------------------------------------

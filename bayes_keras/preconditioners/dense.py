@@ -213,7 +213,7 @@ class HessianPreconditioner(CallablePreconditioner):
 
     The matrix-SVGD paper's choice for its 2-D toys. Rows of the log density must be independent
     (log_prob_fn maps (N, D) -> (N,) row by row). When `log_prob_fn` is None the functional door
-    (bayes_keras.inference.run_particles) binds its log density.
+    (bayes_keras.run_particles) binds its log density.
 
     Args:
         log_prob_fn: (N, D) -> (N,) log density, or None (bound by run_particles). Not serialized.
@@ -221,7 +221,7 @@ class HessianPreconditioner(CallablePreconditioner):
 
     Example:
         >>> opt = bayes_keras.optimizers.MatrixSVGD(0.1, bayes_keras.preconditioners.HessianPreconditioner())
-        >>> run = bayes_keras.inference.run_particles(log_prob, x0, opt, 300)
+        >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
     def __init__(self, log_prob_fn=None, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5,
@@ -240,7 +240,7 @@ class HessianPreconditioner(CallablePreconditioner):
     def _check_bound(self):
         if self.log_prob_fn is None:
             raise ValueError("HessianPreconditioner has no log density: pass log_prob_fn=, or run the optimizer "
-                             "through bayes_keras.inference.run_particles, which binds its log density. (Networks "
+                             "through bayes_keras.run_particles, which binds its log density. (Networks "
                              "trained with model.fit need a curvature from the model, e.g. KFAC.)")
 
     def raw_curvature(self, x):

@@ -3,9 +3,9 @@
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.model import BayesianModel
-from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
-from bayes_keras.optimizers.particle_view import ParticleView
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.priors import Normal
 
 

@@ -12,6 +12,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
+
 
 @dataclasses.dataclass
 class ParticleRun:
@@ -58,8 +60,6 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     x0 = np.asarray(initial_particles, dtype=np.float32)
     if x0.ndim != 2:
         raise ValueError(f"initial_particles must be an (N, D) array; got shape {x0.shape}.")
-    from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StepInfo  # noqa: I001 (cycle)
-
     if not isinstance(optimizer, BayesianOptimizer):
         raise TypeError(f"run_particles needs a bayes_keras.optimizers.BayesianOptimizer; got {type(optimizer).__name__}.")
     x = keras.Variable(x0, name="particles")

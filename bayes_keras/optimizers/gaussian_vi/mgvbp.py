@@ -34,14 +34,16 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import check_number
+from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.curvature.capture import CurvatureRequest
 from bayes_keras.curvature.diagonal import per_example_squared_gradients
 from bayes_keras.curvature.kfac import candidate_specs, kfac_factors
-from bayes_keras.inference import mgvbp as core
 from bayes_keras.loaded_state import check_bounded_entry, check_positive_definite_entry
-from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
-from bayes_keras.optimizers.particle_view import ParticleView
-from bayes_keras.posteriors import DiagonalGaussian, FullGaussian, KroneckerGaussian
+from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
+from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussian
+from bayes_keras.optimizers.gaussian_vi.full_gaussian import FullGaussian
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
 from bayes_keras.priors import Normal
 
 _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
@@ -261,7 +263,7 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def _step(self, j, nat_mu, nat_p, sizes, writes):
         if self.gradient_clip is not None:
-            nat_mu, nat_p = core.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
+            nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
         self._families[j].step(self._state[j], nat_mu, nat_p, *sizes, writes)
 
     def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
@@ -281,7 +283,7 @@ class MGVBP(GaussianVariationalOptimizer):
                 a = theta - m
                 for out, t in zip(sums, (a, g, a * g)):
                     out.append(tf.reduce_sum(t, axis=0))
-            mean_loss_grad, cov = core.diagonal_moments_from_sums(*(tf.concat(t, 0) for t in sums), n,
+            mean_loss_grad, cov = ng.diagonal_moments_from_sums(*(tf.concat(t, 0) for t in sums), n,
                                                                   self._antithetic_for(n))
             nat_p = prec * cov - prec
         self._step(0, -mean_loss_grad / prec, nat_p, self._step_sizes(learning_rate, iteration), writes)
@@ -303,20 +305,20 @@ class MGVBP(GaussianVariationalOptimizer):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self.structure == "diagonal"
         if self.estimator == "gradient":  # full or layer blocks (diagonal: _update_elementwise)
-            return core.reparam_natural_gradient_full(theta, mean, prec, grad,
+            return ng.reparam_natural_gradient_full(theta, mean, prec, grad,
                                                       antithetic=self._antithetic_for(self.view.num_particles))
         if step is None:
             raise ValueError(f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
                              "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
         log_lik = tf.cast(step.log_likelihood, self.posterior_dtype)
-        fn = core.score_natural_gradient_diag if diag else core.score_natural_gradient_full
+        fn = ng.score_natural_gradient_diag if diag else ng.score_natural_gradient_full
         c_mu, c_p = state["c_mean"].value, state["c_precision"].value
         if self.estimator == "score":
             prior_mean, prior_prec = _prior_vectors(self.view, self._blocks[j], self.posterior_dtype, "estimator='score'")
             nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, log_lik, c_mu, c_p, prior_mean,
                                                  prior_prec / step.temperature)
         else:
-            log_q = core.log_q_diag(theta, mean, prec) if diag else core.log_q_full(theta, mean, prec)
+            log_q = ng.log_q_diag(theta, mean, prec) if diag else ng.log_q_full(theta, mean, prec)
             h = log_lik + tf.cast(step.log_prior, self.posterior_dtype) - log_q
             nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, h, c_mu, c_p)
         writes.assign(state["c_mean"], new_c_mu)
@@ -469,7 +471,7 @@ def _kronecker_targets(view, blocks, kron_index, records, curvature, temperature
         prior = _prior_vectors(view, blocks[j], dtype, f"curvature='{curvature}'")[1] / tf.cast(temperature, dtype)
         # each row's prior precision: the block is [kernel rows; bias row] x outputs, flattened row-major
         rows = tf.reshape(prior, (a.shape[-1], g.shape[-1]))[:, 0]
-        targets[j] = core.damped_kronecker_factors(a, g, rows)
+        targets[j] = ng.damped_kronecker_factors(a, g, rows)
     for j, t in enumerate(targets):
         if t is None:
             raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "

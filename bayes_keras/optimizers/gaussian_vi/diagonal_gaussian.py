@@ -3,8 +3,8 @@
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.inference import mgvbp as core
-from bayes_keras.posteriors.gaussian_family import GaussianFamily, current
+from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
+from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 
 tfd = tfp.distributions
 
@@ -33,10 +33,10 @@ class DiagonalGaussian(GaussianFamily):
         return read(state["mean"]), tf.math.rsqrt(read(state["precision"]))
 
     def sample(self, state, eps, read=current):
-        return core.sample_diag(read(state["mean"]), read(state["precision"]), eps)
+        return ng.sample_diag(read(state["mean"]), read(state["precision"]), eps)
 
     def entropy(self, state):
-        return core.entropy_diag(state["precision"].value)
+        return ng.entropy_diag(state["precision"].value)
 
     def distribution(self, state):
         return tfd.Independent(tfd.Normal(state["mean"].value, tf.math.rsqrt(state["precision"].value)), 1)
@@ -50,8 +50,8 @@ class DiagonalGaussian(GaussianFamily):
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
         old_p = state["precision"].value
-        new_p = core.retract_diag(old_p, learning_rate * m_p)
+        new_p = ng.retract_diag(old_p, learning_rate * m_p)
         writes.require(tf.reduce_all(new_p > 0))  # an underflow to 0 is as fatal as an overflow
         for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
-                            ("m_mean", m_mu), ("m_precision", core.transport_diag(m_p, old_p, new_p))):
+                            ("m_mean", m_mu), ("m_precision", ng.transport_diag(m_p, old_p, new_p))):
             writes.assign(state[name], value)

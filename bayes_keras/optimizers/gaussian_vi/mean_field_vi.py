@@ -7,8 +7,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_keras._config import check_number
-from bayes_keras.inference import step_rules
-from bayes_keras.optimizers.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.core import step_rules
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
 
 tfd = tfp.distributions
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0

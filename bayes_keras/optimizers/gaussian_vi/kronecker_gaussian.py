@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.inference import mgvbp as core
-from bayes_keras.posteriors.gaussian_family import GaussianFamily, current
+from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
+from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 
 tfd = tfp.distributions
 
@@ -48,10 +48,10 @@ class KroneckerGaussian(GaussianFamily):
         return tf.linalg.cholesky(read(state["factor_a"])), tf.linalg.cholesky(read(state["factor_g"]))
 
     def sample(self, state, eps, read=current):
-        return core.sample_kronecker(read(state["mean"]), *self._cholesky(state, read), eps)
+        return ng.sample_kronecker(read(state["mean"]), *self._cholesky(state, read), eps)
 
     def entropy(self, state):
-        return core.entropy_kronecker(*self._cholesky(state))
+        return ng.entropy_kronecker(*self._cholesky(state))
 
     def _scales(self, state, rows=None):
         """Lower-triangular square roots of the row and column covariances A^-1, G^-1 (rows: a row range)."""
@@ -76,16 +76,16 @@ class KroneckerGaussian(GaussianFamily):
         = (A_hat, G_hat), then rebalanced."""
         old_a, old_g = state["factor_a"].value, state["factor_g"].value
         chol_a, chol_g = tf.linalg.cholesky(old_a), tf.linalg.cholesky(old_g)
-        m_mu = self.momentum(state, "m_mean", core.kronecker_solve(chol_a, chol_g, mean_gradient), omega)
+        m_mu = self.momentum(state, "m_mean", ng.kronecker_solve(chol_a, chol_g, mean_gradient), omega)
         new = []
         for old, chol, target in ((old_a, chol_a, targets[0]), (old_g, chol_g, targets[1])):
-            retract = lambda p, xi, chol=chol: core.retract_full(p, xi, chol)  # noqa: E731
+            retract = lambda p, xi, chol=chol: ng.retract_full(p, xi, chol)  # noqa: E731
             xi = learning_rate * (target - old)
             writes.require(tf.reduce_all(tf.math.is_finite(xi)))  # halving answers round-off, not NaN
-            factor, _ = core.retract_with_halving(old, xi, retract, core.is_positive_definite_full,
+            factor, _ = ng.retract_with_halving(old, xi, retract, ng.is_positive_definite_full,
                                                   self.max_halvings)
             new.append(factor)
-        new_a, new_g = core.balance_factors(*new)
+        new_a, new_g = ng.balance_factors(*new)
         for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("m_mean", m_mu),
                             ("factor_a", new_a), ("factor_g", new_g)):
             writes.assign(state[name], value)

@@ -1,7 +1,7 @@
 """ParticleView: the particle variables an optimizer updates, as every method sees them.
 
 Built once, by `BayesianOptimizer.build`, from the variables the optimizer is handed (by
-`BayesianModel.fit`, a custom training loop, or `bayes_keras.inference.run_particles`): whoever
+`BayesianModel.fit`, a custom training loop, or `bayes_keras.run_particles`): whoever
 built the optimizer, it sees the same layers, priors and partitions. Each particle variable carries
 `variable.particle_term` (set by `ParticleLayer.add_particle_weight`): its layer, prior and fan-in.
 Variables without one (the functional door's single (N, D) variable) form their own group.

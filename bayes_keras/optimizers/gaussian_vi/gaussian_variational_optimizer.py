@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
 
 tfd = tfp.distributions
 

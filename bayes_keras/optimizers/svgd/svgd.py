@@ -3,8 +3,8 @@
 import keras
 
 from bayes_keras import kernels as kernels_lib
-from bayes_keras.inference.svgd import svgd_direction
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
+from bayes_keras.optimizers.svgd.stein import svgd_direction
 
 _SCOPES = ("joint", "layer")
 

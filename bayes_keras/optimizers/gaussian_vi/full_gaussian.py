@@ -3,8 +3,8 @@
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras.inference import mgvbp as core
-from bayes_keras.posteriors.gaussian_family import GaussianFamily, current
+from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
+from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 
 tfd = tfp.distributions
 
@@ -41,10 +41,10 @@ class FullGaussian(GaussianFamily):
         state["precision"].assign(initial_precision * tf.eye(self.dim, dtype=self.dtype))
 
     def sample(self, state, eps, read=current):
-        return core.sample_full(read(state["mean"]), read(state["precision"]), eps)
+        return ng.sample_full(read(state["mean"]), read(state["precision"]), eps)
 
     def entropy(self, state):
-        return core.entropy_full(state["precision"].value)
+        return ng.entropy_full(state["precision"].value)
 
     def distribution(self, state):
         # Sigma = L^-T L^-1 with P = L L^T; its Cholesky factor is chol(inv(P)).
@@ -64,11 +64,11 @@ class FullGaussian(GaussianFamily):
         learning_rate *= self.signal_fraction(state, "v_precision", m_p, nat_p, omega, writes)
         old_p = state["precision"].value
         chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
-        retract = lambda p, xi: core.retract_full(p, xi, chol)  # noqa: E731
+        retract = lambda p, xi: ng.retract_full(p, xi, chol)  # noqa: E731
         xi = learning_rate * m_p
         # Halving answers round-off, not a NaN step (e.g. a NaN learning rate): that refuses the update.
         writes.require(tf.reduce_all(tf.math.is_finite(xi)))
-        new_p, _ = core.retract_with_halving(old_p, xi, retract, core.is_positive_definite_full, self.max_halvings)
+        new_p, _ = ng.retract_with_halving(old_p, xi, retract, ng.is_positive_definite_full, self.max_halvings)
         for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
-                            ("m_mean", m_mu), ("m_precision", core.transport_full(m_p, old_p, new_p))):
+                            ("m_mean", m_mu), ("m_precision", ng.transport_full(m_p, old_p, new_p))):
             writes.assign(state[name], value)

@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from bayes_keras import distribute
 from bayes_keras._config import check_number
+from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries, remembered_refusal
-from bayes_keras.optimizers.particle_view import ParticleView
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
 

@@ -5,10 +5,10 @@ import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
 from bayes_keras._config import check_number
-from bayes_keras.inference.step_rules import signal_share
-from bayes_keras.inference.svgd import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
+from bayes_keras.core.step_rules import signal_share
 from bayes_keras.memory_guard import check_fits, tensor_bytes
 from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
+from bayes_keras.optimizers.svgd.stein import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
 
 _MODES = ("average", "mixture")
 _METRICS = ("q", "euclidean")
@@ -25,7 +25,7 @@ class MatrixSVGD(PreconditionedOptimizer):
     SVGD's scalar kernel k I is replaced by a matrix kernel built from a curvature Q (Hessian, Fisher,
     KFAC): running it is vanilla SVGD in the coordinates y = Q^{1/2} x, so ill-conditioned posteriors
     are explored at the speed of well-conditioned ones. The exact formulas (and the bandwidth
-    constant) are in bayes_keras.inference.svgd.
+    constant) are in bayes_keras.optimizers.svgd.stein.
 
     - mode="average" (Eqs. 12-15): one constant Q = Q_bar, the particles' average curvature;
       K(x, x') = Q^{-1} exp(-||x - x'||_Q^2 / h), h = median squared Q-distance / log N.
@@ -53,7 +53,7 @@ class MatrixSVGD(PreconditionedOptimizer):
     alpha * rho: alpha is the step along the DRIVING term d = Q_bar^{-1} K S / N (S the scores) that a
     quadratic model of the log density with curvature Q_bar takes (KFAC's rescaling, Martens & Grosse
     2015, Sec. 6.4; defined on the driving term because the repulsive term is no gradient of the log
-    density; `bayes_keras.inference.svgd.quadratic_model_scale`), and rho in [0, 1] is the fraction of
+    density; `bayes_keras.optimizers.svgd.stein.quadratic_model_scale`), and rho in [0, 1] is the fraction of
     the driving term that persists from step to step (|running mean|^2 / running mean of |d|^2, decay
     0.97, a window of ~33 steps): 1 on full-batch problems, falling toward (1 - 0.97) / (1 + 0.97) = 0.015
     when minibatch noise dominates, as the optimal step of noisy gradients falls (Balles, Romero & Hennig
@@ -94,7 +94,7 @@ class MatrixSVGD(PreconditionedOptimizer):
     Example:
         >>> opt = bayes_keras.optimizers.MatrixSVGD(0.5, bayes_keras.preconditioners.HessianPreconditioner(),
         ...                                         mode="mixture")
-        >>> run = bayes_keras.inference.run_particles(log_prob, x0, opt, 300)
+        >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
     def __init__(self, learning_rate=0.35, preconditioner=None, mode="average", kernel=None, kernel_metric="q",

@@ -11,10 +11,10 @@ import keras
 import tensorflow as tf
 
 from bayes_keras._config import check_number
-from bayes_keras.inference import step_rules
+from bayes_keras.core import step_rules
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StateWrites
 from bayes_keras.loaded_state import check_bounded_entry
-from bayes_keras.optimizers.bayesian_optimizer import BayesianOptimizer, StateWrites
-from bayes_keras.optimizers.particle_view import is_particle_variable  # noqa: F401 (re-exported)
+from bayes_keras.core.particle_view import is_particle_variable  # noqa: F401 (re-exported)
 
 
 class ParticleOptimizer(BayesianOptimizer):
@@ -27,7 +27,7 @@ class ParticleOptimizer(BayesianOptimizer):
 
     Args:
         learning_rate: step size of the particle step rule (float or schedule).
-        step_rule: a `bayes_keras.inference.step_rules.StepRule` or its name.
+        step_rule: a `bayes_keras.core.step_rules.StepRule` or its name.
         shared_learning_rate: step size of the element-wise Adam on shared (deterministic)
             variables (e.g. a learned noise scale); defaults to `learning_rate` when the particle
             step rule is adaptive (its steps are in parameter units too), and to 1e-3 (Keras' Adam

@@ -2,8 +2,8 @@
 
 import keras
 
-from bayes_keras.inference.step_rules import Adam
-from bayes_keras.optimizers.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.step_rules import Adam
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
