@@ -222,19 +222,22 @@ class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: the model captures KFAC statistics (inputs, pre-activation gradients) but the step
     is vanilla SVGD with plain SGD (no factors, no inverses, no Q-metric kernel)."""
 
-    def preconditioned_direction(self, particles, grads, groups, records):
-        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
-        return d, tf.constant(True), tf.constant(float("nan"))
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        particles, grads = self.view.flatten([v.value for v in self.view.variables]), self.view.flatten(grads)
+        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups))
+        self.step_particles(d, learning_rate, iteration, writes)
 
 
 class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
     """Profile variant: capture + this batch's KFAC factors + their EMA (and the preconditioner's inversion
     schedule), but the step is vanilla SVGD with plain SGD."""
 
-    def preconditioned_direction(self, particles, grads, groups, records):
-        curvature = self.preconditioner.update(particles, grads, records)
-        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
-        return d, curvature.is_finite(), tf.constant(float("nan"))
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        particles, grads = self.view.flatten([v.value for v in self.view.variables]), self.view.flatten(grads)
+        curvature = self.preconditioner.update(particles, grads, bk.preconditioners.step_records(step))
+        d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups))
+        bk.preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
+        self.step_particles(d, learning_rate, iteration, writes)
 
 
 class FullInversionMatrixSVGD(bk.optimizers.MatrixSVGD):

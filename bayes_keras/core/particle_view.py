@@ -81,6 +81,21 @@ class ParticleView:
         """Position of `variable` in the view, or None when it is not one of its particle variables."""
         return self._index.get(id(variable))
 
+    def split_gradients(self, grads, variables):
+        """(particle_grads, shared): the gradients of the particle variables in view order (a zero one for a
+        particle variable that does not reach the loss, or when no variables are given), and the
+        (gradient, variable) pairs of the shared variables."""
+        particle_grads = [None] * len(self.variables)
+        shared = []
+        for g, v in zip(grads, variables):
+            i = self.index(v)
+            if i is None:
+                shared.append((g, v))
+            else:
+                particle_grads[i] = g
+        particle_grads = [tf.zeros_like(v) if g is None else g for g, v in zip(particle_grads, self.variables)]
+        return particle_grads, shared
+
     def partition(self, scope):
         """Index lists for `scope` in PARTITIONS."""
         if scope == "joint":

@@ -13,11 +13,10 @@ from bayes_keras.core import BayesianOptimizer, ParticleOptimizer, ParticleView,
 from bayes_keras.optimizers.ensembles import IndependentParticles, PreconditionedParticles
 from bayes_keras.optimizers.gaussian_particle_flow import GaussianParticleFlow
 from bayes_keras.optimizers.gaussian_vi import MGVBP, GaussianVariationalOptimizer, MeanFieldVI
-from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
 from bayes_keras.optimizers.svgd import SVGD, MatrixSVGD
 
 GPF = GaussianParticleFlow
 
 __all__ = ["BayesianOptimizer", "StepInfo", "StateWrites", "ParticleView", "ParticleOptimizer", "GaussianParticleFlow",
            "GPF", "IndependentParticles", "GaussianVariationalOptimizer", "MGVBP", "MeanFieldVI", "SVGD", "MatrixSVGD",
-           "PreconditionedOptimizer", "PreconditionedParticles"]
+           "PreconditionedParticles"]

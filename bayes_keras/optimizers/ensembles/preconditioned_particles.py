@@ -1,12 +1,14 @@
 """PreconditionedParticles: independent particles, each stepped along its own preconditioned gradient."""
 
 import keras
+import tensorflow as tf
 
-from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
+from bayes_keras import preconditioners
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class PreconditionedParticles(PreconditionedOptimizer):
+class PreconditionedParticles(ParticleOptimizer):
     """Each particle steps along Q_l^{-1} grad log p(w_l | D), with Q_l its own curvature from a
     `bayes_keras.preconditioners` object: with `KFACPreconditioner` an ensemble of K-FAC
     natural-gradient MAP fits ("Optimizing Neural Networks with Kronecker-factored Approximate
@@ -21,7 +23,7 @@ class PreconditionedParticles(PreconditionedOptimizer):
         learning_rate: step size (float or schedule); 1 is a full natural-gradient / Newton step.
             Default 0.03 (with the default KFAC; a full step suits exact Hessians of smooth targets).
         preconditioner: a Preconditioner (or "hessian" / "identity"); None (default): KFAC inverted
-            every step (`bayes_keras.optimizers.preconditioned_optimizer.default_preconditioner`).
+            every step (`bayes_keras.preconditioners.default_preconditioner()`).
         step_rule: "sgd" (default: Q^{-1} already scales the step), "rmsprop", "adam" or a StepRule.
 
     Example:
@@ -32,12 +34,37 @@ class PreconditionedParticles(PreconditionedOptimizer):
     curvature_operators = ("solve",)
 
     def __init__(self, learning_rate=0.03, preconditioner=None, step_rule="sgd", **kwargs):
-        super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
+        super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
+        self.preconditioner = preconditioners.get(preconditioner)
 
-    def preconditioned_direction(self, particles, grads, groups, records):
-        curvature = self.preconditioner.update(particles, grads, records)
-        return curvature.solve(grads), curvature.is_finite(), None
+    @property
+    def curvature_request(self):
+        return self.preconditioner.curvature_request
+
+    def bind_log_prob(self, log_prob_fn):
+        self.preconditioner.bind_log_prob(log_prob_fn)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
+        if self.view.variables:
+            self.preconditioner.build(self, self.view)
+
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        particles = self.view.flatten([v.value for v in self.view.variables])
+        grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step))
+        directions = curvature.solve(grads)
+        preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
+        self.step_particles(directions, learning_rate, iteration, writes)
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
         self.warn_if_one_particle(num_particles, "is one preconditioned MAP fit (an ensemble of one)")
+
+    def get_config(self):
+        config = super().get_config()
+        config["preconditioner"] = keras.saving.serialize_keras_object(self.preconditioner)
+        return config

@@ -4,10 +4,11 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
+from bayes_keras import preconditioners
 from bayes_keras._config import check_number
+from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.step_rules import signal_share
 from bayes_keras.memory_guard import check_fits, tensor_bytes
-from bayes_keras.optimizers.preconditioned_optimizer import PreconditionedOptimizer
 from bayes_keras.optimizers.svgd.stein import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
 
 _MODES = ("average", "mixture")
@@ -17,7 +18,7 @@ _RESCALINGS = ("auto", "quadratic", "none")
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class MatrixSVGD(PreconditionedOptimizer):
+class MatrixSVGD(ParticleOptimizer):
     """Stein variational gradient descent with matrix-valued kernels preconditioned by curvature
     ("Stein Variational Gradient Descent With Matrix-Valued Kernels", NeurIPS 2019,
     https://arxiv.org/abs/1910.12794).
@@ -78,7 +79,7 @@ class MatrixSVGD(PreconditionedOptimizer):
             "Step size"), the plain step size with rescaling="none" or mode="mixture".
         preconditioner: a bayes_keras.preconditioners.Preconditioner (or "hessian" / "identity"):
             HessianPreconditioner for log densities through run_particles, KFAC for networks. None
-            (default): KFAC inverted every step (preconditioned_optimizer.default_preconditioner).
+            (default): KFAC inverted every step (`bayes_keras.preconditioners.default_preconditioner()`).
         mode: "average" (default) or "mixture".
         kernel: the base scalar kernel (default RBF with the median rule; RBF or IMQ are radial and
             work in any metric).
@@ -111,7 +112,8 @@ class MatrixSVGD(PreconditionedOptimizer):
             raise ValueError("MatrixSVGD rescaling='quadratic' is defined for mode='average' only (its driving term "
                              "has one curvature); use rescaling='none' or 'auto' with mode='mixture'.")
         mixture_beta = check_number(mixture_beta, "mixture_beta", allow_zero=True)
-        super().__init__(learning_rate=learning_rate, preconditioner=preconditioner, step_rule=step_rule, **kwargs)
+        super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
+        self.preconditioner = preconditioners.get(preconditioner)
         self.kernel = kernels_lib.get(kernel)
         if kernel_metric == "q" and not isinstance(self.kernel, kernels_lib.RadialKernel):
             raise ValueError(f"kernel_metric='q' needs a radial kernel (RBF, IMQ); got {self.kernel!r}. "
@@ -120,6 +122,15 @@ class MatrixSVGD(PreconditionedOptimizer):
         self.mixture_beta = float(mixture_beta)
         self.rescaling = rescaling
         self.rescaling_decay = 0.97
+
+    @property
+    def curvature_request(self):
+        """What the model captures for the preconditioner (e.g. KFAC's Kronecker factors)."""
+        return self.preconditioner.curvature_request
+
+    def bind_log_prob(self, log_prob_fn):
+        """The functional door's density, for a HessianPreconditioner."""
+        self.preconditioner.bind_log_prob(log_prob_fn)
 
     @property
     def _rescaled(self):
@@ -141,7 +152,10 @@ class MatrixSVGD(PreconditionedOptimizer):
         self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a preconditioned MAP fit")
 
     # -- build / step --------------------------------------------------------------------------
-    def _build_own_variables(self):
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
         if self.mode == "mixture" and self.view.variables:
             # The mixture broadcasts every particle against every anchor: (N, N, D) tensors (the particles'
             # images under each anchor's Q, and their differences), a few of them alive at once.
@@ -157,9 +171,10 @@ class MatrixSVGD(PreconditionedOptimizer):
             self.drift_average = [self.add_variable((self.view.num_particles, size), name=f"drift_average_{i}")
                                   for i, size in enumerate(self.view.sizes)]
             self.drift_square_average = self.add_variable((len(groups),), name="drift_square_average")
-
-    def _check_preconditioner(self, blocks, layer_groups):
-        self._check_blocks(blocks, self.kernel_groups(layer_groups))
+        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
+        if self.view.variables:
+            self.preconditioner.build(self, self.view)
+            self._check_blocks(self.preconditioner.blocks(len(self.view)), self.kernel_groups(self.view.layer_groups))
 
     def kernel_groups(self, groups):
         """The index groups (over the particle variables) the kernel is computed on: all variables in one
@@ -179,19 +194,29 @@ class MatrixSVGD(PreconditionedOptimizer):
                                  "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
                                  "over layers.")
 
-    def preconditioned_direction(self, particles, grads, groups, records):
-        groups = self.kernel_groups(groups)
-        curvature = self.preconditioner.update(particles, grads, records)
+    def update_particles(self, grads, learning_rate, iteration, step, writes):
+        particles = self.view.flatten([v.value for v in self.view.variables])
+        grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        groups = self.kernel_groups(self.view.layer_groups)
+        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step))
+        state = [] if self._rescaled else None  # the rescaled average mode's new running averages
+        entropy = None  # the mixture mode's mean entropy of the mixture weights
         if self.mode == "average":
-            state = [] if self._rescaled else None
             rescale = (lambda *args: self._rescale(state, groups, *args)) if self._rescaled else None
             directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,
                                                        self.kernel_metric, rescale=rescale)
-            entropy = state
         else:
             directions, entropy = matrix_svgd_mixture_direction(particles, grads, self.kernel, curvature, groups,
                                                                 self.kernel_metric, self.mixture_beta)
-        return directions, curvature.is_finite(), entropy
+        preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
+        self.step_particles(directions, learning_rate, iteration, writes)
+        if entropy is not None:
+            writes.assign(self.mixture_weight_entropy, entropy)
+        for positions, means, index, squares in state or ():
+            for v, m in zip(positions, means):
+                writes.assign(self.drift_average[v], m)
+            writes.assign(self.drift_square_average, tf.tensor_scatter_nd_update(
+                writes.read(self.drift_square_average), [[index]], tf.reshape(squares, (1,))))
 
     def _rescale(self, state, groups, index, score, drift, curvature_drift):
         """The average mode's step scale for kernel group `index`: alpha * rho, with alpha the quadratic model's
@@ -212,19 +237,10 @@ class MatrixSVGD(PreconditionedOptimizer):
         state.append((positions, means, index, squares))
         return quadratic_model_scale(score, drift, curvature_drift) * rho
 
-    def _after_step(self, extra, writes):
-        if self.mode != "average":
-            writes.assign(self.mixture_weight_entropy, extra)
-            return
-        for positions, means, index, squares in extra or ():
-            for v, m in zip(positions, means):
-                writes.assign(self.drift_average[v], m)
-            writes.assign(self.drift_square_average, tf.tensor_scatter_nd_update(
-                writes.read(self.drift_square_average), [[index]], tf.reshape(squares, (1,))))
-
     def get_config(self):
         config = super().get_config()
         config.update({
+            "preconditioner": keras.saving.serialize_keras_object(self.preconditioner),
             "mode": self.mode,
             "kernel": keras.saving.serialize_keras_object(self.kernel),
             "kernel_metric": self.kernel_metric,
