@@ -234,7 +234,7 @@ class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         particles, grads = self.view.flatten([v.value for v in self.view.variables]), self.view.flatten(grads)
-        curvature = self.preconditioner.update(particles, grads, bk.preconditioners.step_records(step))
+        curvature = self.preconditioner.update(particles, grads, bk.preconditioners.step_records(step), iteration)
         d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups))
         bk.preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
         self.step_particles(d, learning_rate, iteration, writes)

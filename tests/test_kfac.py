@@ -58,7 +58,7 @@ class _KFACNewton(ParticleOptimizer):
         if self.built:
             return
         super().build(variables)
-        self.preconditioner.build(self, self.view)
+        self.preconditioner.build(self.view, self.add_variable)
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         self.records = step.curvature
@@ -67,7 +67,7 @@ class _KFACNewton(ParticleOptimizer):
                                  for r in step.curvature])
         particles = self.view.flatten([v.value for v in self.view.variables])
         flat = self.view.flatten(grads)
-        self.last_curvature = self.preconditioner.update(particles, flat, step.curvature)
+        self.last_curvature = self.preconditioner.update(particles, flat, step.curvature, iteration)
         self.step_particles(self.last_curvature.solve(flat), learning_rate, iteration, writes)
 
 

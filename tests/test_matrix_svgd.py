@@ -350,8 +350,8 @@ def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_sc
     seen = []
 
     class Spy(IdentityPreconditioner):
-        def build(self, optimizer, view):
-            super().build(optimizer, view)
+        def build(self, view, add_variable, operators=None):
+            super().build(view, add_variable, operators)
             seen.append([list(g) for g in view.layer_groups])
 
     model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
@@ -383,7 +383,7 @@ def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
     q = _spd(np.random.default_rng(3), N, D)
 
     class Spy(bk.preconditioners.Preconditioner):
-        def update(self, particles, grads, records=()):
+        def update(self, particles, grads, records=(), step=None):
             return Recording.from_matrices(tf.constant(q, tf.float32))
 
     opt = bk.optimizers.MatrixSVGD(1e-2, Spy(), mode=mode, kernel_metric=metric)

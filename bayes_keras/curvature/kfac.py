@@ -95,8 +95,9 @@ class KroneckerBlock:
 class LayerSpec:
     """The KFAC structure of one particle layer: factor sizes, matrix views of its variables, blocks.
 
-    `kind` is the layer class name; `reset_after` is set for GRU; `layer` is the layer when the spec was
-    made from it (`kronecker_spec`), None when it was inferred from the variables (`candidate_specs`)."""
+    `kind` names the layer type in messages; `reset_after` is set for GRU; `layer` is the layer when the spec
+    was made from it (`kronecker_spec`), None when it was inferred from the variables (`candidate_specs`);
+    `kernel_and_bias`: the weights are one [kernel; bias] block whose A factor is over the layer's inputs."""
 
     kind: str
     factor_dims: dict  # name -> d (factor is (N, d, d))
@@ -104,6 +105,7 @@ class LayerSpec:
     blocks: tuple  # KroneckerBlock, ...
     reset_after: bool = None
     layer: object = None
+    kernel_and_bias: bool = False  # one [kernel; bias] block over the layer's inputs (Dense, Conv1D, Conv2D)
 
     @property
     def variables(self):
@@ -187,11 +189,16 @@ def _batch_normalization_spec(variables, layer=None):
 
 
 def recurrent_spec(layer):
-    """Kronecker spec of a SimpleRNN, LSTM or GRU particle layer: an input and a recurrent block."""
-    kind = layer_kind(layer)
-    reset_after = bool(layer.reset_after) if kind == "GRU" else None
-    return _spec(kind, layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel, int(layer.units),
-                 reset_after, layer)
+    """Kronecker spec of a SimpleRNN or LSTM particle layer: an input and a recurrent block."""
+    return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel,
+                 int(layer.units), None, layer)
+
+
+def gru_spec(layer):
+    """Kronecker spec of a GRU particle layer: an input block and, by its `reset_after`, one recurrent block
+    (reset after the recurrent matmul) or two (the update / reset gates' and the candidate's)."""
+    return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel,
+                 int(layer.units), bool(layer.reset_after), layer)
 
 
 def candidate_specs(variables):
@@ -229,11 +236,12 @@ def candidate_specs(variables):
         raise ValueError(f"KFAC: recurrent variables [{where}] must be kernel (N, F, k*units) and recurrent_kernel "
                          "(N, units, k*units).")
     units, width = int(recurrent.shape[1]), int(recurrent.shape[2])
-    kind = {1: "SimpleRNN", 3: "GRU", 4: "LSTM"}.get(width // units if width % units == 0 else 0)
+    gates = width // units if width % units == 0 else 0
+    kind = {1: "SimpleRNN", 3: "GRU", 4: "LSTM"}.get(gates)
     if kind is None:
         raise ValueError(f"KFAC: recurrent kernel {recurrent.path} of shape {tuple(recurrent.shape)} has "
                          f"{width} columns for {units} units: not SimpleRNN (1x), GRU (3x) or LSTM (4x).")
-    if kind != "GRU":
+    if gates != 3:  # only a GRU's structure depends on a flag (reset_after) the shapes may not show
         return [_spec(kind, kernel, bias, recurrent, units)]
     if bias is not None:
         return [_spec(kind, kernel, bias, recurrent, units, len(bias.shape) == 3)]
@@ -241,6 +249,10 @@ def candidate_specs(variables):
 
 
 def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, layer=None):
+    """The structure from the variables: no recurrent kernel, one [kernel; bias] block (Dense, Conv1D, Conv2D);
+    with one, an input block and the recurrent block(s): reset_after None (SimpleRNN, LSTM) one, True (GRU
+    reset after the matmul, its recurrent bias a second bias row) one with its own G, False (GRU reset
+    before) two. `kind` names the structure in messages only."""
     has_bias = bias is not None
     if recurrent is None:  # Dense, Conv1D, Conv2D
         out = int(kernel.shape[-1])
@@ -252,7 +264,7 @@ def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, laye
             views.append((bias, (1, out)))
             pieces.append(Piece(bias, 0, 1))
         return LayerSpec(kind, {"A": rows + has_bias, "G": out}, tuple(views),
-                         (KroneckerBlock("weights", "A", "G", tuple(pieces)),), layer=layer)
+                         (KroneckerBlock("weights", "A", "G", tuple(pieces)),), layer=layer, kernel_and_bias=True)
     features, width = int(kernel.shape[1]), int(kernel.shape[2])
     _check_shape(recurrent, (units, width))
     views = [(kernel, (features, width)), (recurrent, (units, width))]
@@ -267,11 +279,11 @@ def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, laye
             rec_pieces.append(Piece(bias, 1, 1))
     dims = {"A_in": features + has_bias, "G": width}
     blocks = [KroneckerBlock("input", "A_in", "G", tuple(in_pieces))]
-    if kind == "GRU" and not reset_after:
+    if reset_after is False:
         dims.update({"A_rec": units, "A_reset": units})
         blocks += [KroneckerBlock("recurrent_zr", "A_rec", "G", tuple(rec_pieces), (0, 2 * units)),
                    KroneckerBlock("recurrent_h", "A_reset", "G", tuple(rec_pieces), (2 * units, width))]
-    elif kind == "GRU":
+    elif reset_after:
         dims.update({"A_rec": units + has_bias, "G_rec": width})
         blocks.append(KroneckerBlock("recurrent", "A_rec", "G_rec", tuple(rec_pieces)))
     else:
@@ -408,9 +420,9 @@ def batch_normalization_factors(layer, record, e, scale):
     return factors
 
 
-def recurrent_factors(layer, record, e, scale):
-    """The input and recurrent factors of a SimpleRNN, LSTM or GRU particle layer (the T time steps are
-    the locations; see the module docstring for the GRU's blocks)."""
+def recurrent_factors(layer, record, e, scale, reset_after=None):
+    """The input and recurrent factors of a SimpleRNN or LSTM particle layer (the T time steps are the
+    locations); a GRU's through `gru_factors`."""
     extras = record.extras or {}
     if "recurrent_inputs" not in extras:
         raise ValueError(f"KFAC: the record of recurrent layer '{layer.name}' has no recurrent inputs (h_(t-1)).")
@@ -423,19 +435,25 @@ def recurrent_factors(layer, record, e, scale):
     e = tf.reshape(e, (batch, n, -1, width))
     h_prev = tf.reshape(extras["recurrent_inputs"], (batch, n, -1, units))
     factors = {"A_in": input_factor(x, has_bias, n), "G": gradient_factor(e, scale)}
-    kind = layer_kind(layer)
-    if kind == "GRU" and layer.reset_after:
+    if reset_after:
         r = tf.reshape(extras["reset_gates"], (batch, n, -1, units))
         e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units:]], axis=-1)
         factors["A_rec"] = input_factor(h_prev, has_bias, n)
         factors["G_rec"] = gradient_factor(e_rec, scale)
-    elif kind == "GRU":
+    elif reset_after is False:
         factors["A_rec"] = input_factor(h_prev, False, n)
         factors["A_reset"] = input_factor(tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)),
                                            False, n)
     else:
         factors["A_rec"] = input_factor(h_prev, False, n)
     return factors
+
+
+def gru_factors(layer, record, e, scale):
+    """The factors of a GRU particle layer: the input block's, and by `reset_after` (see the module docstring)
+    the recurrent block's over the reset-gated output gradients, or the update / reset gates' and the
+    candidate's over the reset-gated recurrent inputs."""
+    return recurrent_factors(layer, record, e, scale, bool(layer.reset_after))
 
 
 def _particle_major(t):

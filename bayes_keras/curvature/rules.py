@@ -9,7 +9,7 @@ CONV1D = LayerCurvature("Conv1D", kfac.dense_spec, kfac.conv1d_factors, diagonal
 CONV2D = LayerCurvature("Conv2D", kfac.dense_spec, kfac.conv2d_factors, diagonal.conv2d_squared_gradients)
 SIMPLE_RNN = LayerCurvature("SimpleRNN", kfac.recurrent_spec, kfac.recurrent_factors)
 LSTM = LayerCurvature("LSTM", kfac.recurrent_spec, kfac.recurrent_factors)
-GRU = LayerCurvature("GRU", kfac.recurrent_spec, kfac.recurrent_factors)
+GRU = LayerCurvature("GRU", kfac.gru_spec, kfac.gru_factors)
 BATCH_NORMALIZATION = LayerCurvature("BatchNormalization", kfac.batch_normalization_spec,
                                      kfac.batch_normalization_factors, diagonal.batch_normalization_squared_gradients)
 EMBEDDING = LayerCurvature("Embedding", kfac.embedding_spec, kfac.embedding_factors,

@@ -25,17 +25,20 @@ Interface (what a KFAC preconditioner implements as well)::
     class Preconditioner(Configurable):
         curvature_request = None   # a bayes_keras.curvature.CurvatureRequest (e.g. KFAC's) makes BayesianModel
                                    # capture layer inputs / pre-activation gradients (curvature.capture)
-        def build(self, optimizer, view) -> None
+        def build(self, view, add_variable, operators=None) -> None
             # once, from the optimizer's build. view: the optimizer's ParticleView (the flattened
             # particle variables' sizes, their layers and priors, view.layer_groups: index lists,
-            # one per layer). Create persistent state with optimizer.add_variable; raise
-            # ValueError when the preconditioner's dimensions do not match the particles'.
+            # one per layer). Create persistent state with add_variable (the optimizer's, so that it
+            # is saved with the model); operators: the Curvature methods the optimizer will call (its
+            # `curvature_operators`; None: all), so that only those are computed. Raise ValueError when
+            # the preconditioner's dimensions do not match the particles'.
         def blocks(self, num_variables) -> list[list[int]] | None   # block structure (static)
         def bind_log_prob(self, log_prob_fn) -> None   # optional: the functional door's density
-        def update(self, particles, grads, records=()) -> Curvature
+        def update(self, particles, grads, records=(), step=None) -> Curvature
             # every step, inside the compiled step; grads are of the NEGATIVE log joint; records:
             # the step's LayerRecords (StepInfo.curvature: layer inputs, per-example gradients
-            # w.r.t. pre-activations) when curvature_request asked for them.
+            # w.r.t. pre-activations) when curvature_request asked for them; step: the optimizer's
+            # step t = 1, 2, ... (what a schedule such as KFAC's inversion period reads).
 
     class Curvature:
         num_particles: int; blocks: list[list[int]] | None
@@ -92,14 +95,15 @@ class Preconditioner(Configurable):
     def bind_log_prob(self, log_prob_fn):
         """The functional door's log density (`run_particles`); default: not needed."""
 
-    def build(self, optimizer, view):
-        """`view`: the optimizer's `ParticleView` (shapes, layer groups, layers and priors)."""
+    def build(self, view, add_variable, operators=None):
+        """`view`: the optimizer's `ParticleView` (shapes, layer groups, layers and priors); `add_variable`:
+        the optimizer's, for persistent state; `operators`: the Curvature methods the optimizer calls."""
         self._shapes = [(view.num_particles, d) for d in view.sizes]
 
     def blocks(self, num_variables):
         return None
 
-    def update(self, particles, grads, records=()):
+    def update(self, particles, grads, records=(), step=None):
         raise NotImplementedError
 
     def __repr__(self):

@@ -164,8 +164,8 @@ class CallablePreconditioner(Preconditioner):
         self.eigenvalue_rule, self.shrinkage = eigenvalue_rule, float(shrinkage)
         self.dim = None if dim is None else int(dim)
 
-    def build(self, optimizer, view):
-        super().build(optimizer, view)
+    def build(self, view, add_variable, operators=None):
+        super().build(view, add_variable, operators)
         total = sum(int(np.prod(s[1:])) for s in self._shapes)
         if self.dim is not None and self.dim != total:
             raise ValueError(f"{type(self).__name__} was declared for D = {self.dim} coordinates, but the particles "
@@ -179,7 +179,7 @@ class CallablePreconditioner(Preconditioner):
             raise ValueError(f"{type(self).__name__} has no curvature function; pass curvature_fn=.")
         return self.curvature_fn(x)
 
-    def update(self, particles, grads=None, records=()):
+    def update(self, particles, grads=None, records=(), step=None):
         dims = [int(p.shape[-1]) for p in particles]
         x = particles[0] if len(particles) == 1 else tf.concat(particles, axis=-1)
         h = tf.convert_to_tensor(self.raw_curvature(x))
@@ -233,8 +233,8 @@ class HessianPreconditioner(CallablePreconditioner):
         if self.log_prob_fn is None:
             self.log_prob_fn = log_prob_fn
 
-    def build(self, optimizer, view):
-        super().build(optimizer, view)
+    def build(self, view, add_variable, operators=None):
+        super().build(view, add_variable, operators)
         self._check_bound()
 
     def _check_bound(self):

@@ -47,7 +47,7 @@ class IdentityPreconditioner(Preconditioner):
             raise ValueError(f"IdentityPreconditioner scale must be a positive number; got {scale!r}.")
         self.scale = float(scale)
 
-    def update(self, particles, grads=None, records=()):
+    def update(self, particles, grads=None, records=(), step=None):
         return ScaledIdentityCurvature(particles[0].shape[0], [p.shape[-1] for p in particles], self.scale,
                                        particles[0].dtype)
 

@@ -25,7 +25,7 @@ mean(A) (x) mean(G) differs from mean_l(A_l (x) G_l) by the cross-particle covar
 The authors' code instead solves with mean_l(A_l^-1) (x) mean_l(G_l^-1), which is not the inverse of
 any Q_bar it uses as a metric.)
 
-Schedule, inside the compiled step (tf.cond), with t = optimizer.iterations + 1 the optimizer step
+Schedule, inside the compiled step (tf.cond), with t the optimizer step that `update` is handed (iterations + 1)
 (1, 2, ...), f = factor_period and k = inversion_period (a multiple of f):
 - statistics (this batch's factors and the running average F <- rho F + (1 - rho) F_batch,
   rho = min(1 - 1/u, ema_decay), u = 1, 2, ... counting the statistics updates, so the first takes the
@@ -251,26 +251,25 @@ class KFACPreconditioner(Preconditioner):
         return CurvatureRequest("kronecker_factors", "sampled" if self.fisher == "true" else "observed")
 
     # -- build -----------------------------------------------------------------------------------
-    def build(self, optimizer, view):
+    def build(self, view, add_variable, operators=None):
         """Create the running factors, damped factors and inverses (identity until the first inversion)
         as optimizer variables, one `KFACLayerState` per layer. The structure comes from the layers'
         particle variables (names and shapes, `bayes_keras.curvature.kfac.candidate_specs`), grouped per
         layer by the optimizer's ParticleView; the first step checks it against the captured layers."""
-        super().build(optimizer, view)
-        self._per_particle, self._mean = _needs(getattr(optimizer, "curvature_operators", None))
+        super().build(view, add_variable, operators)
+        self._per_particle, self._mean = _needs(operators)
         if not view.has_layers:
             raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
                              "BayesianModel built from bayes_keras particle layers. The "
                              "functional door has no layers: use HessianPreconditioner there.")
-        self._layers = [KFACLayerState(optimizer, [view.variables[i] for i in group], group,
+        self._layers = [KFACLayerState(add_variable, [view.variables[i] for i in group], group,
                                        [view.priors[i] for i in group], self._shapes)
                         for group in view.layer_groups]  # one group per layer (the interface's contract)
         self._views = [None] * len(view.variables)
         for layer in self._layers:
             for i, matrix in layer.views.items():
                 self._views[i] = matrix
-        self._updates = optimizer.add_variable((), dtype="int64", name="kfac_updates")
-        self._optimizer = optimizer  # its iterations drive the schedule
+        self._updates = add_variable((), dtype="int64", name="kfac_updates")
         self._num_particles = self._shapes[0][0]
         self._built = True
 
@@ -302,25 +301,29 @@ class KFACPreconditioner(Preconditioner):
         temps = [r.temperature for r in records if getattr(r, "temperature", None) is not None]
         return float(temps[0]) if temps else 1.0
 
-    def _due(self, period):
-        """Whether this optimizer step t = iterations + 1 (1, 2, ...) is in the warm-up (t <= inversion_period)
-        or a multiple of `period`."""
-        t = tf.cast(self._optimizer.iterations, tf.int64) + 1
+    def _due(self, period, step):
+        """Whether the optimizer's step t (1, 2, ...) is in the warm-up (t <= inversion_period) or a multiple
+        of `period`."""
+        t = tf.cast(step, tf.int64)
         return (t <= self.inversion_period) | tf.equal(tf.math.floormod(t, period), 0)
 
-    def update(self, particles=None, grads=None, records=()):
+    def update(self, particles=None, grads=None, records=(), step=None):
+        """This step's statistics (when due) and the current `KFACCurvature`. `step`: the optimizer's step t =
+        1, 2, ... that the schedule reads; None (a direct call outside an optimizer): the count of statistics
+        updates so far + 1."""
         if not self._built:
             raise ValueError("KFACPreconditioner.update before build (build it through the optimizer's build).")
+        step = self._updates + 1 if step is None else step
         temperature = self._temperature(records)
         records = self._layer_records(records)  # structure checks: every step, outside the conditional
         if self.factor_period == 1:
-            finite = self._statistics(records, temperature)
+            finite = self._statistics(records, temperature, step)
         else:
-            finite = tf.cond(self._due(self.factor_period), lambda: self._statistics(records, temperature),
+            finite = tf.cond(self._due(self.factor_period, step), lambda: self._statistics(records, temperature, step),
                              lambda: tf.constant(True))
         return self.curvature(finite)
 
-    def _statistics(self, records, temperature):
+    def _statistics(self, records, temperature, step):
         """This batch's factors into the running averages, then the inversion when due; returns whether
         the batch's factors were finite (if not, nothing changed)."""
         batch = self._factors(records)
@@ -338,7 +341,7 @@ class KFACPreconditioner(Preconditioner):
             return tf.constant(True)
 
         tf.cond(finite, accumulate, lambda: tf.constant(False))
-        due = finite & self._due(self.inversion_period)
+        due = finite & self._due(self.inversion_period, step)
 
         def run_inversion():
             self.invert(temperature)

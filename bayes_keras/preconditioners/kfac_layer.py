@@ -53,14 +53,14 @@ class KFACLayerState:
     """The KFAC variables of one layer (variable group) and the structure that maps its record onto them.
 
     Args:
-        optimizer: creates the variables (`add_variable`).
+        add_variable: creates the variables (the optimizer's `add_variable`).
         variables: the layer's particle variables (N, ...).
         indices: their positions among the optimizer's particle variables.
         priors: their (prior, fan_in) pairs, from the optimizer's ParticleView.
         shapes: (N, size) of every particle variable of the optimizer (checked against the views).
     """
 
-    def __init__(self, optimizer, variables, indices, priors, shapes):
+    def __init__(self, add_variable, variables, indices, priors, shapes):
         # Two candidates only for a GRU without bias, whose reset_after the variables cannot tell.
         self.candidates = kfac_lib.candidate_specs(variables)  # raises for unsupported layers
         self.spec = self.candidates[0]
@@ -77,14 +77,13 @@ class KFACLayerState:
         self.order = [self.index[id(v)] for v, _ in self.spec.views]
         self.num_particles = n
         self.prior = {}
-        self.factors, self.blocks = self._make_variables(optimizer, n)
+        self.factors, self.blocks = self._make_variables(add_variable, n)
 
-    def _make_variables(self, optimizer, n):
+    def _make_variables(self, add, n):
         """Variables for the union of the candidates' factors and blocks. All of them, whatever is computed:
         the optimizer's variable layout (and so saved models) does not depend on the consumer; those not
         computed keep their initial identity / zero values."""
         base = _clean(self.candidates[0].variables[0].path.rsplit("/", 1)[0])
-        add = optimizer.add_variable
         factors, blocks = {}, {}
         for spec in self.candidates:
             for name, d in spec.factor_dims.items():

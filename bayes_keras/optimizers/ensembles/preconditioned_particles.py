@@ -50,12 +50,12 @@ class PreconditionedParticles(ParticleOptimizer):
         super().build(variables)
         self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
         if self.view.variables:
-            self.preconditioner.build(self, self.view)
+            self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         particles = self.view.flatten([v.value for v in self.view.variables])
         grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
-        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step))
+        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
         directions = curvature.solve(grads)
         preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
         self.step_particles(directions, learning_rate, iteration, writes)

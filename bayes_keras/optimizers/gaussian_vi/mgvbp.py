@@ -396,7 +396,7 @@ def _kronecker_shapes(view, blocks, max_block_size):
         except ValueError as error:
             raise ValueError(f"MGVBP structure='kronecker' needs Dense, Conv1D or Conv2D particle layers; [{names}]: "
                              f"{error} Use structure='diagonal' for this model.") from None
-        if spec.kind not in ("Dense", "Conv1D", "Conv2D"):
+        if not spec.kernel_and_bias:
             raise ValueError(f"MGVBP structure='kronecker' supports Dense, Conv1D and Conv2D particle layers; [{names}] "
                              f"is a {spec.kind}. Use structure='diagonal' for this model.")
         if spec.variables != group:  # the flat block must be [kernel, bias], KFAC's row order

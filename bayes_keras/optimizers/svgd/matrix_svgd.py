@@ -173,7 +173,7 @@ class MatrixSVGD(ParticleOptimizer):
             self.drift_square_average = self.add_variable((len(groups),), name="drift_square_average")
         self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
         if self.view.variables:
-            self.preconditioner.build(self, self.view)
+            self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
             self._check_blocks(self.preconditioner.blocks(len(self.view)), self.kernel_groups(self.view.layer_groups))
 
     def kernel_groups(self, groups):
@@ -198,7 +198,7 @@ class MatrixSVGD(ParticleOptimizer):
         particles = self.view.flatten([v.value for v in self.view.variables])
         grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
         groups = self.kernel_groups(self.view.layer_groups)
-        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step))
+        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
         state = [] if self._rescaled else None  # the rescaled average mode's new running averages
         entropy = None  # the mixture mode's mean entropy of the mixture weights
         if self.mode == "average":
