@@ -20,7 +20,8 @@ __version__ = "0.1.0"
 __all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "core",
            "step_rules", "run_particles", "ParticleRun", "schedules", "curvature"]
 
-from bayes_keras import export, kernels, plots, preconditioners, refinement  # noqa: E402
+from bayes_keras import export, kernels, plots, refinement  # noqa: E402
+from bayes_keras.curvature import preconditioners  # noqa: E402
 from bayes_keras import pfbr  # noqa: E402
 from bayes_keras.bayesianize import bayesianize  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402

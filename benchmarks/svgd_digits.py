@@ -88,7 +88,7 @@ import harness  # noqa: E402
 import step_time  # noqa: E402  (the paired, interleaved timing harness)
 from bayes_keras.curvature import kfac as kfac_lib  # noqa: E402
 from bayes_keras.optimizers.svgd.stein import matrix_svgd_average_direction, svgd_direction  # noqa: E402
-from bayes_keras.preconditioners.kfac import damped_inverses  # noqa: E402
+from bayes_keras.curvature.preconditioners.kfac_preconditioner import damped_inverses  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 # a diverging grid point warns once per skipped step; the counts are recorded instead

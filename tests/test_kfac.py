@@ -16,7 +16,7 @@ import bayes_keras as bk
 from targets import keras_round_trip
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.curvature import kfac_factors
-from bayes_keras.preconditioners.kfac import damped_inverses
+from bayes_keras.curvature.preconditioners.kfac_preconditioner import damped_inverses
 
 SIGMA = 0.7
 DATASET, TEMPERATURE = 60, 0.5

@@ -16,7 +16,7 @@ import bayes_keras as bk
 from targets import correlated_gaussian_2d, keras_round_trip
 from bayes_keras.optimizers.svgd.stein import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
                                         mixture_log_weights, svgd_direction)
-from bayes_keras.preconditioners import DenseCurvature, IdentityPreconditioner
+from bayes_keras.curvature.preconditioners import DenseCurvature, IdentityPreconditioner
 
 N, D = 5, 3
 

@@ -1,8 +1,12 @@
-"""Curvature of the log likelihood per particle layer (DESIGN: bayes_keras.curvature).
+"""Curvature, in one package: from what the layers see to the operators the methods use.
 
-`capture` collects the layer inputs and pre-activation gradients during BayesianModel.train_step
-when the optimizer asks (`optimizer.curvature_request`); the functions here turn them into
-curvature estimates.
+- `capture.py`: the layer inputs and pre-activation gradients BayesianModel collects in the forward and
+  backward pass when the optimizer asks (`optimizer.curvature_request`).
+- `kinds.py` / `rules.py`: what each particle layer class declares (`curvature_rules`): its Kronecker
+  structure, its Kronecker factors and its squared per-example gradients.
+- `kfac.py` (Kronecker structures and factors) and `diagonal.py` (squared gradients): the formulas.
+- `preconditioners/`: the Preconditioner objects (KFAC, Hessian, identity) and the per-step `Curvature`
+  operators they return (bayes_keras.preconditioners is this package).
 """
 
 from bayes_keras.curvature.capture import CurvatureRequest, LayerRecord, capturing, record
@@ -18,3 +22,7 @@ from bayes_keras.curvature.kfac import (KroneckerBlock, LayerSpec, kfac_factors,
 
 __all__ += ["is_capturing", "KroneckerBlock", "LayerSpec", "kfac_factors",
             "kronecker_spec", "sampled_negative_log_likelihood"]
+
+from bayes_keras.curvature import preconditioners  # noqa: E402
+
+__all__ += ["preconditioners"]

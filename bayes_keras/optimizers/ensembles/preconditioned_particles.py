@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras import preconditioners
+from bayes_keras.curvature import preconditioners
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 
 

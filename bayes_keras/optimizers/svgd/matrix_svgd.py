@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
-from bayes_keras import preconditioners
+from bayes_keras.curvature import preconditioners
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.step_rules import signal_share

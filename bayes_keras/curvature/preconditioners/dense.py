@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import check_number
-from bayes_keras.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
 
 _RULES = ("clip", "abs")
 

@@ -1,13 +1,13 @@
 """Preconditioners: where matrix-valued SVGD's curvature Q comes from (see base.py for the interface
 a KFAC preconditioner implements as well)."""
 
-from bayes_keras.preconditioners.base import Curvature, Preconditioner
-from bayes_keras.preconditioners.dense import (CallablePreconditioner, DenseCurvature, HessianPreconditioner,
+from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.dense import (CallablePreconditioner, DenseCurvature, HessianPreconditioner,
                                                hessian_of_negative_log_prob, regularize_curvature)
-from bayes_keras.preconditioners.identity import IdentityPreconditioner, ScaledIdentityCurvature
+from bayes_keras.curvature.preconditioners.identity import IdentityPreconditioner, ScaledIdentityCurvature
 
-from bayes_keras.preconditioners.kfac import KFACCurvature, KFACPreconditioner  # noqa: E402
-from bayes_keras.preconditioners.preconditioning import (default_preconditioner, get,  # noqa: E402
+from bayes_keras.curvature.preconditioners.kfac_preconditioner import KFACCurvature, KFACPreconditioner  # noqa: E402
+from bayes_keras.curvature.preconditioners.preconditioning import (default_preconditioner, get,  # noqa: E402
                                                          require_finite_curvature, step_records)
 
 

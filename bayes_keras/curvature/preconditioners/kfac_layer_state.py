@@ -46,7 +46,7 @@ class KroneckerOperator:
 def not_declared(which):
     return (f"This KFAC curvature does not hold what {which}() needs: its optimizer's curvature_operators did not "
             f"declare {which!r}, so the preconditioner never computed it (see "
-            "bayes_keras.preconditioners.kfac: 'What is inverted').")
+            "bayes_keras.curvature.preconditioners.kfac_preconditioner: 'What is inverted').")
 
 
 class KFACLayerState:

@@ -4,14 +4,14 @@ The statistics come from BayesianModel's curvature capture (bayes_keras.curvatur
 turned into factors by bayes_keras.curvature.kfac (see its docstring for the conventions: matrix
 views, homogeneous coordinate for biases, locations, the scale n_train / temperature sitting in G,
 the Kronecker blocks of recurrent layers). This module keeps running averages of the factors as
-optimizer variables, damps and inverts them, and exposes them as a `Curvature` (preconditioners/base.py).
+optimizer variables, damps and inverts them, and exposes them as a `Curvature` (curvature/preconditioners/base.py).
 
 Per layer (variable group) and particle l, Q_l is block-diagonal over the layer's Kronecker blocks,
 each (A_l + pi sqrt(lambda) I) (x) (G_l + sqrt(lambda) / pi I) (the "pi-split" Tikhonov damping of
 Martens & Grosse 2015, pi = sqrt((tr A / dim A) / (tr G / dim G)), per particle, clipped to
 [1e-8, 1e8], 1 when a trace is 0), lambda = damping + the prior's precision / temperature (below).
 
-Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (preconditioners/base.py); the
+Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (curvature/preconditioners/base.py); the
 Normal prior adds its precision 1 / (s^2 T) to every coordinate, which a Kronecker product cannot
 hold exactly, so (include_prior=True, default) it is added to the damping lambda of each block (the
 coordinate-weighted mean of the block's prior precisions, e.g. 1 for the default N(0, 1) prior,
@@ -69,8 +69,8 @@ import tensorflow as tf
 from bayes_keras._config import is_real
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.curvature.capture import CurvatureRequest
-from bayes_keras.preconditioners.base import Curvature, Preconditioner
-from bayes_keras.preconditioners.kfac_layer import KFACLayerState, KroneckerOperator, damped_inverses, not_declared
+from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.kfac_layer_state import KFACLayerState, KroneckerOperator, damped_inverses, not_declared
 
 __all__ = ["KFACPreconditioner", "KFACCurvature", "KroneckerOperator", "damped_inverses"]
 

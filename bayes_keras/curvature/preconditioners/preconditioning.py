@@ -4,10 +4,10 @@ preconditioner, the lookup of a given one, and the skip of a step whose curvatur
 import tensorflow as tf
 
 from bayes_keras._config import resolve
-from bayes_keras.preconditioners.base import Preconditioner
-from bayes_keras.preconditioners.dense import HessianPreconditioner
-from bayes_keras.preconditioners.identity import IdentityPreconditioner
-from bayes_keras.preconditioners.kfac import KFACPreconditioner
+from bayes_keras.curvature.preconditioners.base import Preconditioner
+from bayes_keras.curvature.preconditioners.dense import HessianPreconditioner
+from bayes_keras.curvature.preconditioners.identity import IdentityPreconditioner
+from bayes_keras.curvature.preconditioners.kfac_preconditioner import KFACPreconditioner
 
 _NAMES = {"hessian": HessianPreconditioner, "identity": IdentityPreconditioner, "kfac": KFACPreconditioner}
 
