@@ -40,6 +40,14 @@ def check_number(value, what, positive=True, allow_none=False, allow_zero=False)
     return float(value)
 
 
+def decay_rate(value, what):
+    """A moving average's decay in [0, 1) (a ValueError otherwise: 1 or more never forgets, or diverges)."""
+    value = check_number(value, what, positive=False)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{what} must be in [0, 1); got {value!r}.")
+    return value
+
+
 def config_repr(obj):
     """`Name(arg=value, ...)` from `obj.get_config()` (for a class's __repr__)."""
     args = ", ".join(f"{k}={v!r}" for k, v in obj.get_config().items())

@@ -12,7 +12,7 @@ an element-wise Adam would precondition each particle differently and break the 
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import Configurable, check_number, resolve
+from bayes_keras._config import Configurable, check_number, decay_rate, resolve
 
 
 def is_second_moment(slot_name):
@@ -31,12 +31,18 @@ def signal_share(mean_square, square, correction):
     return tf.where(usable, tf.minimum(share, 1.0), tf.ones_like(square))
 
 
-def decay_rate(value, what):
-    """A moving average's decay in [0, 1) (a ValueError otherwise: 1 or more never forgets, or diverges)."""
-    value = check_number(value, what, positive=False)
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{what} must be in [0, 1); got {value!r}.")
-    return value
+def signal_fraction(mean_square, square, decay):
+    """The share of a running mean's steps that is signal, beyond the noise floor: rho = `signal_share`(|m|^2,
+    v) of the uncorrected averages m <- decay m + (1 - decay) step, v <- decay v + (1 - decay) |step|^2 lies in
+    [0, 1]; steps of pure noise leave it at c = (1 - decay) / (1 + decay) on average, consistent steps at 1,
+    so the signal's share is (rho - c) / (1 - c), clipped to [0, 1] (1 before any step, and for decay 0).
+    Multiplied into a step size it moves fast while the steps agree and averages the noise once they do not
+    (Balles, Romero & Hennig 2017, "Coupling Adaptive Batch Sizes with Learning Rates",
+    https://arxiv.org/abs/1612.05086). Used by MGVBP's full-precision blocks."""
+    rho = signal_share(mean_square, square, 1.0)
+    noise = (1.0 - decay) / (1.0 + decay)
+    share = tf.clip_by_value((rho - noise) / tf.maximum(1.0 - noise, 1e-6), 0.0, 1.0)
+    return tf.where(decay > 0.0, share, tf.ones_like(share))
 
 
 class StepRule(Configurable):

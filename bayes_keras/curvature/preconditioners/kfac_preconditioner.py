@@ -66,7 +66,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bayes_keras._config import is_real
+from bayes_keras._config import decay_rate, is_real
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.curvature.capture import CurvatureRequest
 from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
@@ -227,8 +227,7 @@ class KFACPreconditioner(Preconditioner):
                  include_prior=True, factor_period=1):
         if not is_real(damping) or not np.isfinite(damping) or not damping > 0:
             raise ValueError(f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}.")
-        if not is_real(ema_decay) or not 0.0 <= ema_decay < 1.0:
-            raise ValueError(f"KFAC ema_decay must be in [0, 1); got {ema_decay!r}.")
+        ema_decay = decay_rate(ema_decay, "KFAC ema_decay")
         if not _whole(inversion_period) or inversion_period < 1:
             raise ValueError(f"KFAC inversion_period must be a positive integer; got {inversion_period!r}.")
         if not _whole(factor_period) or factor_period < 1:

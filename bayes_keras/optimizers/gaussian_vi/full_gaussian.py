@@ -3,6 +3,7 @@
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_keras.core.step_rules import signal_fraction
 from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 
@@ -59,9 +60,15 @@ class FullGaussian(GaussianFamily):
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
         # Both steps are scaled by their signal shares: the Monte Carlo noise of the gradients and of the Stein /
-        # score curvature is averaged once q is near its optimum (an extension; see `signal_fraction`).
-        mean_learning_rate *= self.signal_fraction(state, "v_mean", m_mu, nat_mu, omega, writes)
-        learning_rate *= self.signal_fraction(state, "v_precision", m_p, nat_p, omega, writes)
+        # score curvature is averaged once q is near its optimum (an extension; see step_rules.signal_fraction):
+        # v <- omega v + (1 - omega) |natgrad|^2 beside the momentum m, the share from |m|^2 / v.
+        def share(name, m, natgrad):
+            v = omega * state[name].value + (1.0 - omega) * tf.reduce_sum(tf.square(natgrad))
+            writes.assign(state[name], v)
+            return signal_fraction(tf.reduce_sum(tf.square(m)), v, omega)
+
+        mean_learning_rate *= share("v_mean", m_mu, nat_mu)
+        learning_rate *= share("v_precision", m_p, nat_p)
         old_p = state["precision"].value
         chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
         retract = lambda p, xi: ng.retract_full(p, xi, chol)  # noqa: E731

@@ -112,7 +112,7 @@ class MGVBP(GaussianVariationalOptimizer):
     that starts tight (sd 0.03) and moves slowly (1e-3, a running average of the curvature over ~1,000
     steps, as VOGN's) while the mean takes natural-gradient steps of 0.3 with momentum 0.8. Full blocks
     (structure "full" / "layer", at most `max_block_size` weights each: small models, often fitted full
-    batch) step their precision at 0.1 times its signal share (`GaussianFamily.signal_fraction`: the
+    batch) step their precision at 0.1 times its signal share (`bayes_keras.step_rules.signal_fraction`: the
     share of the momentum-averaged natural gradient that persists from step to step), so P leaves its
     tight start within a few hundred steps and then averages the Monte Carlo noise of its curvature: on the
     breast_cancer logistic regression (full batch, 100 samples, 3,000 steps) MGVBP(structure="full")
