@@ -3,9 +3,10 @@
 - `gaussian_variational_optimizer.py`: the shared machinery (q's blocks, sampling, the ELBO, the posterior).
 - `mgvbp.py`: MGVBP, natural gradients on the precision (Magris et al.); `natural_gradients.py` its math.
 - `mean_field_vi.py`: MeanFieldVI, Bayes by Backprop (Blundell et al. 2015).
-- The posterior families, one object per block of weights: `DiagonalGaussian`, `FullGaussian`,
-  `KroneckerGaussian` (over `GaussianFamily`): variables, sampling, entropy and MGVBP's step on the manifold
-  of their precisions.
+- The posterior families, one object per block of weights (over `GaussianFamily`): each owns its variables,
+  sampling, entropy, distribution and step. `DiagonalGaussian`, `FullGaussian`, `KroneckerGaussian`: MGVBP's
+  natural-gradient step on the manifold of their precisions; `SoftplusGaussian`: MeanFieldVI's Adam on
+  (mu, rho).
 """
 
 from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussian
@@ -15,6 +16,7 @@ from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import Ga
 from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
 from bayes_keras.optimizers.gaussian_vi.mean_field_vi import MeanFieldVI
 from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP
+from bayes_keras.optimizers.gaussian_vi.softplus_gaussian import SoftplusGaussian
 
 __all__ = ["GaussianVariationalOptimizer", "MGVBP", "MeanFieldVI", "GaussianFamily", "DiagonalGaussian",
-           "FullGaussian", "KroneckerGaussian"]
+           "FullGaussian", "KroneckerGaussian", "SoftplusGaussian"]

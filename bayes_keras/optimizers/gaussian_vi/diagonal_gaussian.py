@@ -15,18 +15,29 @@ class DiagonalGaussian(GaussianFamily):
     The retraction p + xi + xi^2 / (2p) = ((p + xi)^2 + p^2) / (2p) is positive for any finite xi, so
     no step halving is needed (Magris et al., the diagonal case of the PD retraction).
 
+    Args:
+        dim, dtype: see GaussianFamily.
+        initial_precision: p at the start, for every weight.
+        control_variates: also keep the score estimators' control variates ("c_mean", "c_precision").
+
     Example:
-        >>> family = DiagonalGaussian(dim=10, dtype="float32")
-        >>> state = family.variables(optimizer.add_variable, "block0")
+        >>> family = DiagonalGaussian(dim=10, dtype="float32", initial_precision=1e3)
+        >>> state = family.variables(add_variable, "block0")
     """
 
-    def variables(self, add_variable, prefix, control_variates=False):
-        names = ["mean", "precision", "m_mean", "m_precision"] + (["c_mean", "c_precision"] if control_variates else [])
+    def __init__(self, dim, dtype, initial_precision, control_variates=False):
+        super().__init__(dim, dtype)
+        self.initial_precision = float(initial_precision)
+        self.control_variates = bool(control_variates)
+
+    def variables(self, add_variable, prefix):
+        names = ["mean", "precision", "m_mean", "m_precision"] + (["c_mean", "c_precision"] if self.control_variates
+                                                                  else [])
         return {name: add_variable((self.dim,), f"{prefix}_{name}", self.dtype) for name in names}
 
-    def initialize(self, state, mean, initial_precision):
+    def initialize(self, state, mean):
         state["mean"].assign(mean)
-        state["precision"].assign(initial_precision * tf.ones(self.dim, self.dtype))
+        state["precision"].assign(self.initial_precision * tf.ones(self.dim, self.dtype))
 
     def moments(self, state, read=current):
         """(mean, standard deviation) as (D,) tensors."""

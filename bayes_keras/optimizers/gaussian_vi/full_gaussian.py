@@ -19,27 +19,31 @@ class FullGaussian(GaussianFamily):
 
     Args:
         dim, dtype: see GaussianFamily.
+        initial_precision: P at the start, times the identity.
+        control_variates: also keep the score estimators' control variates ("c_mean", "c_precision").
         max_halvings: halvings of xi tried before a precision step is dropped.
 
     Example:
-        >>> family = FullGaussian(dim=31, dtype="float64")
+        >>> family = FullGaussian(dim=31, dtype="float64", initial_precision=10.0)
     """
 
-    def __init__(self, dim, dtype, max_halvings=5):
+    def __init__(self, dim, dtype, initial_precision, control_variates=False, max_halvings=5):
         super().__init__(dim, dtype)
+        self.initial_precision = float(initial_precision)
+        self.control_variates = bool(control_variates)
         self.max_halvings = int(max_halvings)
 
-    def variables(self, add_variable, prefix, control_variates=False):
+    def variables(self, add_variable, prefix):
         vector, matrix = (self.dim,), (self.dim, self.dim)
         shapes = {"mean": vector, "precision": matrix, "m_mean": vector, "m_precision": matrix, "v_mean": (),
                   "v_precision": ()}
-        if control_variates:
+        if self.control_variates:
             shapes.update({"c_mean": vector, "c_precision": matrix})
         return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
 
-    def initialize(self, state, mean, initial_precision):
+    def initialize(self, state, mean):
         state["mean"].assign(mean)
-        state["precision"].assign(initial_precision * tf.eye(self.dim, dtype=self.dtype))
+        state["precision"].assign(self.initial_precision * tf.eye(self.dim, dtype=self.dtype))
 
     def sample(self, state, eps, read=current):
         return ng.sample_full(read(state["mean"]), read(state["precision"]), eps)

@@ -11,8 +11,8 @@ class GaussianFamily:
 
     A family implements:
         variables(add_variable, prefix) -> {name: variable}: the block's state ("mean", "m_mean", ...),
-            created through the optimizer's `add_variable(shape, name)` (saved with the model).
-        initialize(state, mean, initial_precision): q = N(mean, I / initial_precision).
+            created through the optimizer's `add_variable(shape, name, dtype)` (saved with the model).
+        initialize(state, mean): q at the start, centred at `mean` (its spread set by the constructor).
         sample(state, eps, read) -> (rows, dim): mu + P^{-1/2} eps for standard normals eps (rows, dim).
         entropy(state), distribution(state), marginal(state, offset, size): H(q), q and the marginal of
             a contiguous range of coordinates as TFP distributions.
@@ -38,7 +38,7 @@ class GaussianFamily:
     def variables(self, add_variable, prefix):
         raise NotImplementedError
 
-    def initialize(self, state, mean, initial_precision):
+    def initialize(self, state, mean):
         raise NotImplementedError
 
     def sample(self, state, eps, read=current):

@@ -5,8 +5,11 @@ state, and the model's N particle weight sets are N fresh samples from q: every 
 computes the gradients of the log joint at those samples, the optimizer updates q, and writes N new
 samples into the particle variables. The state is saved with the model like any optimizer state.
 
-Blocks: the flattened particle variables are partitioned into blocks (one for all weights, one per
-layer, or one per variable); a block is the unit with its own (mean, precision) pair.
+Blocks: the flattened particle variables are partitioned into blocks (one for all weights, or one per
+layer); each block is one posterior family object (bayes_keras.optimizers.gaussian_vi.GaussianFamily:
+diagonal, full, Kronecker or softplus-diagonal) that owns the block's variables, sampling, entropy,
+distribution and step. A method chooses the blocks and their family and estimates the gradients its
+family steps with.
 """
 
 import numpy as np
@@ -23,10 +26,10 @@ tfd = tfp.distributions
 
 
 class GaussianVariationalOptimizer(BayesianOptimizer):
-    """Shared machinery; subclasses implement `_block_groups`, `_build_block`, `_initialize_block`,
-    `_block_entropy`, `_block_distribution` and `_marginal`, and either `_update_blocks` and
-    `_block_sample` (per block, on flattened (N, D_b) tensors) or, with `_elementwise = True` (diagonal
-    posteriors), `_update_elementwise` and `_elementwise_moments` (per particle variable).
+    """Shared machinery; a method implements `_block_groups(view)` (the blocks), `_family(j, dim)` (block j's
+    GaussianFamily) and its estimator: `_update_blocks` (per block, on flattened (N, D_b) tensors) or, with
+    `_elementwise = True` (diagonal posteriors), `_update_elementwise` (per particle variable, on slices of
+    the one flat block; its family then provides `moments(state, read)`).
 
     Reports the evidence lower bound per training example as the metric "elbo"
     (mean_n log p(y, w_n) + H(q)) / dataset_size, with w_n the step's samples from q.
@@ -77,23 +80,26 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
                              f"variables in order; got blocks {self._blocks}.")
         self.lower_bound = self.add_variable((), name="lower_bound")
         self._sample_counter = self.add_variable((), dtype="int64", name="sample_counter")
-        self._state = [self._build_block(j, dim) for j, dim in enumerate(self._block_dims)]
+        self._families, self._state = [], []
+        for j, dim in enumerate(self._block_dims):
+            family = self._family(j, dim)
+            self._families.append(family)
+            self._state.append(family.variables(self._add, f"block{j}"))
         with tf.init_scope():  # Keras may build inside the traced train step: initialise eagerly
             n = self.view.num_particles
             initial = [np.reshape(v.numpy(), (n, -1)) for v in self.view.variables]
             for j, block in enumerate(self._blocks):
                 mean = np.concatenate([initial[i][0] for i in block])  # one member's initialisation
-                self._initialize_block(j, mean)
+                self._families[j].initialize(self._state[j], mean)
             self.resample()
 
-    def _build_block(self, index, dim):
+    def _family(self, index, dim):
+        """Block `index`'s GaussianFamily over `dim` weights."""
         raise NotImplementedError
 
-    def _initialize_block(self, index, mean):
-        raise NotImplementedError
-
-    def _var(self, shape, name, dtype=None):
-        return self.add_variable(tuple(shape), dtype=dtype or self.posterior_dtype, name=name)
+    def _add(self, shape, name, dtype):
+        """A family's state variable (an optimizer variable: saved with the model)."""
+        return self.add_variable(tuple(shape), dtype=dtype, name=name)
 
     # -- sampling ------------------------------------------------------------------------------
     def _normal(self, rows, widths):
@@ -165,12 +171,13 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             eps = self._draw(num_samples)
         view = self.view
         if self._elementwise:  # (D,) moments split into per-variable pieces that broadcast over rows
-            mean, std = (tf.split(t, view.sizes) for t in self._elementwise_moments(read))
+            mean, std = (tf.split(t, view.sizes) for t in self._families[0].moments(self._state[0], read))
             return [tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + view.shapes[i])
                     for i, (m, sd, e) in enumerate(zip(mean, std, eps))]
         out = [None] * len(view)
         for j, (block, e) in enumerate(zip(self._blocks, eps)):
-            for i, piece in view.split(self._block_sample(j, tf.cast(e, self.posterior_dtype), read), block).items():
+            sample = self._families[j].sample(self._state[j], tf.cast(e, self.posterior_dtype), read)
+            for i, piece in view.split(sample, block).items():
                 out[i] = piece
         return out
 
@@ -237,20 +244,16 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         the variables' slices of the flat state are tf.split(state, self.view.sizes)."""
         raise NotImplementedError
 
-    def _elementwise_moments(self, read):
-        """Elementwise optimizers: q's mean and standard deviation as flat (D,) tensors."""
-        raise NotImplementedError
-
     # -- the Gaussian --------------------------------------------------------------------------
     def entropy(self):
         """Entropy of q (the optimizer's state)."""
-        return tf.cast(tf.add_n([self._block_entropy(j) for j in range(len(self._blocks))]), tf.float32)
+        return tf.cast(tf.add_n([f.entropy(s) for f, s in zip(self._families, self._state)]), tf.float32)
 
     def posterior(self, flatten=True):
         """q as TFP distributions. flatten=True: one distribution over all particle weights,
         flattened and concatenated in particle-variable order (event shape (D,)). flatten=False: a
         dict {variable path: distribution over that variable's flattened weights} (marginals of q)."""
-        blocks = [self._block_distribution(j) for j in range(len(self._blocks))]
+        blocks = [f.distribution(s) for f, s in zip(self._families, self._state)]
         if flatten:
             if len(blocks) == 1:
                 return blocks[0]
@@ -262,7 +265,8 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         for j, block in enumerate(self._blocks):
             offset = 0
             for i in block:
-                out[self.view.variables[i].path] = self._marginal(j, offset, self.view.sizes[i])
+                out[self.view.variables[i].path] = self._families[j].marginal(self._state[j], offset,
+                                                                               self.view.sizes[i])
                 offset += self.view.sizes[i]
         return out
 

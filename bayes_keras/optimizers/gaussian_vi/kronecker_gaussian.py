@@ -22,15 +22,17 @@ class KroneckerGaussian(GaussianFamily):
     Args:
         rows, columns: the factors' sizes (dim = rows * columns).
         dtype: the state's dtype.
+        initial_precision: P = A (x) G at the start, times the identity (A = G = its square root times I).
         max_halvings: halvings tried per factor before its step is dropped.
 
     Example:
-        >>> family = KroneckerGaussian(rows=65, columns=50, dtype="float64")
+        >>> family = KroneckerGaussian(rows=65, columns=50, dtype="float64", initial_precision=1e3)
     """
 
-    def __init__(self, rows, columns, dtype, max_halvings=5):
+    def __init__(self, rows, columns, dtype, initial_precision, max_halvings=5):
         super().__init__(rows * columns, dtype)
         self.rows, self.columns = int(rows), int(columns)
+        self.initial_precision = float(initial_precision)
         self.max_halvings = int(max_halvings)
 
     def variables(self, add_variable, prefix):
@@ -38,9 +40,9 @@ class KroneckerGaussian(GaussianFamily):
                   "factor_g": (self.columns, self.columns)}
         return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
 
-    def initialize(self, state, mean, initial_precision):
+    def initialize(self, state, mean):
         state["mean"].assign(mean)
-        root = np.sqrt(initial_precision)  # P = A (x) G = initial_precision I
+        root = np.sqrt(self.initial_precision)  # P = A (x) G = initial_precision I
         for name in ("factor_a", "factor_g"):
             state[name].assign(root * tf.eye(state[name].shape[0], dtype=self.dtype))
 

@@ -1,17 +1,12 @@
 """MeanFieldVI: the standard mean-field Gaussian VI baseline (reparameterisation gradient + Adam)."""
 
-import math
-
 import keras
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from bayes_keras._config import check_number
 from bayes_keras.core import step_rules
 from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
-
-tfd = tfp.distributions
-_LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
+from bayes_keras.optimizers.gaussian_vi.softplus_gaussian import SoftplusGaussian
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -62,43 +57,16 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     def _block_groups(self, view):
         return view.partition("joint")  # diagonal: one flat block over all weights
 
-    def _build_block(self, j, dim):
-        state = {"mean": self._var((dim,), f"block{j}_mean"), "rho": self._var((dim,), f"block{j}_rho")}
-        for name in ("mean", "rho"):
-            for slot in ("m", "v"):
-                state[f"{name}_{slot}"] = self._var((dim,), f"block{j}_{name}_{slot}")
-        return state
-
-    def _initialize_block(self, j, mean):
-        self._state[j]["mean"].assign(mean)
-        rho = float(tfp.math.softplus_inverse(tf.constant(self.initial_std, tf.float64)))
-        self._state[j]["rho"].assign(tf.fill(mean.shape, tf.constant(rho, self.posterior_dtype)))
-
-    def _std(self, j, read=None):
-        rho = self._state[j]["rho"]
-        return tf.nn.softplus(rho.value if read is None else read(rho))
-
-    def _block_entropy(self, j):
-        sigma = self._std(j)
-        return tf.reduce_sum(tf.math.log(sigma)) + 0.5 * tf.cast(tf.size(sigma), sigma.dtype) * _LOG_2PI_E
-
-    def _block_distribution(self, j):
-        return tfd.Independent(tfd.Normal(self._state[j]["mean"].value, self._std(j)), 1)
-
-    def _marginal(self, j, offset, size):
-        return tfd.Independent(tfd.Normal(self._state[j]["mean"].value[offset:offset + size],
-                                          self._std(j)[offset:offset + size]), 1)
+    def _family(self, j, dim):
+        return SoftplusGaussian(dim, self.posterior_dtype, self.initial_std, self._adam)
 
     _elementwise = True
-
-    def _elementwise_moments(self, read):
-        return read(self._state[0]["mean"]), self._std(0, read)
 
     def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
         # loss_grads g are gradients of -log p(y, w) at w = mu + sigma eps: d(-ELBO)/d mu = E[g],
         # d(-ELBO)/d sigma = E[g eps] - 1 / sigma, with g eps = g (w - mu) / sigma (divided on (D,)).
-        s = self._state[0]
-        mean, sigma = s["mean"].value, self._std(0)
+        family, state = self._families[0], self._state[0]
+        mean, sigma = family.moments(state)
         sum_g, sum_ga = [], []
         for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
             sum_g.append(tf.reduce_sum(g, axis=0))
@@ -106,13 +74,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         n = float(self.view.num_particles)
         d_mean = tf.concat(sum_g, 0) / n
         d_sigma = (tf.concat(sum_ga, 0) / n - 1.0) / sigma
-        d_rho = d_sigma * tf.sigmoid(s["rho"].value)
-        for name, d in (("mean", d_mean), ("rho", d_rho)):
-            state = {"m": s[f"{name}_m"].value, "v": s[f"{name}_v"].value}
-            update, new = self._adam.apply(d, state, learning_rate, tf.cast(iteration, d.dtype))
-            writes.assign(s[f"{name}_m"], new["m"])
-            writes.assign(s[f"{name}_v"], new["v"])
-            writes.assign(s[name], s[name].value - update)
+        family.step(state, d_mean, d_sigma, learning_rate, iteration, writes)
 
     def get_config(self):
         config = super().get_config()

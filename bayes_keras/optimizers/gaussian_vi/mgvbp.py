@@ -185,40 +185,16 @@ class MGVBP(GaussianVariationalOptimizer):
             self._kron_index = {g[0]: j for j, g in enumerate(blocks)}  # the view index of each layer's kernel
         elif self.structure != "diagonal":
             _check_block_sizes(view, blocks, self.structure, self.max_block_size)
-        self._families = []
         super().build(variables)
 
-    def _build_block(self, j, dim):
+    def _family(self, j, dim):
         if self.structure == "kronecker":
-            family = KroneckerGaussian(*self._kron_shapes[j], self.posterior_dtype, self.max_halvings)
-            state = family.variables(self._add, f"block{j}")
-        else:
-            family = (DiagonalGaussian(dim, self.posterior_dtype) if self.structure == "diagonal"
-                      else FullGaussian(dim, self.posterior_dtype, self.max_halvings))
-            state = family.variables(self._add, f"block{j}", control_variates=self.estimator != "gradient")
-        self._families.append(family)
-        return state
-
-    def _add(self, shape, name, dtype):
-        return self.add_variable(tuple(shape), dtype=dtype, name=name)
-
-    def _initialize_block(self, j, mean):
-        self._families[j].initialize(self._state[j], mean, self.initial_precision)
-
-    def _block_sample(self, j, eps, read):
-        return self._families[j].sample(self._state[j], eps, read)
-
-    def _block_entropy(self, j):
-        return self._families[j].entropy(self._state[j])
-
-    def _block_distribution(self, j):
-        return self._families[j].distribution(self._state[j])
-
-    def _marginal(self, j, offset, size):
-        return self._families[j].marginal(self._state[j], offset, size)
-
-    def _elementwise_moments(self, read):
-        return self._families[0].moments(self._state[0], read)
+            return KroneckerGaussian(*self._kron_shapes[j], self.posterior_dtype, self.initial_precision,
+                                     self.max_halvings)
+        control_variates = self.estimator != "gradient"
+        if self.structure == "diagonal":
+            return DiagonalGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates)
+        return FullGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates, self.max_halvings)
 
     def check_loaded_state(self):
         for block in self._state:
