@@ -36,16 +36,22 @@ EXTRA = {"Embedding": {"num_particles": 2}, "Bidirectional": {"layer": lambda: b
          "PerParticle": {"layer": lambda: keras.layers.Dense(2)}}
 
 
+PUBLIC_MODULES = {"optimizers": bk.optimizers, "layers": bk.layers, "priors": bk.priors, "kernels": bk.kernels,
+                  "likelihoods": bk.likelihoods, "schedules": bk.schedules, "preconditioners": bk.preconditioners,
+                  "step_rules": bk.step_rules}
+
+
 def public_classes():
-    modules = (bk.optimizers, bk.layers, bk.priors, bk.kernels, bk.likelihoods, bk.schedules, bk.preconditioners,
-               bk.step_rules)
-    found = {getattr(m, n) for m in modules for n in dir(m) if not n.startswith("_")}
+    found = {getattr(m, n) for m in PUBLIC_MODULES.values() for n in dir(m) if not n.startswith("_")}
     return sorted((c for c in found if inspect.isclass(c) and c.__module__.startswith("bayes_keras")
                    and c.__name__ not in NOT_USER_INPUTS), key=lambda c: c.__name__)
 
 
 def _qualified(cls):
-    """e.g. "priors.Normal" (priors.Normal and likelihoods.Normal share a name)."""
+    """The public name, e.g. "priors.Normal" (priors.Normal and likelihoods.Normal share a name)."""
+    for name, module in PUBLIC_MODULES.items():
+        if getattr(module, cls.__name__, None) is cls:
+            return f"{name}.{cls.__name__}"
     return f"{cls.__module__.split('.')[1]}.{cls.__name__}"
 
 
