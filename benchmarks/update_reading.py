@@ -1,0 +1,98 @@
+"""What a reader opens to follow one update of each method: the files, their lines, and the moves between them.
+
+One training step of a small model is run eagerly (run_eagerly=True) and every line of bayes_keras that
+`optimizer.apply` executes is recorded with a trace function: the files it runs (and their total lines),
+the distinct lines it runs, and how often consecutive lines change file (a reader's jumps). The model's own
+forward and backward pass (layers, BayesianModel) are not part of the update and are not counted; what
+the optimizer calls during its update (step rules, preconditioners, curvature formulas, families) is.
+
+Run on another checkout to compare versions (the counts are of that tree's files):
+    python benchmarks/update_reading.py                       # this tree -> results/update_reading.{json,md}
+    python benchmarks/update_reading.py --repo /tmp/before --stem update_reading_before
+"""
+
+import argparse
+import collections
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+METHODS = {
+    "GaussianParticleFlow()": lambda bk: bk.optimizers.GaussianParticleFlow(),
+    "SVGD()": lambda bk: bk.optimizers.SVGD(),
+    "MatrixSVGD()": lambda bk: bk.optimizers.MatrixSVGD(),
+    "MGVBP() (diagonal)": lambda bk: bk.optimizers.MGVBP(),
+    "MeanFieldVI()": lambda bk: bk.optimizers.MeanFieldVI(),
+}
+
+
+def trace_update(bk, make, package_dir):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 8)).astype("float32")
+    y = rng.integers(0, 3, 32)
+    model = bk.zoo.mlp(8, 3, (16,), num_particles=4)
+    optimizer = make(bk)
+    model.compile(optimizer=optimizer, likelihood="categorical", dataset_size=32, run_eagerly=True)
+    model.train_on_batch(x, y)  # builds the optimizer; the traced step is the second
+    events = []
+
+    def tracer(frame, event, arg):
+        path = frame.f_code.co_filename
+        if path.startswith(package_dir):
+            if event == "line":
+                events.append((os.path.relpath(path, os.path.dirname(package_dir)), frame.f_lineno))
+            return tracer
+        return None
+
+    apply = optimizer.apply
+
+    def traced_apply(*args, **kwargs):
+        sys.settrace(tracer)
+        try:
+            return apply(*args, **kwargs)
+        finally:
+            sys.settrace(None)
+
+    optimizer.apply = traced_apply
+    model.train_on_batch(x, y)
+    files = sorted({f for f, _ in events})
+    lines = {f: sum(1 for _ in open(os.path.join(os.path.dirname(package_dir), f))) for f in files}
+    executed = collections.Counter(f for f, _ in set(events))
+    moves = sum(1 for (a, _), (b, _) in zip(events, events[1:]) if a != b)
+    return {"files": files, "file_lines": lines, "total_lines": sum(lines.values()),
+            "executed_lines": dict(executed), "total_executed": sum(executed.values()), "moves": moves}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repo", default=os.path.dirname(HERE), help="checkout whose bayes_keras is measured")
+    parser.add_argument("--stem", default="update_reading")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.repo))
+    import bayes_keras as bk
+
+    package_dir = os.path.dirname(os.path.abspath(bk.__file__))
+    sys.path.insert(0, HERE)
+    import harness
+
+    results = {name: trace_update(bk, make, package_dir) for name, make in METHODS.items()}
+    lines = [f"# Files and lines a reader follows through one update ({os.path.abspath(args.repo)})", "",
+             "One eager training step of a 8-16-3 MLP with 4 particles; every bayes_keras line that "
+             "`optimizer.apply` executes (`python benchmarks/update_reading.py`).", "",
+             "| method | files | their lines | lines executed | moves between files |", "|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {len(r['files'])} | {r['total_lines']} | {r['total_executed']} | {r['moves']} |")
+    lines.append("")
+    for name, r in results.items():
+        lines.append(f"- {name}: " + ", ".join(f"{f} ({r['file_lines'][f]})" for f in r["files"]))
+    harness.save_results(args.stem, {"repo": os.path.abspath(args.repo), "methods": results,
+                                     "machine": harness.machine_info()}, lines)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
