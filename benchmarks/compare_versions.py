@@ -43,6 +43,7 @@ OPTIMIZERS = {
     # spelled out (the defaults changed between versions: precision 1e3, mean rate 0.3); 1e-2 diverges on LeNet
     "mgvbp_empirical_fisher": lambda lib: lib.optimizers.MGVBP(1e-3, curvature="empirical_fisher", momentum=0.4,
                                                                initial_precision=10.0, mean_learning_rate=None),
+    "mgvbp": lambda lib: lib.optimizers.MGVBP(),  # diagonal, Stein curvature (the defaults since #31)
     # 0.1 diverged on the repeated batch: skipped (NaN) steps are nearly free and made the row meaningless
     "matrix_svgd_kfac": lambda lib: lib.optimizers.MatrixSVGD(0.01, lib.preconditioners.KFACPreconditioner()),
 }

@@ -108,7 +108,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         would. Box-Muller on stateless uniforms, written out: cheaper than tf.random.stateless_normal
         on CPU, where drawing the normals was the largest single cost of a Gaussian-VI step
         (docs/architecture.md). The sum(widths) columns are the cosines, then the sines, split into
-        the pieces. u1 is at least 2^-24, so |z| <= 5.8 (a tail of 8e-9 is cut)."""
+        the pieces. 1 - u1 is at least 2^-24, so |z| <= 5.8 (a tail of 8e-9 is cut)."""
         seed = 0 if self.seed is None else int(self.seed)
         key = tf.stack([tf.constant(seed, tf.int64), self._sample_counter.value])
         d = sum(widths)
@@ -278,8 +278,9 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     @property
     def posterior_blocks(self):
         """q's state per block, [{name: variable}], in block order: the family's variables ("mean",
-        "precision" or "log_std", Kronecker factors, ...) and the method's own (momentum, control
-        variates); see the posterior family (bayes_keras.posteriors) for their meaning."""
+"precision" or "rho", Kronecker factors, ...) and the method's own (momentum, control
+        variates, Adam's moments); see the block's family (`DiagonalGaussian`, `FullGaussian`,
+        `KroneckerGaussian`, `SoftplusGaussian` in this package) for their meaning."""
         return [dict(block) for block in self._state]
 
     def get_config(self):

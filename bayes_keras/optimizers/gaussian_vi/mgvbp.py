@@ -6,7 +6,7 @@ Estimators (`estimator=`):
       log joint (nat_mu = Sigma E[g], nat_P = -sym(P E[a g^T]) - P). An extension for networks,
       not in the paper; the only practical one beyond a few hundred weights. Default.
   "score": the paper's default estimator: score function of the log LIKELIHOOD with the Gaussian
-      prior (zero-mean Normal priors of the layers) and the entropy in closed form, with
+      prior (the layers' Normal priors) and the entropy in closed form, with
       per-coordinate control variates from the previous step's samples.
   "score_h": the paper's fully black-box form on h = log p(y, w) - log q(w).
 The score-function forms need O(S D^2) memory per step with full P: tens of weights.
@@ -14,12 +14,14 @@ The score-function forms need O(S D^2) memory per step with full P: tens of weig
 Curvature of the "gradient" estimator (`curvature=`), the target that P is moved toward:
   "stein": -E_q[hess] = -P Cov(theta, g) (Stein's lemma), unbiased; exact on conjugate models.
       Noisy and indefinite on networks with few samples: a large negative estimate makes the
-      retraction's xi^2 / (2p) term inflate p, and the run diverges (seen on LeNet-5).
+      retraction's xi^2 / (2p) term inflate p, and with the paper's step sizes the run diverged on
+      LeNet-5. The defaults (a tight initial precision that moves at 1e-3, see "Defaults" below) average
+      that noise over ~1,000 steps: MGVBP() trains the zoo's networks with it (the defaults table).
   "empirical_fisher": the diagonal of the per-example empirical Fisher, sum_i (d log p(y_i|w) / dw)^2,
       averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
       VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
       pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
-      Never negative: use it (or "fisher") for deep networks. structure="diagonal" or "kronecker"; needs
+      Never negative: the safer choice for deep networks with larger precision steps. structure="diagonal" or "kronecker"; needs
       Normal priors (the default) and Dense / Conv2D particle layers.
   "fisher": as "empirical_fisher" but with labels sampled from the model's own predictive (one
       per example and sample of q): a Monte Carlo estimate of the true Fisher (the generalised
@@ -75,8 +77,8 @@ class MGVBP(GaussianVariationalOptimizer):
     Args:
         learning_rate: beta, the precision's step size (float or schedule; the paper's schedule is
             `bayes_keras.schedules.ConstantThenInverseTime(beta, tau)`). None (default): 0.1 for the full
-            blocks of structure="full" / "layer", whose step is further scaled by its signal share (see
-            "Defaults"), 1e-3 for "diagonal" / "kronecker" (networks).
+            blocks of structure="full" / "layer", whose steps (precision and mean) are further scaled by their
+            signal shares (see "Defaults"), 1e-3 for "diagonal" / "kronecker" (networks).
         mean_learning_rate: step size of mu (float or schedule), default 0.3; None uses `learning_rate`
             for both, as the paper does. An extension for networks, after VOGN's separate mean and
             precision rates: a precision that moves slower than the mean keeps the noise of q small
@@ -84,7 +86,8 @@ class MGVBP(GaussianVariationalOptimizer):
         structure: "full" (one D x D precision), "layer" (one full block per layer), "kronecker" (per
             Dense / Conv2D layer P = A (x) G over its [kernel; bias] matrix, KFAC's factors from
             bayes_keras.curvature: the mean steps by P^-1 E[g] through the factors, each factor is
-            retracted toward the batch's factors damped by the prior precision / T (pi split), no
+            retracted toward the batch's factors damped by the prior precision / T (the nearest
+            Kronecker product of A (x) G + D (x) I, natural_gradients.damped_kronecker_factors), no
             momentum on the factors; needs curvature "empirical_fisher" or "fisher"; an extension in
             the spirit of Noisy K-FAC, not in the paper) or "diagonal".
         estimator: "gradient" | "score" | "score_h" (see above).
@@ -112,8 +115,9 @@ class MGVBP(GaussianVariationalOptimizer):
     that starts tight (sd 0.03) and moves slowly (1e-3, a running average of the curvature over ~1,000
     steps, as VOGN's) while the mean takes natural-gradient steps of 0.3 with momentum 0.8. Full blocks
     (structure "full" / "layer", at most `max_block_size` weights each: small models, often fitted full
-    batch) step their precision at 0.1 times its signal share (`bayes_keras.step_rules.signal_fraction`: the
-    share of the momentum-averaged natural gradient that persists from step to step), so P leaves its
+    batch) step their precision at 0.1 times its signal share, and their mean at 0.3 times its own
+    (`bayes_keras.step_rules.signal_fraction`, i.e. bayes_keras.core.step_rules: the share of the
+    momentum-averaged natural gradient that persists from step to step), so P leaves its
     tight start within a few hundred steps and then averages the Monte Carlo noise of its curvature: on the
     breast_cancer logistic regression (full batch, 100 samples, 3,000 steps) MGVBP(structure="full")
     reaches the exact optimal Gaussian's sds (0.96-1.00 of NUTS'), where the network defaults left them at
@@ -121,7 +125,8 @@ class MGVBP(GaussianVariationalOptimizer):
     chance accuracy: per weight, the curvature of a 10-sample minibatch step is mostly noise, and a
     precision that follows it within tens of steps lets q's noise swamp a mean that is still untrained.
     The paper's settings are MGVBP(1e-2, momentum=0.4, initial_precision=10.0, mean_learning_rate=None)
-    (full blocks keep the signal-share scaling, which only ever shortens a step).
+    (full blocks keep the signal-share scaling, which only ever shortens a step: an extension, not the
+    paper's iteration).
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.MGVBP(1e-2, structure="diagonal"))

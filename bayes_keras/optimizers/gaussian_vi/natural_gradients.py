@@ -182,6 +182,9 @@ def reparam_natural_gradient_full(theta, mean, precision, grad_log_joint, antith
 
 
 def reparam_natural_gradient_diag(theta, mean, p, grad_log_joint, antithetic=False):
+    """The diagonal `reparam_natural_gradient_full`: nat_mu = E[g] / p, nat_p = -p E[a g] - p (a = theta - mu,
+    elementwise). The diagonal optimizer computes the same from per-variable sums
+    (`diagonal_moments_from_sums`); this readable form is what the tests compare it with."""
     mean_g, cross = diagonal_moments(theta - mean[None, :], grad_log_joint, antithetic)
     return mean_g / p, -p * cross - p
 

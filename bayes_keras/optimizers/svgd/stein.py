@@ -30,10 +30,19 @@ Its Stein direction ([D], derived from Theorem 1 with the product rule on w_l(x'
     phi(x_i) = N sum_l w_l(x_i) phi_l(x_i).
 Each anchor's bandwidth h_l is the median rule on squared Q_l-distances.
 
+Markers: [D] a form derived here (and checked by tests/test_matrix_svgd.py against its definition), [C]
+the authors' public code (https://github.com/dilinwang820/matrix_svgd).
+
 metric="euclidean" is the separable shortcut of the authors' code [C]: the scalar kernel uses the
 Euclidean distance and the curvature only multiplies the result, K = k(x, x') Q_bar^{-1} ("average":
 phi = Q_bar^{-1} phi_vanilla) or K = N sum_l w_l(x) w_l(x') k(x, x') Q_l^{-1} with isotropic weights
 w_l(x) proportional to N(x; z_l, I)^beta ("mixture", as [C]). Both are valid matrix-valued kernels.
+
+Kernels: bayes_keras.kernels; `kernel.evaluate(xs, ys=None, weights=None)` returns the Gram k (N, N)
+(a radial kernel's bandwidth by default from the median of the squared distances, h = med / log N for RBF;
+bayes_keras.kernels.RadialKernel) and the summed repulsion
+sum_j grad_{x_j} k(x_j, x_i) (not divided by N), in x-coordinates when the kernel is evaluated on the
+images ys = Q x (the Q^{-1} is applied inside), per anchor with `weights`.
 
 Curvature operators: bayes_keras.preconditioners (Curvature.apply / solve / apply_mean / solve_mean /
 log_det take lists aligned with the variables; None entries for variables outside a group).
