@@ -12,7 +12,7 @@ an element-wise Adam would precondition each particle differently and break the 
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import Configurable, check_number, decay_rate, resolve
+from bayes_keras._config import Configurable, check_number, config_repr, decay_rate, resolve
 
 
 def is_second_moment(slot_name):
@@ -53,6 +53,9 @@ class StepRule(Configurable):
 
     def apply(self, direction, state, learning_rate, step):
         raise NotImplementedError
+
+    def __repr__(self):
+        return config_repr(self)
 
 
 
@@ -162,6 +165,9 @@ class SignalShare(StepRule):
 
     def get_config(self):
         return {"rule": keras.saving.serialize_keras_object(self.rule), "decay": self.decay}
+
+    def __repr__(self):
+        return f"SignalShare(rule={self.rule!r}, decay={self.decay!r})"
 
     @classmethod
     def from_config(cls, config):
