@@ -1,7 +1,8 @@
 """Gaussian variational inference: an explicit posterior q = N(mu, P^-1), the model's particles its samples.
 
 - `gaussian_variational_optimizer.py`: the shared machinery (q's blocks, sampling, the ELBO, the posterior).
-- `mgvbp.py`: MGVBP, natural gradients on the precision (Magris et al.); `natural_gradients.py` its math.
+- `mgvbp.py`: MGVBP, natural gradients on the precision (Magris et al.); `natural_gradients.py` its math;
+  `curvature_targets.py` its Fisher and Kronecker curvature targets (curvature="empirical_fisher" / "fisher").
 - `mean_field_vi.py`: MeanFieldVI, Bayes by Backprop (Blundell et al. 2015).
 - The posterior families, one object per block of weights (over `GaussianFamily`): each owns its variables,
   sampling, entropy, distribution and step. `DiagonalGaussian`, `FullGaussian`, `KroneckerGaussian`: MGVBP's
