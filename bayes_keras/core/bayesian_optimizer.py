@@ -236,9 +236,11 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             writes = self.update(grads, variables, self.learning_rate, step)
             if step is not None:  # a non-finite loss or curvature record (the model counts it in skipped_steps)
                 writes.require(step_is_finite(step))
-            # Under tf.distribute every replica computed the same values from the reduced gradients; the
-            # decision is taken for all at once, and each replica writes its copy (docs/distributed.md).
-            finite = distribute.all_replicas_agree(writes.finite())
+            finite = writes.finite()
+            if tf.distribute.has_strategy():
+                # Every replica computed the same values from the reduced gradients; the decision is taken for
+                # all at once, and each replica writes its copy (docs/distributed.md).
+                finite = distribute.all_replicas_agree(finite)
 
             def commit():
                 writes.commit()
