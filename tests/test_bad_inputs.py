@@ -77,6 +77,15 @@ def test_invalid_hyper_parameters_are_refused_at_construction(make):
         make()
 
 
+@pytest.mark.parametrize("make", [lambda: bk.optimizers.MGVBP(step_rule="adam"),
+                                  lambda: bk.optimizers.MeanFieldVI(step_rule="sgd"),
+                                  lambda: bk.optimizers.IndependentParticles(step_rule="rmsprop")])
+def test_a_step_rule_is_refused_where_the_method_has_its_own(make):
+    """It was silently dropped: the optimizer ran its own rule."""
+    with pytest.raises(ValueError, match="step_rule"):
+        make()
+
+
 def test_one_non_finite_batch_leaves_the_epoch_loss_finite():
     """The step with a NaN batch is refused (particles unchanged, fit warns); the epoch's loss is the mean
     over the steps that were taken (it was NaN)."""

@@ -24,7 +24,10 @@ class IndependentParticles(ParticleOptimizer):
     """
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs):
-        kwargs.pop("step_rule", None)
+        if kwargs.pop("step_rule", None) is not None:
+            raise ValueError("IndependentParticles steps every particle with Adam (beta_1, beta_2, epsilon); it takes no "
+                             "step_rule. For another rule on independent particles use "
+                             "PreconditionedParticles(preconditioner='identity', step_rule=...).")
         super().__init__(learning_rate=learning_rate, step_rule=Adam(beta_1, beta_2, epsilon), **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 

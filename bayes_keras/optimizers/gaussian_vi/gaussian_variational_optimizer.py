@@ -49,7 +49,9 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         return getattr(self, "_weight_dtype", "float32") if self._diagonal_posterior else "float64"
 
     def __init__(self, learning_rate, seed=None, antithetic=None, shared_learning_rate=None, **kwargs):
-        kwargs.pop("step_rule", None)
+        if kwargs.pop("step_rule", None) is not None:
+            raise ValueError(f"{type(self).__name__} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
+                             "natural gradients with momentum; MeanFieldVI: Adam), and the particles are samples of q.")
         shared_learning_rate = check_number(shared_learning_rate, f"{type(self).__name__} shared_learning_rate",
                                             allow_none=True, allow_zero=True)
         super().__init__(learning_rate=learning_rate, **kwargs)
