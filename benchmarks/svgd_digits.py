@@ -223,7 +223,7 @@ class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
     is vanilla SVGD with plain SGD (no factors, no inverses, no Q-metric kernel)."""
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
-        particles, grads = self.view.flatten([v.value for v in self.view.variables]), self.view.flatten(grads)
+        particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups))
         self.step_particles(d, learning_rate, iteration, writes)
 
@@ -233,7 +233,7 @@ class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
     schedule), but the step is vanilla SVGD with plain SGD."""
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
-        particles, grads = self.view.flatten([v.value for v in self.view.variables]), self.view.flatten(grads)
+        particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         curvature = self.preconditioner.update(particles, grads, bk.preconditioners.step_records(step), iteration)
         d = svgd_direction(particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups))
         bk.preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)

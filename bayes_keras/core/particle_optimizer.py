@@ -71,9 +71,7 @@ class ParticleOptimizer(BayesianOptimizer):
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         """Move the particle variables: a direction over all of them jointly, then the step rule.
         `grads`: per particle variable, in view order; `iteration`: 1, 2, ... (float)."""
-        particles = self.view.flatten([v.value for v in self.view.variables])
-        flat_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
-        directions = self.direction(particles, flat_grads, self.view.layer_groups)
+        directions = self.direction(self.view.flat_particles(), self.view.flat_gradients(grads), self.view.layer_groups)
         self.step_particles(directions, learning_rate, iteration, writes)
 
     def step_particles(self, directions, learning_rate, iteration, writes):

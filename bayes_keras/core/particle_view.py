@@ -81,6 +81,14 @@ class ParticleView:
         """Position of `variable` in the view, or None when it is not one of its particle variables."""
         return self._index.get(id(variable))
 
+    def flat_particles(self):
+        """The particle variables' current values as (N, d_v) tensors, in view order."""
+        return self.flatten([v.value for v in self.variables])
+
+    def flat_gradients(self, grads):
+        """Gradients of the particle variables (view order) as (N, d_v) tensors, each in its variable's dtype."""
+        return self.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.variables)])
+
     def split_gradients(self, grads, variables):
         """(particle_grads, shared): the gradients of the particle variables in view order (a zero one for a
         particle variable that does not reach the loss, or when no variables are given), and the

@@ -251,7 +251,7 @@ class GaussianParticleFlow(ParticleOptimizer):
         return _Prepared(cloud, self._entropy(cloud))
 
     def _cloud(self):
-        flat = self.view.flatten([v.value for v in self.view.variables])
+        flat = self.view.flat_particles()
         return particle_cloud(flat, self._structure_groups(self.view.layer_groups))
 
     def _entropy(self, cloud):
@@ -260,7 +260,7 @@ class GaussianParticleFlow(ParticleOptimizer):
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         prepared = None if step is None else step.prepared
         cloud = self._cloud() if prepared is None else prepared.cloud
-        flat_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        flat_grads = self.view.flat_gradients(grads)
         directions = gpf_direction(cloud.particles, flat_grads, self._structure_groups(self.view.layer_groups),
                                    self.mean_preconditioning, cloud)
         self.step_particles(directions, learning_rate, iteration, writes)

@@ -15,10 +15,8 @@ _NAMES = {"hessian": HessianPreconditioner, "identity": IdentityPreconditioner, 
 def get(identifier):
     """A Preconditioner from an instance, a name ("hessian", "identity", "kfac") or a serialized config;
     None: `default_preconditioner()`."""
-    if identifier is None:
-        return default_preconditioner()
-    return resolve(identifier, Preconditioner, _NAMES,
-                   "a preconditioner (a bayes_keras.preconditioners.Preconditioner")
+    return resolve(identifier, Preconditioner, _NAMES, "a preconditioner (a bayes_keras.preconditioners.Preconditioner",
+                   default=default_preconditioner)
 
 
 def default_preconditioner():

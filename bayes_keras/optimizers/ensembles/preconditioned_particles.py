@@ -1,10 +1,9 @@
 """PreconditionedParticles: independent particles, each stepped along its own preconditioned gradient."""
 
 import keras
-import tensorflow as tf
 
-from bayes_keras.curvature import preconditioners
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
+from bayes_keras.curvature import preconditioners
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -53,8 +52,7 @@ class PreconditionedParticles(ParticleOptimizer):
             self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
-        particles = self.view.flatten([v.value for v in self.view.variables])
-        grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
         directions = curvature.solve(grads)
         preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)

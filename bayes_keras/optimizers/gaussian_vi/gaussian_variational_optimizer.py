@@ -223,8 +223,8 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         learning_rate = tf.cast(learning_rate, self.posterior_dtype)
         pvars = self.view.variables
         if self._elementwise:  # the posterior dtype is the weights'
-            thetas = self.view.flatten([v.value for v in pvars])
-            loss_grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, pvars)])
+            thetas = self.view.flat_particles()
+            loss_grads = self.view.flat_gradients(grads)
             self._update_elementwise(thetas, loss_grads, learning_rate, iteration, step, writes)
         else:
             thetas = self._flatten([v.value for v in pvars])

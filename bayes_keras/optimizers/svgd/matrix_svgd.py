@@ -202,8 +202,7 @@ class MatrixSVGD(ParticleOptimizer):
         rescaling's running averages. Every new value goes into `writes` (a StateWrites): BayesianOptimizer.apply
         writes them all, or, if any is not finite or the curvature is not, none (KFAC's running statistics,
         which describe the data, are updated by `preconditioner.update` itself)."""
-        particles = self.view.flatten([v.value for v in self.view.variables])
-        grads = self.view.flatten([tf.cast(g, v.dtype) for g, v in zip(grads, self.view.variables)])
+        particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         groups = self.kernel_groups(self.view.layer_groups)
         curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
         state = [] if self._rescaled else None  # the rescaled average mode's new running averages
