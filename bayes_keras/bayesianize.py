@@ -5,10 +5,12 @@ import warnings
 
 import keras
 import numpy as np
+from keras.src.models.functional import Functional  # no public name for "a graph model" (Sequential is not one)
 from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
 from bayes_keras._config import is_real
+from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.per_particle import PerParticle
@@ -45,7 +47,7 @@ _RESOLVED = {"data_format": "channels_last"}
 
 
 def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bias_prior=None, deterministic=(),
-                center=True, noise_std=0.1, seed=None, batch_norm_momentum=0.9):
+                center=True, noise_std=0.1, seed=None, batch_norm_momentum=0.9, bayesian=None):
     """A BayesianModel with the architecture of the Keras `model`, its weight layers replaced by particle layers.
 
     The conversion is exact or refused: with `noise_std=0` every particle predicts as `model` does, in
@@ -113,7 +115,7 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     if len(outputs) != 1:
         raise ValueError(f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}.")
     functional = model if not isinstance(model, keras.Sequential) else keras.Model(inputs, outputs)
-    is_deterministic = deterministic if callable(deterministic) else (lambda layer: layer.name in set(deterministic))
+    is_bayesian = _bayesian_selection(functional, bayesian, deterministic)
     output_layer = model.layers[-1]
     output_activation = _squashing_of(output_layer)
     if likelihood is None:
@@ -125,27 +127,114 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     if batch_norm_momentum is not None and (not is_real(batch_norm_momentum) or not 0.0 <= batch_norm_momentum < 1.0):
         raise ValueError(f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
                          f"got {batch_norm_momentum!r}.")
-    conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_deterministic, output_layer,
+    conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_bayesian, output_layer,
                              output_activation, batch_norm_momentum)
     clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
     bayesian = BayesianModel(clone.inputs, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
     if conversion.shared:
         warnings.warn(f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
-                      "by all particles (point estimates trained by MAP).", UserWarning, stacklevel=2)
+                      f"by all particles (point estimates). {conversion_report(bayesian).summary()}; "
+                      "bayes_keras.conversion_report(model) lists every layer.", UserWarning, stacklevel=2)
     if conversion.dropped:
         warnings.warn("bayesianize: the particle layers' priors replace these regularizers / constraints, which "
                       f"are dropped: {sorted(conversion.dropped)}.", UserWarning, stacklevel=2)
     rng = np.random.default_rng(seed)
     for original, new in conversion.converted:
-        if not new.weights:
-            continue
-        if center:
-            trained = [v.numpy() for v in original.trainable_weights]
-            initialize_particles([new], trained, noise_std, seed=int(rng.integers(2**31)))
-            # statistics (BatchNormalization's moving averages): the same for every particle
-            for target, value in zip(new.non_trainable_weights, original.non_trainable_weights):
-                target.assign(np.broadcast_to(value.numpy(), tuple(target.shape)).copy())
+        if new.weights and center:
+            # every weight, trainable or not (a frozen layer's are all non-trainable); statistics such as
+            # BatchNormalization's moving averages are copied to every particle exactly, never jittered
+            initialize_particles([new], [v.numpy() for v in original.weights], noise_std,
+                                 seed=int(rng.integers(2**31)))
     return bayesian
+
+
+def _is_graph_model(layer):
+    """A nested Sequential or functional model (its layer calls can be converted one by one)."""
+    return isinstance(layer, (Functional, keras.Sequential))
+
+
+def _flat_layers(model):
+    """Every layer of `model` in call order, the layers of nested Sequential / functional models in their place
+    (input layers left out)."""
+    for layer in model.layers:
+        if _is_graph_model(layer):
+            yield from _flat_layers(layer)
+        elif not isinstance(layer, _L.InputLayer):
+            yield layer
+
+
+def _is_weight_layer(layer):
+    """A layer with a kernel and a particle version (Dense, convolutions, Embedding, recurrent layers)."""
+    return bool(layer.weights) and (type(layer) in _WEIGHT_TWINS or type(layer) is _L.Bidirectional)
+
+
+def _has_twin(layer):
+    """Whether `layer` has weights and a particle version (the layers `bayesian=` can choose)."""
+    return _is_weight_layer(layer) or bool(layer.weights) and (
+        type(layer) in _LAYOUT_TWINS or type(layer) is _L.LayerNormalization)
+
+
+def _bayesian_selection(model, bayesian, deterministic):
+    """layer -> whether its weights carry particles, from bayesianize's `bayesian=` and `deterministic=`.
+
+    Default (bayesian=None): every trainable layer that has a particle version, except those `deterministic`
+    names. Frozen layers (trainable=False) stay frozen point estimates unless `bayesian=` names them."""
+    layers = list(_flat_layers(model))
+    names = {layer.name for layer in layers}
+    candidates = [layer for layer in layers if _has_twin(layer)]
+
+    def named(argument, what):
+        if isinstance(argument, str):
+            argument = [argument]
+        try:
+            argument = set(argument)
+        except TypeError:
+            raise ValueError(f"bayesianize: {what} must be a list of layer names or a callable layer -> bool; got "
+                             f"{argument!r}.") from None
+        unknown = sorted(str(n) for n in argument - names)
+        if unknown:
+            raise ValueError(f"bayesianize: {what} names layers that '{model.name}' does not have: {unknown}. Its "
+                             f"layers with a particle version: {[layer.name for layer in candidates]}.")
+        return argument
+
+    if callable(deterministic):
+        is_deterministic = deterministic
+    else:
+        shared = named(deterministic, "deterministic")
+        is_deterministic = lambda layer: layer.name in shared  # noqa: E731
+    if bayesian is None:
+        chosen = lambda layer: layer.trainable  # noqa: E731
+    elif callable(bayesian):
+        chosen = bayesian
+    elif isinstance(bayesian, (int, np.integer)) and not isinstance(bayesian, bool):
+        weight_layers = [layer for layer in candidates if _is_weight_layer(layer)]
+        if not 1 <= bayesian <= len(weight_layers):
+            raise ValueError(f"bayesianize: bayesian={bayesian} asks for the last {bayesian} weight layers; "
+                             f"'{model.name}' has {len(weight_layers)} (Dense, convolution, embedding or recurrent "
+                             f"layers): give 1 to {len(weight_layers)}, a list of names or a callable.")
+        # the last k weight layers and the normalization layers after the first of them
+        first = candidates.index(weight_layers[-int(bayesian)])
+        last = {id(layer) for layer in candidates[first:]}
+        chosen = lambda layer: id(layer) in last  # noqa: E731
+    else:
+        picked = named(bayesian, "bayesian")
+        without_twin = sorted(layer.name for layer in layers if layer.name in picked and not _has_twin(layer))
+        if without_twin:
+            raise ValueError(f"bayesianize: bayesian names layers without a particle version (or without weights): "
+                             f"{without_twin}. Layers with one: {[layer.name for layer in candidates]}.")
+        both = sorted(picked & (set() if callable(deterministic) else shared))
+        if both:
+            raise ValueError(f"bayesianize: {both} are named both in bayesian= and deterministic=.")
+        chosen = lambda layer: layer.name in picked  # noqa: E731
+
+    def is_bayesian(layer):
+        return _has_twin(layer) and bool(chosen(layer)) and not is_deterministic(layer)
+
+    if not any(is_bayesian(layer) for layer in candidates):
+        raise ValueError(f"bayesianize: no layer of '{model.name}' would carry particles (bayesian={bayesian!r}; "
+                         "frozen layers stay point estimates unless bayesian= names them). Layers with a particle "
+                         f"version: {[layer.name for layer in candidates]}.")
+    return is_bayesian
 
 
 def _squashing_of(layer):
@@ -159,12 +248,12 @@ def _squashing_of(layer):
 class _Conversion:
     """The call function of keras.models.clone_model: converts each layer call of the Keras model."""
 
-    def __init__(self, num_particles, kernel_prior, bias_prior, is_deterministic, output_layer, output_activation,
+    def __init__(self, num_particles, kernel_prior, bias_prior, is_bayesian, output_layer, output_activation,
                  batch_norm_momentum=None):
         self.num_particles = num_particles
         self.batch_norm_momentum = batch_norm_momentum
         self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
-        self.is_deterministic = is_deterministic
+        self.is_bayesian = is_bayesian
         self.output_layer, self.output_activation = output_layer, output_activation
         self.carrying = set()  # ids of the new tensors that carry the particle axis
         self.converted = []  # (Keras layer, particle layer) pairs whose particles start at the Keras weights
@@ -184,9 +273,14 @@ class _Conversion:
         has_particles = any(carries)
         if not isinstance(layer, _L.Layer):  # a keras.ops operation inside a functional model
             result = self._operation(layer, flat, carries, args, kwargs)
+        elif _is_graph_model(layer) and (has_particles or any(map(self.is_bayesian, _flat_layers(layer)))):
+            result = self._inline(layer, args, kwargs)
         elif layer is self.output_layer and self.output_activation and not hasattr(layer, "kernel") \
                 and isinstance(layer, (_L.Softmax, _L.Activation)):
             return args[0]  # the likelihood squashes the particles' logits
+        elif not has_particles and layer.weights and not self.is_bayesian(layer):
+            # before the particle axis: a Keras layer, run once per example (frozen parts stay frozen)
+            result = self._keep(layer, flat, carries, args, kwargs)
         elif type(layer) in _WEIGHT_TWINS:
             result = self._twin(layer, _WEIGHT_TWINS[type(layer)], has_particles, args, kwargs)
         elif type(layer) is _L.Bidirectional:
@@ -200,6 +294,19 @@ class _Conversion:
         if has_particles:
             self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
+
+    # -- nested models -------------------------------------------------------------------------
+    def _inline(self, model, args, kwargs):
+        """A nested Sequential or functional model with Bayesian layers (or after the particle axis): its layer
+        calls are converted one by one in the outer graph. (A `training=` argument of the nested call is not
+        passed on: Keras 3 does not apply it either; frozen BatchNormalization layers run in inference mode.)"""
+        inputs = args[0] if len(args) == 1 else list(args)
+        if isinstance(model, keras.Sequential):
+            for layer in model.layers:
+                inputs = self(layer, inputs)
+            return inputs
+        # Functional._run_through_graph (no public API runs a model's graph with a call function of ours)
+        return model._run_through_graph(inputs, operation_fn=lambda operation: operation, call_fn=self)
 
     # -- operations ----------------------------------------------------------------------------
     def _operation(self, op, flat, carries, args, kwargs):
@@ -240,8 +347,10 @@ class _Conversion:
         if layer is self.output_layer and self.output_activation:
             config["activation"] = None
         if layer.weights and issubclass(twin, ParticleLayer):
-            config.update(deterministic=bool(self.is_deterministic(layer)), kernel_prior=self.kernel_prior,
-                          bias_prior=self.bias_prior)
+            bayesian = bool(self.is_bayesian(layer))
+            config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
+            if bayesian:
+                config["trainable"] = True  # chosen Bayesian: its particles train, even if the layer was frozen
         if issubclass(twin, ParticleLayer) and not has_particles:
             if twin is particle_layers.BatchNormalization:  # before the particle axis: a Keras layer
                 return self._keep(layer, [], [], args, kwargs)
@@ -270,8 +379,9 @@ class _Conversion:
                 raise ValueError(f"bayesianize: layer '{layer.name}' wraps {type(inner).__name__}; "
                                  "bayes_keras.layers.Bidirectional wraps SimpleRNN, LSTM and GRU.")
             config = self._twin_config(inner, twin)
-            config.update(deterministic=bool(self.is_deterministic(layer)), kernel_prior=self.kernel_prior,
-                          bias_prior=self.bias_prior)
+            bayesian = bool(self.is_bayesian(layer))
+            config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
+                          trainable=bayesian or layer.trainable)
             if not has_particles:
                 config["num_particles"] = self.num_particles
             directions.append(twin(**config))

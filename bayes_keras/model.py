@@ -297,6 +297,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
             with self.distribute_strategy.scope():  # mirrored state under tf.distribute, as the model's
                 self.optimizer.build(self.trainable_variables)
+        if self._bayesian_optimizer is not None and self._bayesian_optimizer.built:
+            self._bayesian_optimizer.check_particles()
         callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
         history = super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
         if refresh_batch_norm and batch_norm_layers(self) and not hasattr(x, "__next__"):

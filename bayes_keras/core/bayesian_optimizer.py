@@ -182,6 +182,10 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def prepare_step(self):
         return None
 
+    def check_particles(self):
+        """Called by `BayesianModel.fit` as training starts (eagerly, on the weights the fit starts from) to warn
+        about a start the method cannot move from (e.g. GPF's identical particles); default: nothing."""
+
     def report(self, step):
         return {}
 

@@ -215,10 +215,9 @@ class GaussianParticleFlow(ParticleOptimizer):
         self.structure = structure
         self.mean_preconditioning = bool(mean_preconditioning)
 
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
+    def check_particles(self):
+        """Warns for every particle variable whose particles are all equal (called by fit as training starts;
+        not at build, which loading and cloning do before the weights are set)."""
         for v in self.view.variables:
             if v.shape[0] > 1:
                 spread = tf.reduce_max(tf.math.reduce_std(tf.reshape(v.value, (v.shape[0], -1)), axis=0))
