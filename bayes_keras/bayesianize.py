@@ -23,6 +23,8 @@ _WEIGHT_TWINS = {
     _L.Dense: particle_layers.Dense,
     _L.Conv1D: particle_layers.Conv1D,
     _L.Conv2D: particle_layers.Conv2D,
+    _L.DepthwiseConv2D: particle_layers.DepthwiseConv2D,
+    _L.SeparableConv2D: particle_layers.SeparableConv2D,
     _L.SimpleRNN: particle_layers.SimpleRNN,
     _L.LSTM: particle_layers.LSTM,
     _L.GRU: particle_layers.GRU,
@@ -314,7 +316,9 @@ class _Conversion:
             problem = mixing_guard.operation_refusal(op, [tuple(t.shape) for t in flat], carries)
             if problem is not None:
                 raise ValueError(f"bayesianize: {problem}.")
-        return op(*args, **kwargs)
+        # A new instance: called again, the original would hold nodes of both graphs, and readers of the clone's
+        # graph (the mixing guard, export) would find the original model's tensors at its first node.
+        return _recreated(op)(*args, **kwargs)
 
     # -- converted layers ----------------------------------------------------------------------
     def _twin_config(self, layer, twin):
@@ -344,6 +348,8 @@ class _Conversion:
         config = self._twin_config(layer, twin)
         if twin is particle_layers.LayerNormalization:
             config["axis"] = -1  # converted only when it normalises the last axis
+        if twin is particle_layers.BatchNormalization:
+            config["axis"] = self._particle_layout_axis(layer.axis, keras.tree.flatten(args)[0])
         if layer is self.output_layer and self.output_activation:
             config["activation"] = None
         if layer.weights and issubclass(twin, ParticleLayer):
@@ -396,6 +402,13 @@ class _Conversion:
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
+    def _particle_layout_axis(self, axis, tensor):
+        """A Keras layer's axis argument in the particle layout: -1 where it denotes the Keras input's last
+        axis (BatchNormalization(axis=3) on images), else unchanged (which the twin then refuses)."""
+        rank = len(tensor.shape) - (id(tensor) in self.carrying)  # the Keras model's rank
+        axes = mixing_guard.axes_of(axis)
+        return -1 if axes and all(a % rank == rank - 1 for a in axes) else axis
+
     # -- kept layers ---------------------------------------------------------------------------
     def _keep(self, layer, flat, carries, args, kwargs):
         if isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
@@ -406,6 +419,12 @@ class _Conversion:
             self._check_per_example(layer, flat)
             if not self._acts_per_particle_as_is(layer, flat, carries):
                 new = PerParticle(new, particle_inputs=None if all(carries) else carries, name=layer.name)
+            elif isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)) and layer.axis not in (-1, [-1]):
+                # its axis is the last in the Keras model (Concatenate(axis=3) of images); in the particle layout
+                # that index is the particle axis: the last axis is -1 in both
+                config = layer.get_config()
+                config["axis"] = -1 if isinstance(config["axis"], int) else [-1]
+                new = layer.__class__.from_config(config)
             if layer.weights:
                 self.shared.add(layer.name)
         if isinstance(new, PerParticle):
@@ -453,7 +472,7 @@ class _Conversion:
             return False  # Keras' merges apply (batch, T) masks to (batch, T, F) inputs: fold the particles first
         if type(layer) in mixing_guard.REPLACEMENTS:
             return False
-        rank = len(flat[0].shape)  # the Keras model's rank
+        rank = len(flat[0].shape) - 1  # the Keras model's rank (the particle layout adds an axis)
         if isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)):
             return all(a % rank == rank - 1 for a in mixing_guard.axes_of(layer.axis))
         if isinstance(layer, (_L.Dropout,)) and layer.noise_shape is not None:
@@ -463,8 +482,17 @@ class _Conversion:
         return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
 
 
+def _recreated(op):
+    """A fresh instance of a keras.ops operation from its config (the operation itself if it has none)."""
+    try:
+        config = op.get_config()
+    except NotImplementedError:
+        return op
+    return type(op).from_config(config)
+
+
 def _normalizes_last_axis(layer, flat):
-    rank = len(flat[0].shape)
+    rank = len(flat[0].shape) - 1  # in the Keras model (flat carry the particle axis)
     return all(a % rank == rank - 1 for a in mixing_guard.axes_of(layer.axis))
 
 

@@ -107,8 +107,8 @@ def _with_nested(layer):
     if isinstance(layer, (Functional, keras.Sequential)):
         for inner in layer.layers:
             yield from _with_nested(inner)
-    elif not isinstance(layer, keras.layers.InputLayer):
-        yield layer
+    elif isinstance(layer, keras.layers.Layer) and not isinstance(layer, keras.layers.InputLayer):
+        yield layer  # (keras.ops operations hold no weights)
 
 
 def _row(layer, after_axis, num_particles):

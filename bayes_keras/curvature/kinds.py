@@ -32,7 +32,7 @@ class LayerCurvature:
 
 def layer_curvature(layer):
     """The `LayerCurvature` a layer's class declares (None: no curvature formulas)."""
-    rules = getattr(type(layer), "curvature_rules", None)
+    rules = getattr(layer, "curvature_rules", None)  # the class's, or None set by an instance (grouped Conv2D)
     return rules if isinstance(rules, LayerCurvature) else None
 
 

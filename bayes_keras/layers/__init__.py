@@ -7,6 +7,7 @@ from bayes_keras.layers.bidirectional import Bidirectional
 from bayes_keras.layers.conv1d import Conv1D
 from bayes_keras.layers.conv2d import Conv2D
 from bayes_keras.layers.dense import Dense
+from bayes_keras.layers.depthwise_conv2d import DepthwiseConv2D
 from bayes_keras.layers.dropout import Dropout
 from bayes_keras.layers.embedding import Embedding
 from bayes_keras.layers.flatten import Flatten
@@ -17,9 +18,10 @@ from bayes_keras.layers.layer_normalization import LayerNormalization
 from bayes_keras.layers.lstm import LSTM
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
+from bayes_keras.layers.separable_conv2d import SeparableConv2D
 from bayes_keras.layers.simple_rnn import SimpleRNN
 
-__all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
+__all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
            "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
            "PerParticle"]

@@ -33,7 +33,8 @@ class Conv2D(ParticleLayer):
 
     Args:
         filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
-        kernel_initializer: as in `keras.layers.Conv2D`.
+        kernel_initializer, groups: as in `keras.layers.Conv2D` (groups > 1: a grouped convolution per
+            particle, without curvature formulas for KFAC / Fisher-based methods).
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise
             (see `bayes_keras.layers.Dense`).
         num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
@@ -57,9 +58,16 @@ class Conv2D(ParticleLayer):
         kernel_initializer="glorot_uniform",
         bias_initializer=None,
         data_format=None,
+        groups=1,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or filters % groups:
+            raise ValueError(f"Conv2D groups must be a positive integer that divides filters={filters!r}; got "
+                             f"{groups!r}.")
+        self.groups = groups
+        if groups > 1:
+            self.curvature_rules = None  # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
         if data_format not in (None, "channels_last"):
             raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
         if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
@@ -85,12 +93,17 @@ class Conv2D(ParticleLayer):
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"Conv2D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}.")
+        if channels % self.groups:
+            raise ValueError(f"Conv2D '{self.name}' has groups={self.groups}, which must divide the input's "
+                             f"{channels} channels.")
         kh, kw = self.kernel_size
+        channels //= self.groups  # each group sees C / groups input channels
         fan_in = kh * kw * channels
         self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
                                                self.kernel_initializer, self.kernel_prior, fan_in)
         # every non-first layer is a grouped convolution (a deterministic one with N equal groups)
-        self.supports_jit = grouped_convolution.supports_jit(1 if self.broadcasts else self.num_particles)
+        self.supports_jit = grouped_convolution.supports_jit(1 if self.broadcasts and self.groups == 1
+                                                             else self.num_particles * self.groups)
         self.bias = None
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
@@ -103,20 +116,24 @@ class Conv2D(ParticleLayer):
         x = tf.convert_to_tensor(inputs)
         n, f = self.num_particles, self.filters
         kh, kw = self.kernel_size
-        if self.broadcasts:
+        g = self.groups
+        if self.broadcasts and (g == 1 or self.deterministic):
             grouped = x  # (B, H, W, C), shared by the particles
+        elif self.broadcasts:  # a grouped kernel per particle: every particle's own copy of the input
+            grouped = tf.tile(x, [1, 1, 1, n])
         else:
             grouped = merge_particle_channels(x, n)  # (B, H, W, N*C)
         if self.deterministic:
             if self.broadcasts:
-                y = self._conv(grouped, self.kernel)
-            else:  # the shared kernel once per channel block: a grouped convolution with N equal groups
-                y = self._conv(grouped, tf.tile(self.kernel, [1, 1, 1, n]), groups=n)
+                y = self._conv(grouped, self.kernel, groups=g)
+            else:  # the shared kernel once per channel block: a grouped convolution with N equal groups (x g)
+                y = self._conv(grouped, tf.tile(self.kernel, [1, 1, 1, n]), groups=n * g)
         else:
-            # (N, kh, kw, C, F) -> (kh, kw, C, N*F): output channel block n belongs to particle n. A shared
-            # input is an ordinary convolution with N*F filters; a particle input a grouped one (groups = N).
+            # (N, kh, kw, C/g, F) -> (kh, kw, C/g, N*F): output channel block n belongs to particle n (and within
+            # it, as in Keras, block i of F/g to group i). A shared input is an ordinary convolution with N*F
+            # filters; a particle input a grouped one (groups = N x g).
             kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 3, 0, 4]), (kh, kw, -1, n * f))
-            y = self._conv(grouped, kernel, groups=1 if self.broadcasts else n)
+            y = self._conv(grouped, kernel, groups=1 if self.broadcasts and g == 1 else n * g)
         if self.deterministic and self.broadcasts:
             if self.bias is not None:
                 y = y + self.bias
@@ -132,7 +149,7 @@ class Conv2D(ParticleLayer):
         y = split_particle_channels(y, n, f)  # (B, H', W', N, F)
         if self.bias is not None:
             y = y + self.bias  # (N, F) or shared (F,): broadcasts over (B, H', W', N, F)
-        if not self.deterministic:
+        if not self.deterministic and g == 1:
             capture.record(self, x, y)
         return self.activation(y)
 
@@ -156,6 +173,7 @@ class Conv2D(ParticleLayer):
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "groups": self.groups,
             }
         )
         return config

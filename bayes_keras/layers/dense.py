@@ -49,16 +49,20 @@ class Dense(ParticleLayer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.image = False
 
     def build(self, input_shape):
         # Core rank 2 = (batch, features); a particle input is (batch, N, features). Extra middle
         # axes (e.g. time) are allowed, as in keras.layers.Dense.
         rank = len(input_shape)
-        if rank + (1 if self.broadcasts else 0) >= IMAGE_RANK:
+        if rank + (1 if self.broadcasts else 0) > IMAGE_RANK:
             raise ValueError(
-                f"Dense '{self.name}' takes (batch, [particles,] features) or (batch, [particles,] time, features); got "
-                f"shape {tuple(input_shape)}, an image. Use bayes_keras.layers.Conv2D(units, 1) for a per-pixel "
-                "dense layer, or bayes_keras.layers.Flatten / GlobalAveragePooling2D before Dense.")
+                f"Dense '{self.name}' takes (batch, [particles,] features), (batch, [particles,] time, features) or "
+                f"images (batch, H, W, [particles,] channels); got shape {tuple(input_shape)}.")
+        # a per-pixel Dense on images (ConvNeXt's pointwise layers): (B, H, W, N, C), without curvature formulas
+        self.image = rank + (1 if self.broadcasts else 0) == IMAGE_RANK
+        if self.image:
+            self.curvature_rules = None
         core_rank = rank if self.broadcasts else max(rank - 1, 2)
         self._resolve_num_particles(input_shape, core_rank)
         in_dim = input_shape[-1]
@@ -82,6 +86,8 @@ class Dense(ParticleLayer):
                 y = y + self.bias
             return self.activation(self._broadcast_shared(y))
         n = self.num_particles
+        if self.image:
+            return self._image_call(x, n)
         if self.broadcasts and len(x.shape) == 2:
             # (batch, in) @ (in, N out): one matmul against the concatenated kernels, whose column
             # blocks are the particles, so the result is already (batch, N, out) after a reshape.
@@ -116,8 +122,22 @@ class Dense(ParticleLayer):
         capture.record(self, x, y)
         return self.activation(y)
 
+    def _image_call(self, x, n):
+        """Per-pixel Dense of images: (B, H, W, C) shared by the particles, or (B, H, W, N, C) -> (B, H, W, N, units)."""
+        if self.broadcasts:
+            k = tf.reshape(permute(self.kernel, [1, 0, 2]), (-1, n * self.units))
+            y = tf.tensordot(x, k, axes=[[-1], [0]])
+            y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [n, self.units]], 0))
+        else:
+            y = tf.einsum("bhwni,nio->bhwno", x, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias  # (N, units) broadcasts over (B, H, W, N, units)
+        return self.activation(y)
+
     def compute_output_shape(self, input_shape):
         shape = list(input_shape)
+        if self.broadcasts and len(shape) + 1 == IMAGE_RANK:
+            return tuple(shape[:-1] + [self._given_num_particles, self.units])
         if self.broadcasts:
             shape = shape[:1] + [self._given_num_particles] + shape[1:]
         return tuple(shape[:-1] + [self.units])

@@ -70,7 +70,7 @@ REPLACEMENTS = {
 
 
 def axes_of(value):
-    return [int(a) for a in (value if isinstance(value, (list, tuple)) else [value])]
+    return [] if value is None else [int(a) for a in (value if isinstance(value, (list, tuple)) else [value])]
 
 
 def refusal(layer, shapes, carries):
