@@ -8,11 +8,36 @@ the practice of SWA / SWAG (Izmailov et al. 2018, "Averaging Weights
 Leads to Wider Optima and Better Generalization", https://arxiv.org/abs/1803.05407, Sec. 3.2; Maddox et al.
 2019, "A Simple Baseline for Bayesian Uncertainty in Deep Learning", https://arxiv.org/abs/1902.02476).
 
-`refresh_batch_norm` runs the network in training mode over (at most `max_examples` of) the training
-inputs with the weights fixed, and sets every particle's moving mean and variance to the example-weighted
-mean of the batches' statistics: the population statistics of the current weights, as Keras' running
-averages would reach with a momentum that weights every batch alike. `BayesianModel.fit` calls it at the
-end of training (`fit(..., refresh_batch_norm=False)` keeps the running averages).
+`refresh_batch_norm` sets every particle's moving mean and variance, per channel, to the population
+statistics of the layer's inputs over the refresh set (at most `max_examples` training inputs), with the
+weights fixed:
+
+    mean = E[x],    variance = E[x^2] - E[x]^2,
+
+the expectations over every example of the set (and every spatial or time position), from sums of x and
+x^2 accumulated in float64 over all batches. This is the statistic of Ioffe & Szegedy's inference step
+("Batch Normalization: Accelerating Deep Network Training by Reducing Internal Covariate Shift",
+https://arxiv.org/abs/1502.03167, Algorithm 1, step 10, without its n/(n-1): Keras normalises with the
+biased variance, and over thousands of values the two agree to 1/n). It does not depend on the batch
+size, unlike an average of per-batch biased variances ((B-1)/B of the population's at batch size B).
+
+Every layer runs in inference mode during the refresh (no Dropout, no noise layers, no moving-average
+updates). Decision, for the BatchNormalization layers before the one being refreshed: the layers are
+refreshed one at a time in the order the forward pass calls them, and layer k's inputs are computed with
+the layers before it already normalising with their refreshed statistics. Layer k's statistics are then
+those of the inputs it receives in the network as it runs at inference, which is what inference
+normalises; normalising the earlier layers with batch statistics instead (SWAG's pass) would give layer
+k the statistics of inputs that inference never produces, and ones that change with the batch size.
+The cost is one inference pass over the refresh set per refreshed layer (compiled once). A layer called
+more than once pools the inputs of all its calls, and takes its place from its first call. Frozen layers
+(`trainable=False`) and layers with momentum 1 keep their statistics.
+
+The inputs are read through the curvature capture (`bayes_keras.curvature.capture`): in inference mode a
+particle BatchNormalization records its normalised input z = (x - m) / sqrt(v + epsilon); while a layer is
+refreshed its moving statistics are set to m = 0 and v = 1, so x = z sqrt(1 + epsilon).
+`BayesianModel.fit` calls `refresh_batch_norm` at the end of training (`fit(..., refresh_batch_norm=False)`
+keeps the running averages), so the `val_*` figures of fit's last epoch and the checkpoints written during
+fit saw the running averages; the model fit returns has the refreshed statistics.
 """
 
 import keras
@@ -20,23 +45,29 @@ import numpy as np
 import tensorflow as tf
 from keras.src.trainers import data_adapters
 
+from bayes_keras.curvature import capture
+from bayes_keras.layers.base import particle_axis
 from bayes_keras.layers.batch_normalization import BatchNormalization
-from bayes_keras.particle_trainer import particle_function
 
 DEFAULT_MAX_EXAMPLES = 4096
 
 
 def batch_norm_layers(model):
-    """The model's particle BatchNormalization layers whose running averages move (momentum < 1)."""
-    return [layer for layer in model.particle_layers if isinstance(layer, BatchNormalization) and layer.momentum < 1.0]
+    """The model's particle BatchNormalization layers whose running averages move in training (momentum < 1,
+    not frozen: a frozen layer keeps its statistics, as Keras' BatchNormalization does)."""
+    return [layer for layer in model.particle_layers
+            if isinstance(layer, BatchNormalization) and layer.momentum < 1.0 and layer.trainable]
 
 
 def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES):
-    """Set the moving statistics of `model`'s BatchNormalization layers to the population statistics of its
-    current weights on the inputs `x` (arrays, a dict or list of arrays, a tf.data.Dataset or a PyDataset;
-    targets in a dataset are ignored), from the first `max_examples` examples (arrays: evenly spaced ones).
-    Returns the number of examples used (0 when the model has no such layers). The weights are not changed;
-    Dropout and other training-mode layers act as in training."""
+    """Set the moving statistics of `model`'s BatchNormalization layers to the population statistics of their
+    inputs (mean E[x] and biased variance E[x^2] - E[x]^2 per particle and channel, over all examples and
+    positions) for the current weights, from the first `max_examples` examples of `x` (arrays, a dict or
+    list of arrays, a tf.data.Dataset or a PyDataset; targets in a dataset are ignored; arrays: evenly spaced
+    examples). Every layer runs in inference mode; the layers are refreshed one at a time in call order, each
+    with the earlier ones already refreshed (one inference pass over the examples per layer; a dataset is
+    read once per layer, so it should yield the same examples each time). Returns the number of examples
+    used (0 when the model has no such layers). The weights are not changed."""
     layers = batch_norm_layers(model)
     if not layers:
         return 0
@@ -45,33 +76,98 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
                          "got None.")
     if isinstance(max_examples, bool) or not isinstance(max_examples, (int, np.integer)) or max_examples < 1:
         raise ValueError(f"refresh_batch_norm: max_examples must be a positive integer; got {max_examples!r}.")
+    max_examples = int(max_examples)
     batched = isinstance(x, (tf.data.Dataset, keras.utils.PyDataset))
     if not batched:
-        x = _spread_subset(x, int(max_examples))
+        x = _spread_subset(x, max_examples)
     adapter = data_adapters.get_data_adapter(x, batch_size=None if batched else (batch_size or 32), shuffle=False)
-    forward = particle_function(model, training=True)
-    moving = [(layer, variable) for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
-    totals = [np.zeros(variable.shape, np.float64) for _, variable in moving]
+    first = next(_batches(adapter, max_examples), None)
+    if first is None:
+        raise ValueError("refresh_batch_norm got no examples (an empty x or dataset).")
+    sums = _InputSums(model, layers, first[0])
+    seen = 0
+    for index, layer in enumerate(sums.layers):
+        saved = [layer.moving_mean.numpy(), layer.moving_variance.numpy()]
+        layer.moving_mean.assign(tf.zeros_like(layer.moving_mean))  # z = x / sqrt(1 + epsilon) in this pass
+        layer.moving_variance.assign(tf.ones_like(layer.moving_variance))
+        try:
+            seen, totals = 0, None
+            for inputs, count in _batches(adapter, max_examples):
+                part = [value.numpy() for value in sums(index, inputs)]
+                totals = part if totals is None else [a + b for a, b in zip(totals, part)]
+                seen += count
+        except BaseException:
+            layer.moving_mean.assign(saved[0])
+            layer.moving_variance.assign(saved[1])
+            raise
+        values, first_sum, second_sum = totals
+        mean = first_sum / values
+        variance = np.maximum(second_sum / values - np.square(mean), 0.0)
+        scale = 1.0 + layer.epsilon
+        layer.moving_mean.assign(tf.cast(mean * np.sqrt(scale), layer.moving_mean.dtype))
+        layer.moving_variance.assign(tf.cast(variance * scale, layer.moving_variance.dtype))
+    return seen
+
+
+class _InputSums:
+    """The inference pass, compiled once, and the sums of one refreshed layer's recorded inputs over all its
+    calls: (values per particle and channel, float64 sums of z and of z^2, each (N, C)). `layers`: the
+    refreshed layers the pass calls, in the order of their first calls (a layer it never calls keeps its
+    statistics)."""
+
+    def __init__(self, model, layers, example):
+        self.model, self.candidates, self.layers = model, layers, []
+        specs = tf.nest.map_structure(lambda t: tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype), example)
+        self.function = tf.function(self._sums, input_signature=[tf.TensorSpec((), tf.int32), specs])
+        self.function.get_concrete_function()  # traced once: `layers` known
+
+    def _sums(self, index, inputs):
+        with capture.capturing() as records:
+            self.model(inputs, training=False)
+        calls = {}
+        for record in records:
+            if any(record.layer is layer for layer in self.candidates):
+                if id(record.layer) not in calls:
+                    self.layers.append(record.layer)
+                calls.setdefault(id(record.layer), []).append(record.inputs)
+        # only the requested layer's sums are computed (the pass itself runs whole)
+        return tf.switch_case(index, [lambda inputs=calls[id(layer)]: _moment_sums(inputs) for layer in self.layers])
+
+    def __call__(self, index, inputs):
+        """(values, sum z, sum z^2) of the `index`-th layer of `layers` over the batch `inputs`."""
+        return self.function(tf.constant(index, tf.int32), inputs)
+
+
+def _moment_sums(calls):
+    """(values per particle and channel, sum of z, sum of z^2), float64, over the recorded inputs z of a
+    layer's calls, each (batch, N, ..., C) or (batch, H, W, N, C)."""
+    values = sums = squares = 0.0
+    for z in calls:
+        z = tf.cast(z, tf.float64)
+        rank = len(z.shape)
+        axes = [a for a in range(rank - 1) if a != particle_axis(rank)]
+        values += tf.cast(tf.reduce_prod(tf.gather(tf.shape(z), axes)), tf.float64)
+        sums += tf.reduce_sum(z, axis=axes)
+        squares += tf.reduce_sum(tf.square(z), axis=axes)
+    return values, sums, squares
+
+
+def _batches(adapter, max_examples):
+    """(inputs, count) of the adapter's non-empty batches, up to `max_examples` examples in all (the last
+    batch cut to fit)."""
     seen = 0
     for batch in adapter.get_tf_dataset():
         inputs, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
         count = int(tf.shape(tf.nest.flatten(inputs)[0])[0])
         if count == 0:
             continue
-        before = [variable.numpy() for _, variable in moving]
-        forward(inputs)
-        for i, ((layer, variable), old) in enumerate(zip(moving, before)):
-            # the batch's statistic, recovered from the running-average update it made
-            batch_statistic = (variable.numpy().astype(np.float64) - layer.momentum * old) / (1.0 - layer.momentum)
-            totals[i] += count * batch_statistic
+        if seen + count > max_examples:
+            count = max_examples - seen
+            inputs = tf.nest.map_structure(lambda a, c=count: a[:c], inputs)
+        yield inputs, count
         seen += count
         if seen >= max_examples:
-            break
-    if seen == 0:
-        raise ValueError("refresh_batch_norm got no examples (an empty x or dataset).")
-    for (_, variable), total in zip(moving, totals):
-        variable.assign(tf.cast(total / seen, variable.dtype))
-    return seen
+            return
 
 
 def _spread_subset(x, max_examples):

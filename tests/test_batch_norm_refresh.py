@@ -1,6 +1,9 @@
 """BatchNormalization statistics recomputed after training equal the population statistics of the final
-weights, computed independently in numpy from the layer's inputs (each particle's Conv2D outputs through a
-per-particle keras.layers.Conv2D)."""
+weights (mean E[x], biased variance E[x^2] - E[x]^2 over every example and position of the refresh set),
+computed independently in numpy from the layer's inputs (each particle's Conv2D outputs through a
+per-particle keras.layers.Conv2D; a particle Dense layer's outputs from its weights in numpy), with every
+other layer in inference mode; and a frozen BatchNormalization runs in inference mode under training=True.
+"""
 
 import keras
 import numpy as np
@@ -39,17 +42,11 @@ def _conv_outputs(model, x):
     return np.stack(outputs)
 
 
-def _population(model, x, batch_size):
-    """Example-weighted means of the batches' per-particle means and biased variances."""
+def _population(model, x, batch_size=None):
+    """Per-particle mean and biased variance of the convolution outputs over all examples and positions
+    (the population statistics: independent of the batch size the refresh reads them in)."""
     z = _conv_outputs(model, x)
-    means, variances, counts = [], [], []
-    for start in range(0, len(x), batch_size):
-        chunk = z[:, start:start + batch_size]
-        means.append(chunk.mean(axis=(1, 2, 3)))
-        variances.append(chunk.var(axis=(1, 2, 3)))
-        counts.append(chunk.shape[1])
-    w = np.array(counts, np.float64)[:, None, None] / sum(counts)
-    return (w * np.stack(means)).sum(0), (w * np.stack(variances)).sum(0)
+    return z.mean(axis=(1, 2, 3)), z.var(axis=(1, 2, 3))
 
 
 @pytest.mark.parametrize("momentum", [0.9, 0.99])
@@ -114,3 +111,100 @@ def test_bad_arguments_and_models_without_batch_norm():
     inputs = keras.Input((3,))
     plain = bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical")
     assert plain.refresh_batch_norm(np.zeros((4, 3), np.float32)) == 0
+
+
+def _dense_model(dropout=0.0, particles=3, seed=0):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((5,))
+    h = bk.layers.Dense(4, num_particles=particles)(inputs)  # (batch, N, 4)
+    if dropout:
+        h = keras.layers.Dropout(dropout)(h)
+    h = bk.layers.BatchNormalization(momentum=0.9)(h)
+    h = bk.layers.Dense(6, activation="relu")(h)
+    h = bk.layers.BatchNormalization(momentum=0.9)(h)
+    return bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
+
+
+def _dense_population(model, x):
+    """numpy, float64: the population statistics of both BatchNormalization layers, the second computed
+    with the first normalising by its population statistics (the network as it runs at inference)."""
+    dense = [layer for layer in model.layers if isinstance(layer, bk.layers.Dense)]
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    k1, b1 = (v.numpy().astype(np.float64) for v in (dense[0].kernel, dense[0].bias))
+    h = np.einsum("bi,nio->bno", x.astype(np.float64), k1) + b1  # (batch, N, 4)
+    mean1, var1 = h.mean(axis=0), h.var(axis=0)
+    gamma, beta = (v.numpy().astype(np.float64) for v in (norms[0].gamma, norms[0].beta))
+    h = (h - mean1) / np.sqrt(var1 + norms[0].epsilon) * gamma + beta
+    k2, b2 = (v.numpy().astype(np.float64) for v in (dense[1].kernel, dense[1].bias))
+    h = np.maximum(np.einsum("bni,nio->bno", h, k2) + b2, 0.0)
+    return (mean1, var1), (h.mean(axis=0), h.var(axis=0))
+
+
+def _dense_data(size=103, seed=1):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((size, 5)) * 3 + 2).astype(np.float32), rng.integers(0, 3, size)
+
+
+def test_refresh_at_batch_size_4_equals_numpy_population_statistics():
+    model = _dense_model()
+    x, y = _dense_data()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, refresh_batch_norm=False)
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    assert model.refresh_batch_norm(x, batch_size=4) == len(x)  # 25 batches of 4 and one of 3
+    for layer, (mean, variance) in zip(norms, _dense_population(model, x)):
+        scale = 1.0 + np.abs(mean)
+        assert np.max(np.abs(layer.moving_mean.numpy() - mean) / scale) < 1e-5
+        assert np.max(np.abs(layer.moving_variance.numpy() / variance - 1.0)) < 1e-5
+    # the conv model: images, pooled over batch and positions
+    model = _model()
+    x, y = _data(size=50)
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, refresh_batch_norm=False)
+    assert model.refresh_batch_norm(x, batch_size=4) == len(x)
+    mean, variance = _population(model, x)
+    bn = model.layers[2]
+    assert np.max(np.abs(bn.moving_mean.numpy() - mean) / (1.0 + np.abs(mean))) < 1e-5
+    assert np.max(np.abs(bn.moving_variance.numpy() / variance - 1.0)) < 1e-5
+
+
+def test_dropout_is_off_during_the_refresh():
+    x, y = _dense_data()
+    model = _dense_model(dropout=0.5)
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0)  # fit ends with the refresh
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    for layer, (mean, variance) in zip(norms, _dense_population(model, x)):  # numpy: no dropout at all
+        assert np.max(np.abs(layer.moving_mean.numpy() - mean) / (1.0 + np.abs(mean))) < 1e-5
+        assert np.max(np.abs(layer.moving_variance.numpy() / variance - 1.0)) < 1e-5
+
+
+def test_a_frozen_batch_normalization_runs_in_inference_mode():
+    model = _model(momentum=0.5)
+    x, y = _data(size=32)
+    bn = model.layers[2]
+    rng = np.random.default_rng(3)
+    bn.moving_mean.assign(rng.standard_normal(bn.moving_mean.shape).astype(np.float32))
+    bn.moving_variance.assign(rng.uniform(0.5, 2.0, bn.moving_variance.shape).astype(np.float32))
+    stats = [bn.moving_mean.numpy(), bn.moving_variance.numpy()]
+    bn.trainable = False
+    z = np.moveaxis(_conv_outputs(model, x), 0, 3)  # (batch, H, W, N, C)
+    expected = ((z - stats[0]) / np.sqrt(stats[1] + bn.epsilon) * bn.gamma.numpy().astype(np.float64)
+                + bn.beta.numpy().astype(np.float64))
+    conv_out = model.layers[1](x)
+    for training in (True, False):
+        np.testing.assert_allclose(bn(conv_out, training=training).numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), stats[0])  # no moving-average update
+    np.testing.assert_array_equal(bn.moving_variance.numpy(), stats[1])
+    bn.trainable = True  # unfrozen: batch statistics under training=True, and the averages move
+    np.testing.assert_allclose(bn(conv_out, training=True).numpy().mean(axis=(0, 1, 2)),
+                               bn.beta.numpy(), atol=1e-4)
+    assert not np.allclose(bn.moving_mean.numpy(), stats[0])
+    # frozen layers keep their statistics through fit and its refresh (as Keras' BatchNormalization)
+    bn.trainable = False
+    bn.moving_mean.assign(stats[0])
+    bn.moving_variance.assign(stats[1])
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), stats[0])
+    np.testing.assert_array_equal(bn.moving_variance.numpy(), stats[1])

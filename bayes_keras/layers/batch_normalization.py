@@ -21,8 +21,10 @@ class BatchNormalization(ParticleLayer):
     Training (`training=True`, as `fit` calls it): y = (x - mean_b) / sqrt(var_b + epsilon) * gamma + beta with
     the batch's mean and (biased) variance per particle and channel, and the moving averages
     moving = momentum * moving + (1 - momentum) * batch statistic, per particle. Inference: the moving
-    averages. In training on images the N particles' C channels are the N*C channels of one fused batch-norm
-    op (float16, bfloat16 and float32 compute; float64 takes the unfused formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
+    averages. A frozen layer (`trainable=False`) runs in inference mode even under `training=True`, as
+    `keras.layers.BatchNormalization` does. In training on images the N particles' C channels are the N*C
+    channels of one fused batch-norm op (float16, bfloat16 and float32 compute; float64 takes the unfused
+    formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
     moving statistics are always per particle (each particle's activations have their own).
 
     Args:
@@ -138,6 +140,7 @@ class BatchNormalization(ParticleLayer):
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
+        training = training and self.trainable  # a frozen layer normalises with its moving statistics (as Keras')
         rank = len(x.shape)
         compute = x.dtype
         # (particle parallel: every replica normalises its own particles over the whole batch already)
