@@ -22,16 +22,20 @@ class FullGaussian(GaussianFamily):
         initial_precision: P at the start, times the identity.
         control_variates: also keep the score estimators' control variates ("c_mean", "c_precision").
         max_halvings: halvings of xi tried before a precision step is dropped.
+        signal_share: scale the mean and precision steps by their signal shares (default True, an
+            extension: `bayes_keras.step_rules.signal_fraction`); False steps by the step sizes alone, the
+            paper's iteration (the "v_mean" / "v_precision" averages are then kept but not updated).
 
     Example:
         >>> family = FullGaussian(dim=31, dtype="float64", initial_precision=10.0)
     """
 
-    def __init__(self, dim, dtype, initial_precision, control_variates=False, max_halvings=5):
+    def __init__(self, dim, dtype, initial_precision, control_variates=False, max_halvings=5, signal_share=True):
         super().__init__(dim, dtype)
         self.initial_precision = float(initial_precision)
         self.control_variates = bool(control_variates)
         self.max_halvings = int(max_halvings)
+        self.signal_share = bool(signal_share)
 
     def variables(self, add_variable, prefix):
         vector, matrix = (self.dim,), (self.dim, self.dim)
@@ -63,16 +67,18 @@ class FullGaussian(GaussianFamily):
         """Momentum, the mean step and the retraction of P (with halving) for natural gradients."""
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
-        # Both steps are scaled by their signal shares: the Monte Carlo noise of the gradients and of the Stein /
-        # score curvature is averaged once q is near its optimum (an extension; see step_rules.signal_fraction):
-        # v <- omega v + (1 - omega) |natgrad|^2 beside the momentum m, the share from |m|^2 / v.
+        # With signal_share, both steps are scaled by their signal shares: the Monte Carlo noise of the gradients
+        # and of the Stein / score curvature is averaged once q is near its optimum (an extension; see
+        # step_rules.signal_fraction): v <- omega v + (1 - omega) |natgrad|^2 beside the momentum m, the share
+        # from |m|^2 / v.
         def share(name, m, natgrad):
             v = omega * state[name].value + (1.0 - omega) * tf.reduce_sum(tf.square(natgrad))
             writes.assign(state[name], v)
             return signal_fraction(tf.reduce_sum(tf.square(m)), v, omega)
 
-        mean_learning_rate *= share("v_mean", m_mu, nat_mu)
-        learning_rate *= share("v_precision", m_p, nat_p)
+        if self.signal_share:
+            mean_learning_rate *= share("v_mean", m_mu, nat_mu)
+            learning_rate *= share("v_precision", m_p, nat_p)
         old_p = state["precision"].value
         chol = tf.linalg.cholesky(old_p)  # every halving retracts from the same P: factor it once
         retract = lambda p, xi: ng.retract_full(p, xi, chol)  # noqa: E731

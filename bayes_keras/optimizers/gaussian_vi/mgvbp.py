@@ -45,6 +45,7 @@ from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussia
 from bayes_keras.optimizers.gaussian_vi.full_gaussian import FullGaussian
 from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
 from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
+from bayes_keras.schedules import ConstantThenInverseTime
 
 _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
@@ -76,7 +77,8 @@ class MGVBP(GaussianVariationalOptimizer):
         learning_rate: beta, the precision's step size (float or schedule; the paper's schedule is
             `bayes_keras.schedules.ConstantThenInverseTime(beta, tau)`). None (default): 0.1 for the full
             blocks of structure="full" / "layer", whose steps (precision and mean) are further scaled by their
-            signal shares (see "Defaults"), 1e-3 for "diagonal" / "kronecker" (networks).
+            signal shares unless signal_share=False (see "Defaults"), 1e-3 for "diagonal" / "kronecker"
+            (networks).
         mean_learning_rate: step size of mu (float or schedule), default 0.3; None uses `learning_rate`
             for both, as the paper does. An extension for networks, after VOGN's separate mean and
             precision rates: a precision that moves slower than the mean keeps the noise of q small
@@ -99,6 +101,9 @@ class MGVBP(GaussianVariationalOptimizer):
             most this norm (the paper's GradientMax = 100); not for structure="kronecker". "auto"
             (default): 100 for the score estimators (without it MGVBP(estimator="score") took a
             digits MLP's training loss to 8e6 in its first epoch), None for "gradient".
+        initial_gradient_clip: the bound for the first step's estimate (the paper's separate clip0, whose
+            default in the authors' code is off): "same" (default) as `gradient_clip`, None (no clipping at
+            the first step) or a positive number.
         max_block_size: a full block larger than this raises an error (O(D^3) per step).
         antithetic: draw the samples of q in mirrored pairs mu +- a (even sample counts; odd counts
             draw independently): half the random numbers, which dominated the cost of a step on
@@ -107,6 +112,9 @@ class MGVBP(GaussianVariationalOptimizer):
             (default): True for the Fisher curvatures, False for "stein" and the score estimators.
         seed: seed of the sample stream (draws are keyed by (seed, counter), so a resumed run
             samples what an uninterrupted one would).
+        signal_share: True (default): the full blocks (structure "full" / "layer") scale their mean and
+            precision steps by their signal shares (see "Defaults"; an extension, not in the paper). False:
+            they step by beta m alone, as the paper does. Diagonal and Kronecker blocks never rescale.
 
     Defaults: chosen so that MGVBP() trains the zoo's MLP, LeNet-5 and GRU and a logistic regression
     without tuning (benchmarks/defaults.py): for networks (structure "diagonal" / "kronecker") a precision
@@ -122,9 +130,12 @@ class MGVBP(GaussianVariationalOptimizer):
     0.15-0.31 (tests/test_defaults_nuts.py). The same scaled step on diagonal precisions sent LeNet-5 to
     chance accuracy: per weight, the curvature of a 10-sample minibatch step is mostly noise, and a
     precision that follows it within tens of steps lets q's noise swamp a mean that is still untrained.
-    The paper's settings are MGVBP(1e-2, momentum=0.4, initial_precision=10.0, mean_learning_rate=None)
-    (full blocks keep the signal-share scaling, which only ever shortens a step: an extension, not the
-    paper's iteration).
+    The paper's own iteration (its estimator B, one step size beta for mu and P with its schedule, omega =
+    0.4, P0 = 10 I, gradient clipping at 100, no signal-share scaling) is `MGVBP.paper()`, i.e.
+    MGVBP(ConstantThenInverseTime(1e-3, 2500), structure="full", estimator="score", momentum=0.4,
+    initial_precision=10.0, mean_learning_rate=None, gradient_clip=100.0, initial_gradient_clip=None,
+    signal_share=False); tested step by step against a NumPy transcription of the algorithm
+    (tests/test_mgvbp_paper_mode.py).
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.MGVBP(1e-2, structure="diagonal"))
@@ -133,10 +144,19 @@ class MGVBP(GaussianVariationalOptimizer):
 
     def __init__(self, learning_rate=None, structure="diagonal", estimator="gradient", curvature="stein",
                  momentum=0.8, initial_precision=1e3, max_halvings=5, gradient_clip="auto", max_block_size=2000, seed=None,
-                 mean_learning_rate=0.3, **kwargs):
+                 mean_learning_rate=0.3, signal_share=True, initial_gradient_clip="same", **kwargs):
         if isinstance(gradient_clip, str) and gradient_clip == "auto":
             gradient_clip = 100.0 if estimator in ("score", "score_h") else None
         _check_arguments(structure, estimator, curvature, gradient_clip, momentum, initial_precision)
+        if not (isinstance(initial_gradient_clip, str) and initial_gradient_clip == "same"):
+            initial_gradient_clip = check_number(initial_gradient_clip,
+                                                 "MGVBP initial_gradient_clip ('same', None or a number)",
+                                                 allow_none=True)
+            if structure == "kronecker" and initial_gradient_clip is not None:
+                raise ValueError("MGVBP initial_gradient_clip is not implemented for structure='kronecker'; got "
+                                 f"initial_gradient_clip={initial_gradient_clip!r}.")
+        if not isinstance(signal_share, bool):
+            raise ValueError(f"MGVBP signal_share must be True or False; got {signal_share!r}.")
         if learning_rate is None:
             learning_rate = 0.1 if structure in ("full", "layer") else 1e-3
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
@@ -152,6 +172,60 @@ class MGVBP(GaussianVariationalOptimizer):
             mean_learning_rate = check_number(mean_learning_rate, "MGVBP mean_learning_rate (None: learning_rate)",
                                               allow_none=True)
         self.mean_learning_rate = mean_learning_rate
+        self.signal_share, self.initial_gradient_clip = signal_share, initial_gradient_clip
+
+    @classmethod
+    def paper(cls, learning_rate=1e-3, tau=2500, structure="full", estimator="score", **kwargs):
+        """MGVBP running the paper's own iteration (Magris, Shabani & Iosifidis, "Manifold Gaussian Variational
+        Bayes on the Precision Matrix", https://arxiv.org/abs/2210.14598, as the authors' code runs it), with its
+        defaults: per step, from S samples theta_s = mu + L^-T eps_s of q (P = L L^T; S = the model's
+        particles),
+
+            g_mu = -Sigma Sigma0^-1 (mu - mu0) + mean_s a_s (log p(y | theta_s) - c_mu),
+            g_P  = (Sigma0^-1 - P) + mean_s (P - P a_s a_s^T P)(log p(y | theta_s) - c_P),   a_s = theta_s - mu,
+
+        (its estimator B: the Gaussian prior N(mu0, Sigma0) of the layers in closed form; c the per-coordinate
+        control variates Cov(s f, s) / Var(s) of the previous step's samples, s = a or P - P a a^T P and f the
+        log likelihood, 0 at the first step), the stacked (g_mu, g_P) scaled to norm at most 100 from the
+        second step on (the first step unclipped, as the authors' code by default), then
+
+            m_mu <- omega m_mu + (1 - omega) g_mu ;  m_P <- omega T(m_P) + (1 - omega) g_P   (m = g at t = 1)
+            mu <- mu + beta_t m_mu ;  P <- P + beta_t m_P + 1/2 beta_t^2 m_P P^-1 m_P,
+
+        T the vector transport E m E^T, E = (P_new P_old^-1)^(1/2), beta_t = beta for t <= tau and beta tau / t
+        after; omega = 0.4, P0 = 10 I. No signal-share scaling, one step size for mu and P. (The authors' code
+        draws randomised quasi-Monte Carlo normals; here they are pseudo-random, keyed by `seed`.) The paper
+        uses S = 50 samples: build the model with num_particles=50. Its experiments change some of these
+        settings (e.g. the labour-force logistic regression: beta = 0.01, P0 = 20 I, clip 3000, first clip
+        1000), which the keyword arguments override.
+
+        Args:
+            learning_rate: beta (default 1e-3, the paper's); a number, or a schedule when tau is None.
+            tau: steps of constant beta before the 1 / t decay (default 2500, the paper's t_max / 2 for its
+                5,000 iterations); None: `learning_rate` as given (a constant or a schedule).
+            structure: "full" (the paper's main case, default), "layer" or "diagonal" (the paper's diagonal
+                case: p <- p + beta xi + beta^2 xi^2 / (2 p), transport m p_new / p_old).
+            estimator: "score" (estimator B, default) or "score_h" (the fully black-box h-function form).
+            **kwargs: other MGVBP arguments (seed, max_block_size, ...), or overrides of the settings above.
+
+        Example:
+            >>> model.compile(optimizer=bayes_keras.optimizers.MGVBP.paper(seed=0))   # e.g. 50 particles
+        """
+        if estimator not in ("score", "score_h"):
+            raise ValueError(f"MGVBP.paper: the paper's estimators are 'score' and 'score_h'; got "
+                             f"estimator={estimator!r}.")
+        if structure not in ("full", "layer", "diagonal"):
+            raise ValueError(f"MGVBP.paper: structure must be 'full', 'layer' or 'diagonal'; got "
+                             f"structure={structure!r}.")
+        if tau is not None:
+            if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+                raise ValueError(f"MGVBP.paper: learning_rate is already a schedule ({learning_rate!r}); pass "
+                                 f"tau=None to use it, or a number for beta; got tau={tau!r}.")
+            learning_rate = ConstantThenInverseTime(learning_rate, tau)
+        settings = {"momentum": 0.4, "initial_precision": 10.0, "mean_learning_rate": None, "gradient_clip": 100.0,
+                    "initial_gradient_clip": None, "signal_share": False}
+        settings.update(kwargs)
+        return cls(learning_rate, structure=structure, estimator=estimator, **settings)
 
     @property
     def _diagonal_posterior(self):
@@ -197,7 +271,8 @@ class MGVBP(GaussianVariationalOptimizer):
         control_variates = self.estimator != "gradient"
         if self.structure == "diagonal":
             return DiagonalGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates)
-        return FullGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates, self.max_halvings)
+        return FullGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates, self.max_halvings,
+                            self.signal_share)
 
     def check_loaded_state(self):
         for block in self._state:
@@ -240,9 +315,16 @@ class MGVBP(GaussianVariationalOptimizer):
                          tf.constant(self.momentum, self.posterior_dtype))
         return learning_rate, mean_lr, omega
 
-    def _step(self, j, nat_mu, nat_p, sizes, writes):
-        if self.gradient_clip is not None:
-            nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, self.gradient_clip)
+    def _step(self, j, nat_mu, nat_p, sizes, iteration, writes):
+        later = self.gradient_clip
+        first = later if isinstance(self.initial_gradient_clip, str) else self.initial_gradient_clip
+        if first == later:
+            if later is not None:
+                nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, later)
+        else:  # another bound (or none: an infinite one) at the first step
+            bounds = [float("inf") if bound is None else bound for bound in (first, later)]
+            bound = tf.where(tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds))
+            nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, bound)
         self._families[j].step(self._state[j], nat_mu, nat_p, *sizes, writes)
 
     def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
@@ -265,7 +347,7 @@ class MGVBP(GaussianVariationalOptimizer):
             mean_loss_grad, cov = ng.diagonal_moments_from_sums(*(tf.concat(t, 0) for t in sums), n,
                                                                   self._antithetic_for(n))
             nat_p = prec * cov - prec
-        self._step(0, -mean_loss_grad / prec, nat_p, self._step_sizes(learning_rate, iteration), writes)
+        self._step(0, -mean_loss_grad / prec, nat_p, self._step_sizes(learning_rate, iteration), iteration, writes)
 
     def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
         sizes = self._step_sizes(learning_rate, iteration)
@@ -276,7 +358,7 @@ class MGVBP(GaussianVariationalOptimizer):
                 self._families[j].step(self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes)
             return
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
-            self._step(j, *self._natural_gradient(j, theta, grad, step, writes), sizes, writes)
+            self._step(j, *self._natural_gradient(j, theta, grad, step, writes), sizes, iteration, writes)
 
     def _natural_gradient(self, j, theta, grad, step, writes):
         """(nat_mu, nat_P) of a diagonal or full block from the step's samples and gradients (or values)."""
@@ -317,7 +399,8 @@ class MGVBP(GaussianVariationalOptimizer):
                        "momentum": self.momentum,
                        "initial_precision": self.initial_precision, "max_halvings": self.max_halvings,
                        "gradient_clip": self.gradient_clip, "max_block_size": self.max_block_size,
-                       "mean_learning_rate": _serialize_rate(self.mean_learning_rate)})
+                       "mean_learning_rate": _serialize_rate(self.mean_learning_rate),
+                       "signal_share": self.signal_share, "initial_gradient_clip": self.initial_gradient_clip})
         return config
 
 

@@ -190,14 +190,15 @@ def reparam_natural_gradient_diag(theta, mean, p, grad_log_joint, antithetic=Fal
 
 
 def control_variate(score, f):
-    """Per-coordinate optimal baseline c_i = Cov(score_i f, score_i) / Var(score_i) * S / (S - 1)
-    for score (S, ...) and f (S,)."""
-    s = tf.cast(tf.shape(score)[0], score.dtype)
+    """Per-coordinate optimal baseline c_i = Cov(score_i f, score_i) / Var(score_i) for score (S, ...) and
+    f (S,), both moments over the S samples with the same normalisation. (The authors' code writes it
+    (mean(A B) - mean(A) mean(B)) / var(B) * S / (S - 1) with MATLAB's var normalised by S - 1: the same
+    ratio.)"""
     f = tf.reshape(f, [-1] + [1] * (len(score.shape) - 1))
     sf = score * f
     cov = tf.reduce_mean((sf - tf.reduce_mean(sf, 0)) * (score - tf.reduce_mean(score, 0)), axis=0)
     var = tf.reduce_mean(tf.square(score - tf.reduce_mean(score, 0)), axis=0)
-    return tf.math.divide_no_nan(cov, var) * s / (s - 1.0)
+    return tf.math.divide_no_nan(cov, var)
 
 
 def score_natural_gradient_full(theta, mean, precision, f, c_mu, c_p, prior_mean=None, prior_precision=None):
