@@ -415,6 +415,10 @@ class _Conversion:
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
         else:
             new = layer.__class__.from_config(layer.get_config())
+            if not layer.trainable:
+                # A nested model's config holds its layers' flags but not its own: a frozen backbone came back
+                # trainable with frozen layers, and `backbone.trainable = True` then changed nothing.
+                new.trainable = False
         if any(carries):
             self._check_per_example(layer, flat)
             if not self._acts_per_particle_as_is(layer, flat, carries):

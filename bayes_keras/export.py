@@ -43,7 +43,7 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
         raise ValueError("export_predictive needs a model with a likelihood (it exports the predictive).")
     if not model.built:
         raise ValueError("export_predictive needs a built model: call it, fit it or load it first.")
-    signature = input_signature or _input_signature(model)
+    signature = _input_signature(model, input_signature)
     likelihood = model.likelihood
     dtype = model.loss_dtype
 
@@ -84,10 +84,31 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
     return atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary, verbose=verbose))
 
 
-def _input_signature(model):
-    inputs = model.inputs if getattr(model, "inputs", None) else None
-    if not inputs or len(inputs) != 1:
-        raise ValueError("export_predictive infers the input signature from a functional model with one input; "
-                         "pass input_signature=[tf.TensorSpec((None, ...), dtype)] for this model.")
-    spec = inputs[0]
-    return [tf.TensorSpec((None,) + tuple(spec.shape[1:]), spec.dtype, name="inputs")]
+def _input_signature(model, given=None):
+    """The endpoints' signature: one argument, `inputs`, structured as the model's inputs (a tensor, a list or a
+    dict of tensors). `given`: None (inferred from a functional model), one spec per model input as a flat list
+    (or a dict), or the structure already nested in a one-element list ([[spec1, spec2]]), as Keras takes it."""
+    structure = getattr(model, "input", None) if getattr(model, "inputs", None) else None
+    if given is None:
+        if structure is None:
+            raise ValueError("export_predictive infers the input signature from a functional model; pass "
+                             "input_signature=[tf.TensorSpec((None, ...), dtype)] (one spec per input) for this "
+                             "model.")
+        single = len(keras.tree.flatten(structure)) == 1  # its serving signature's argument is called "inputs"
+        return [keras.tree.map_structure(lambda t: tf.TensorSpec(
+            (None,) + tuple(t.shape[1:]), t.dtype, name="inputs" if single else _spec_name(t)), structure)]
+    if isinstance(given, dict):
+        return [given]
+    given = list(given)
+    inputs = keras.tree.flatten(structure) if structure is not None else None
+    if inputs and len(inputs) > 1 and len(given) == len(inputs) and all(isinstance(s, tf.TensorSpec) for s in given):
+        return [keras.tree.pack_sequence_as(structure, given)]  # a flat list: one spec per model input
+    if inputs and len(inputs) > 1 and len(given) != 1:
+        raise ValueError(f"export_predictive: the model has {len(inputs)} inputs; pass one tf.TensorSpec per input "
+                         f"(a flat list or a dict) as input_signature; got {len(given)} entries.")
+    return given
+
+
+def _spec_name(tensor):
+    name = getattr(tensor, "name", None) or "inputs"
+    return name.split(":")[0].replace("/", "_")

@@ -220,7 +220,8 @@ class GaussianParticleFlow(ParticleOptimizer):
         not at build, which loading and cloning do before the weights are set)."""
         for v in self.view.variables:
             if v.shape[0] > 1:
-                spread = tf.reduce_max(tf.math.reduce_std(tf.reshape(v.value, (v.shape[0], -1)), axis=0))
+                flat = tf.reshape(v.value, (v.shape[0], -1))
+                spread = tf.reduce_max(tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0))  # exact: 0 iff equal
                 if not tf.executing_eagerly() or float(spread) > 0.0:
                     continue
                 warnings.warn(
