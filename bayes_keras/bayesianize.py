@@ -55,8 +55,15 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     The conversion is exact or refused: with `noise_std=0` every particle predicts as `model` does, in
     memory and after a .keras round trip, or a ValueError names the layer it cannot convert.
 
-    - Dense, Conv1D, Conv2D, SimpleRNN, LSTM, GRU, Bidirectional and Embedding become their
-      `bayes_keras.layers` twins (same constructor arguments; the first one starts the particle axis).
+    - Which part is Bayesian: `bayesian=` (default: every trainable layer with a particle version; a list
+      of layer names; an int k: the last k weight layers and the normalization layers after the first of
+      them; or a callable layer -> bool), less the layers `deterministic=` names. Frozen layers
+      (trainable=False) stay frozen point estimates unless `bayesian=` names them. The particle axis starts
+      at the first Bayesian layer: every layer before it (a frozen backbone, nested models included) stays a
+      Keras layer with its weights and runs once per example; after it, non-Bayesian layers with a twin share
+      one weight set (frozen ones stay frozen). `bayes_keras.conversion_report(model)` lists every layer.
+    - Dense, Conv1D, Conv2D (groups too), DepthwiseConv2D, SeparableConv2D, SimpleRNN, LSTM, GRU,
+      Bidirectional and Embedding become their `bayes_keras.layers` twins (same constructor arguments).
       BatchNormalization, LayerNormalization (of the last axis), pooling, global pooling and Flatten become
       theirs where the particle axis exists; before it (e.g. a Flatten-first MLP) they stay Keras layers.
     - Every other layer is kept with all its state (adapted Normalization statistics, BatchNormalization
@@ -86,6 +93,8 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         kernel_prior, bias_prior: priors of every converted layer (default N(0, 1)).
         deterministic: names of layers to keep as shared point estimates (hybrid nets), or a callable
             layer -> bool.
+        bayesian: which layers carry particles (see above): None, layer names, an int k or a callable.
+            Unknown names are refused, for `deterministic` too.
         center, noise_std, seed: start the particles at the model's weights (see above).
         batch_norm_momentum: momentum of the converted BatchNormalization layers' moving statistics
             (default 0.9; None keeps each Keras layer's own, usually 0.99). The statistics are
@@ -104,6 +113,10 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         >>> model = bayes_keras.bayesianize(cnn, num_particles=10)   # categorical, particles around cnn
         >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-3))
         >>> model.fit(x, y, epochs=5)
+        >>> backbone = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
+        >>> backbone.trainable = False                           # frozen: runs once per example
+        >>> head = keras.layers.Dense(10, activation="softmax")(keras.layers.GlobalAveragePooling2D()(backbone.output))
+        >>> model = bayes_keras.bayesianize(keras.Model(backbone.input, head), num_particles=8)  # a Bayesian head
     """
     if not isinstance(model, keras.Model):
         raise ValueError(f"bayesianize expects a keras.Model (Sequential or functional); got {type(model).__name__}.")
