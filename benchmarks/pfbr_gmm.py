@@ -3,7 +3,9 @@
 Protocol: meta-train on GaussianMixtureProblem tasks (x* from the prior, `--train-length`-observation
 sequences); test on `--sequences` unseen sequences of `--length` observations drawn at x* = (-1, 2),
 whose posterior has modes at (-1, 2) and (1, -2). At every step, for PFBR's particles, one-pass SMC's
-(same particle count) and the exact grid posterior: the mass inside each mode's part of the exact
+(same particle count; scored on its weighted cloud before resampling, with its weights, and, as "SMC, moved",
+on the equally weighted cloud it carries on after resampling and the Liu-West move, as earlier versions
+scored it) and the exact grid posterior: the mass inside each mode's part of the exact
 posterior's 95% highest-density region (HPD; a particle counts for a mode when its grid cell is in the
 HPD set and it is nearer that mode; particles in the low-density valley between the modes count for
 neither; their sum, the in-HPD mass, is 0.95 for the exact posterior and falls with every particle
@@ -35,17 +37,19 @@ from bayes_keras import pfbr  # noqa: E402
 TRUTH = (-1.0, 2.0)
 
 
-def grid_cross_entropy(particles, points, probabilities):
-    """-sum_grid p log KDE(particles): the KDE cross-entropy with the grid posterior as p."""
+def grid_cross_entropy(particles, points, probabilities, weights=None):
+    """-sum_grid p log KDE(particles): the KDE cross-entropy with the grid posterior as p (a weighted KDE,
+    Silverman's bandwidth at the effective sample size, when `weights` are given)."""
     keep = probabilities > 1e-8
-    log_q = pfbr.kde_log_density(particles, points[keep])
+    log_q = pfbr.kde_log_density(particles, points[keep], weights=weights)
     return float(-np.sum(probabilities[keep] * log_q) / np.sum(probabilities[keep]))
 
 
-def hpd_mode_masses(problem, points, probabilities, samples, level=0.95):
-    """(mass in mode 1's part of the HPD set, mass in mode 2's part) for `samples` (M, 2), or for the grid
-    posterior itself when samples is None. The HPD set: the grid cells of highest probability holding
-    `level` of the mass; a sample belongs to its nearest grid cell (outside the grid: to none)."""
+def hpd_mode_masses(problem, points, probabilities, samples, level=0.95, sample_weights=None):
+    """(mass in mode 1's part of the HPD set, mass in mode 2's part) for `samples` (M, 2) (weighted by
+    `sample_weights` if given, else equally), or for the grid posterior itself when samples is None. The
+    HPD set: the grid cells of highest probability holding `level` of the mass; a sample belongs to its
+    nearest grid cell (outside the grid: to none)."""
     order = np.argsort(probabilities)[::-1]
     inside = np.zeros(len(points), bool)
     inside[order[:np.searchsorted(np.cumsum(probabilities[order]), level) + 1]] = True
@@ -58,7 +62,9 @@ def hpd_mode_masses(problem, points, probabilities, samples, level=0.95):
         on_grid = np.all((index >= 0) & (index < size), axis=1)
         cells = np.zeros(len(samples), bool)
         cells[on_grid] = inside[index[on_grid, 0] * size + index[on_grid, 1]]
-        weights, locations = np.full(len(samples), 1.0 / len(samples)), samples
+        weights = (np.full(len(samples), 1.0 / len(samples)) if sample_weights is None
+                   else np.asarray(sample_weights, np.float64) / np.sum(sample_weights))
+        locations = samples
     modes = problem.modes(TRUTH)
     first = np.linalg.norm(locations - modes[0], axis=-1) <= np.linalg.norm(locations - modes[1], axis=-1)
     return float(np.sum(weights * (cells & first))), float(np.sum(weights * (cells & ~first)))
@@ -105,9 +111,12 @@ def main():
     rng = np.random.default_rng(10_000 + args.seed)
     task, observations = problem.sample_tasks(args.sequences, args.length, rng, truth=TRUTH)
     points, grid = pfbr.grid_posterior(problem, task, observations, lower=-4, upper=4, size=161)
+    moved, cloud, cloud_weights = pfbr.SequentialMonteCarlo().filter(problem, task, observations,
+                                                                     num_particles=args.particles, seed=args.seed + 1,
+                                                                     weighted=True)
     runs = {"PFBR": operator.filter(problem, task, observations, num_particles=args.particles, seed=args.seed + 1),
-            "SMC": pfbr.SequentialMonteCarlo().filter(problem, task, observations, num_particles=args.particles,
-                                                      seed=args.seed + 1)}
+            "SMC": cloud, "SMC, moved": moved}
+    run_weights = {"PFBR": None, "SMC": cloud_weights, "SMC, moved": None}
     masses = {name: np.zeros((args.sequences, args.length)) for name in list(runs) + ["exact (grid)"]}
     in_hpd = {name: np.zeros((args.sequences, args.length)) for name in masses}
     cross_entropy = {name: np.zeros((args.sequences, args.length)) for name in runs}
@@ -116,9 +125,10 @@ def main():
             both = hpd_mode_masses(problem, points, grid[k, n], None)
             masses["exact (grid)"][k, n], in_hpd["exact (grid)"][k, n] = min(both), sum(both)
             for name, particles in runs.items():
-                both = hpd_mode_masses(problem, points, grid[k, n], particles[n, k])
+                w = None if run_weights[name] is None else run_weights[name][n, k]
+                both = hpd_mode_masses(problem, points, grid[k, n], particles[n, k], sample_weights=w)
                 masses[name][k, n], in_hpd[name][k, n] = min(both), sum(both)
-                cross_entropy[name][k, n] = grid_cross_entropy(particles[n, k], points, grid[k, n])
+                cross_entropy[name][k, n] = grid_cross_entropy(particles[n, k], points, grid[k, n], w)
     bimodal = masses["exact (grid)"] > args.hold  # (sequences, steps): where there are two modes to hold
     after = bimodal.any(0)  # for the mean / min columns: steps at which some sequence's posterior is bimodal
     first = int(np.argmax(after)) + 1
@@ -137,7 +147,9 @@ def main():
     result = {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(), "args": vars(args),
               "train_seconds": train_seconds, "meta_training_loss": history, "rows": rows}
     lines = ["# PFBR on the bimodal Gaussian-mixture posterior (unseen sequences from x* = (-1, 2))", "",
-             f"{args.sequences} test sequences of {args.length} observations; {args.particles} particles; exact "
+             f"{args.sequences} test sequences of {args.length} observations; {args.particles} particles; SMC: its weighted "
+             f"cloud before resampling, masses and KDE (Silverman's bandwidth at the effective sample size) weighted; "
+             f"'SMC, moved': its resampled, Liu-West-moved cloud (how earlier versions scored it); exact "
              f"posterior on a 161 x 161 grid over [-4, 4]^2. Smaller mode's mass = the mass inside the exact "
              f"posterior's 95% HPD region around the less populated of (-1, 2) and (1, -2) (particles between the "
              f"modes count for neither); a sequence holds both modes when that mass stays above {args.hold} at every "

@@ -468,3 +468,57 @@ def test_output_layer_filter_moves_the_heads_particles_by_the_operator():
         pfbr.OutputLayerFilter(bk.BayesianModel(inputs, bk.layers.Dense(1)(particle_body), likelihood="bernoulli"))
     with pytest.raises(ValueError, match=r"Dense\(1\)"):
         pfbr.OutputLayerFilter(bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=16)(features), likelihood="categorical"))
+
+
+def test_weighted_kde_against_closed_forms():
+    rng = np.random.default_rng(11)
+    points, targets = rng.normal(size=(6, 3)), rng.normal(size=(50, 3))
+    h = np.array([0.4, 0.7, 1.1])
+    counts = np.array([3, 1, 0, 2, 4, 1])
+    # A weighted cloud with integer weights is the cloud that repeats each point that many times.
+    np.testing.assert_allclose(pfbr.kde_log_density(points, targets, bandwidth=h, weights=counts),
+                               pfbr.kde_log_density(np.repeat(points, counts, axis=0), targets, bandwidth=h), atol=1e-12)
+    # The mixture density written out term by term.
+    w = counts / counts.sum()
+    terms = [np.prod(np.exp(-0.5 * ((targets - p) / h) ** 2) / (np.sqrt(2 * np.pi) * h), axis=1) for p in points]
+    np.testing.assert_allclose(pfbr.kde_log_density(points, targets, bandwidth=h, weights=w),
+                               np.log(np.sum(w[:, None] * np.array(terms), axis=0)), rtol=1e-10)
+    # ESS: equal weights -> N, one non-zero weight -> 1; the bandwidth is Silverman's at n = ESS.
+    assert pfbr.effective_sample_size(np.ones(40)) == pytest.approx(40)
+    assert pfbr.effective_sample_size(np.eye(5)[2]) == pytest.approx(1)
+    cloud = rng.normal(size=(400, 2))
+    np.testing.assert_allclose(pfbr.silverman_bandwidth(cloud, np.ones(400)), pfbr.silverman_bandwidth(cloud))
+    half = np.r_[np.ones(100), np.zeros(300)]
+    np.testing.assert_allclose(pfbr.silverman_bandwidth(cloud, half), pfbr.silverman_bandwidth(cloud[:100]))
+    # Weighted moments: the unbiased weighted variance is the ddof=1 estimate for equal weights.
+    mean, sd = pfbr.weighted_moments(cloud, np.ones(400))
+    np.testing.assert_allclose(mean, cloud.mean(0))
+    np.testing.assert_allclose(sd, cloud.std(0, ddof=1))
+    with pytest.raises(ValueError, match="weights must have shape"):
+        pfbr.kde_log_density(points, targets, weights=np.ones(5))
+    with pytest.raises(ValueError, match="non-negative"):
+        pfbr.kde_log_density(points, targets, weights=-np.ones(6))
+
+
+def test_smc_weighted_cloud_matches_the_kalman_posterior():
+    """The filter's weighted cloud (before resampling), scored as weighted, against the exact Kalman
+    posterior: moments to the importance sampler's error, and no worse than its resampled cloud."""
+    lds = pfbr.LinearDynamicalSystemProblem(dim=2)
+    task, observations = lds.sample_tasks(2, 10, np.random.default_rng(6))
+    smc = pfbr.SequentialMonteCarlo()
+    resampled, cloud, weights = smc.filter(lds, task, observations, num_particles=8192, seed=0, weighted=True)
+    np.testing.assert_array_equal(resampled, smc.filter(lds, task, observations, num_particles=8192, seed=0))
+    assert cloud.shape == resampled.shape and weights.shape == resampled.shape[:-1]
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+    means, covariances = lds.exact_posterior(task, observations)
+    rng = np.random.default_rng(3)
+    for k in range(2):
+        sd = np.sqrt(np.diag(covariances[k, -1]))
+        mean, cloud_sd = pfbr.weighted_moments(cloud[-1, k], weights[-1, k])
+        ess = pfbr.effective_sample_size(weights[-1, k])
+        assert np.all(np.abs(mean - means[k, -1]) < 5 * sd / np.sqrt(ess))
+        np.testing.assert_allclose(cloud_sd, sd, rtol=0.15)
+        target = rng.multivariate_normal(means[k, -1], covariances[k, -1], 2000)
+        weighted = pfbr.kde_cross_entropy(cloud[-1, k], target, weights=weights[-1, k])
+        entropy = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * covariances[k, -1])[1]
+        assert entropy < weighted < entropy + 0.3

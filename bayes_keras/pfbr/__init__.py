@@ -8,8 +8,8 @@ from bayes_keras.pfbr.grid_posterior import grid_posterior
 from bayes_keras.pfbr.integrator import brute_force_divergence, hutchinson_divergence, integrate_flow
 from bayes_keras.pfbr.linear_dynamical_system_problem import LinearDynamicalSystemProblem
 from bayes_keras.pfbr.logistic_regression_problem import LogisticRegressionProblem
-from bayes_keras.pfbr.metrics import (gaussian_integral_discrepancies, kde_cross_entropy, kde_log_density, mmd_squared,
-                                      silverman_bandwidth)
+from bayes_keras.pfbr.metrics import (effective_sample_size, gaussian_integral_discrepancies, kde_cross_entropy,
+                                      kde_log_density, mmd_squared, silverman_bandwidth, weighted_moments)
 from bayes_keras.pfbr.output_layer_filter import OutputLayerFilter
 from bayes_keras.pfbr.particle_flow_bayes_rule import ParticleFlowBayesRule
 from bayes_keras.pfbr.problem import SequentialProblem, autodiff_hessian
@@ -18,4 +18,4 @@ from bayes_keras.pfbr.sequential_monte_carlo import SequentialMonteCarlo, liu_we
 __all__ = ["ConcatSquashDense", "GaussianMeanProblem", "GaussianMixtureProblem", "grid_posterior", "LinearDynamicalSystemProblem", "LogisticRegressionProblem", "OutputLayerFilter", "ParticleFlowBayesRule", "SequentialProblem",
            "SequentialMonteCarlo", "autodiff_hessian", "brute_force_divergence", "hutchinson_divergence",
            "integrate_flow", "gaussian_integral_discrepancies", "kde_cross_entropy", "kde_log_density", "mmd_squared",
-           "silverman_bandwidth", "liu_west_move", "systematic_resample"]
+           "silverman_bandwidth", "weighted_moments", "effective_sample_size", "liu_west_move", "systematic_resample"]

@@ -4,34 +4,95 @@
 import math
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_probability as tfp
 
 
-def silverman_bandwidth(particles):
-    """Per-coordinate Gaussian KDE bandwidth (4 / (d + 2))^(1 / (d + 4)) N^(-1 / (d + 4)) std(X): the rule
-    the paper's KDE uses. particles (..., N, d) -> (..., 1, d)."""
+def effective_sample_size(weights):
+    """Kish's effective sample size (sum w)^2 / sum w^2 of importance weights (..., N) (any scale)."""
+    weights = np.asarray(weights, np.float64)
+    return np.sum(weights, axis=-1) ** 2 / np.sum(weights**2, axis=-1)
+
+
+def _normalized_weights(weights, num):
+    """Validated weights (N,) summing to one, or None for an equally weighted cloud."""
+    if weights is None:
+        return None
+    weights = np.asarray(weights, np.float64)
+    if weights.shape != (num,):
+        raise ValueError(f"weights must have shape ({num},), one per particle; got {weights.shape}.")
+    if not (np.all(np.isfinite(weights)) and np.all(weights >= 0) and weights.sum() > 0):
+        raise ValueError("weights must be finite, non-negative and not all zero.")
+    return weights / weights.sum()
+
+
+def weighted_moments(particles, weights=None):
+    """(mean (d,), sd (d,)) of a particle cloud (N, d), weighted by `weights` (N,) if given. The sd uses
+    the unbiased weighted variance sum w (x - m)^2 / (1 - sum w^2) (w normalised), which is the usual
+    N - 1 estimate for equal weights."""
+    particles = np.asarray(particles, np.float64)
+    w = _normalized_weights(weights, particles.shape[0])
+    if w is None:
+        return particles.mean(0), particles.std(0, ddof=1)
+    mean = w @ particles
+    variance = w @ (particles - mean) ** 2 / max(1.0 - float(np.sum(w**2)), 1e-12)
+    return mean, np.sqrt(variance)
+
+
+def silverman_bandwidth(particles, weights=None):
+    """Per-coordinate Gaussian KDE bandwidth (4 / (d + 2))^(1 / (d + 4)) n^(-1 / (d + 4)) std(X): the rule
+    the paper's KDE uses, with n = N. particles (..., N, d) -> (..., 1, d). For a weighted cloud
+    (`weights` (N,), an importance sampler's), std is the weighted sd and n the effective sample size
+    (sum w)^2 / sum w^2: the bandwidth of an equally weighted cloud of that many independent draws, not
+    of N points of which many are near copies."""
     particles = np.asarray(particles, np.float64)
     n, d = particles.shape[-2:]
+    if weights is not None:
+        if particles.ndim != 2:
+            raise ValueError(f"silverman_bandwidth: weights need one cloud (N, d); got particles of shape {particles.shape}.")
+        w = _normalized_weights(weights, n)
+        factor = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * float(effective_sample_size(w)) ** (-1.0 / (d + 4))
+        mean = w @ particles
+        return factor * np.sqrt(w @ (particles - mean) ** 2)[None, :] + 1e-12    # as np.std: no N - 1
     factor = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * n ** (-1.0 / (d + 4))
     return factor * particles.std(axis=-2, keepdims=True) + 1e-12
 
 
-def kde_log_density(particles, points, bandwidth=None):
-    """log of the Gaussian KDE of `particles` (N, d) at `points` (M, d), float64."""
+def kde_log_density(particles, points, bandwidth=None, weights=None):
+    """log of the Gaussian KDE of `particles` (N, d) at `points` (M, d), float64. With `weights` (N,) the
+    KDE is the weighted mixture sum_i w_i N(x_i, h^2) (an importance sampler's cloud scored as weighted),
+    its default bandwidth Silverman's rule at the effective sample size."""
     particles = np.asarray(particles, np.float64)
-    h = silverman_bandwidth(particles)[0] if bandwidth is None else np.broadcast_to(np.asarray(bandwidth, np.float64), particles.shape[-1:])
-    kde = tfp.distributions.MixtureSameFamily(
-        tfp.distributions.Categorical(logits=tf.zeros([particles.shape[0]], tf.float64)),
-        tfp.distributions.MultivariateNormalDiag(loc=particles, scale_diag=tf.broadcast_to(h, particles.shape)))
-    return kde.log_prob(tf.constant(np.asarray(points, np.float64))).numpy()
+    w = _normalized_weights(weights, particles.shape[0])
+    if bandwidth is None:
+        h = silverman_bandwidth(particles, w)[0]
+    else:
+        h = np.broadcast_to(np.asarray(bandwidth, np.float64), particles.shape[-1:])
+    log_w = -np.log(particles.shape[0]) * np.ones(particles.shape[0]) if w is None else np.log(np.maximum(w, 1e-300))
+    if w is not None:
+        keep = w > 0
+        particles, log_w = particles[keep], log_w[keep]
+    # log sum_i w_i N(x; x_i, diag h^2) through ||(x - x_i) / h||^2 = |x/h|^2 + |x_i/h|^2 - 2 (x/h).(x_i/h):
+    # one matrix product per block of points, never an (M, N, d) array.
+    centres = particles / h
+    norms = np.sum(centres**2, axis=1)
+    constant = -np.sum(np.log(h)) - 0.5 * particles.shape[1] * np.log(2 * np.pi)
+    points = np.asarray(points, np.float64)
+    out = np.empty(points.shape[0])
+    for start in range(0, points.shape[0], 1024):
+        x = points[start:start + 1024] / h
+        squared = np.maximum(np.sum(x**2, axis=1)[:, None] + norms[None, :] - 2 * x @ centres.T, 0.0)
+        logits = log_w[None, :] - 0.5 * squared
+        top = logits.max(axis=1, keepdims=True)
+        out[start:start + 1024] = (top[:, 0] + np.log(np.sum(np.exp(logits - top), axis=1))) + constant
+    return out
 
 
-def kde_cross_entropy(particles, target_samples, bandwidth=None):
-    """-E_p[log q_hat(x)] with q_hat the Gaussian KDE of `particles` (N, d) and x the draws
-    `target_samples` (M, d) of the true posterior p (the paper uses M = 5000): the paper's main metric.
-    Its minimum over q_hat is p's entropy; even N exact draws of p stay above it by the KDE's smoothing."""
-    return float(-np.mean(kde_log_density(particles, target_samples, bandwidth)))
+def kde_cross_entropy(particles, target_samples, bandwidth=None, weights=None):
+    """-E_p[log q_hat(x)] with q_hat the Gaussian KDE of `particles` (N, d) (weighted by `weights` (N,)
+    if given: see `kde_log_density`) and x the draws `target_samples` (M, d) of the true posterior p (the
+    paper uses M = 5000): the paper's main metric. Its minimum over q_hat is p's entropy; even N exact
+    draws of p stay above it by the KDE's smoothing, by less the larger N is, so a cloud is compared with
+    exact draws of its own size."""
+    return float(-np.mean(kde_log_density(particles, target_samples, bandwidth, weights)))
 
 
 def mmd_squared(x, y, bandwidth=None):

@@ -20,10 +20,17 @@ class SequentialMonteCarlo:
     particles before resampling, which the move preserves; `shrinkage` a, 0 turns rejuvenation off) so that repeated
     resampling does not collapse the particle set. Resampling is systematic.
 
+    `filter` returns the equally weighted particles that the next stage starts from (after resampling
+    and, for static latents, the move); `weighted=True` also returns each stage's weighted cloud before
+    resampling, the filter's own estimate of the posterior: resampling only adds noise to it and leaves
+    many copies of few particles, so compare it, scored as weighted (`kde_cross_entropy(..., weights=w)`,
+    `weighted_moments`), with other methods.
+
     Example:
 
         smc = SequentialMonteCarlo()
         posteriors = smc.filter(problem, task, observations, num_particles=256)   # (L, B, N, d)
+        _, cloud, weights = smc.filter(problem, task, observations, weighted=True)   # + (L, B, N, d), (L, B, N)
     """
 
     def __init__(self, shrinkage=0.98):
@@ -32,7 +39,11 @@ class SequentialMonteCarlo:
         self.shrinkage = float(shrinkage)
         self._steps = weakref.WeakKeyDictionary()  # problem -> its compiled step, kept across filter() calls
 
-    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0):
+    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0, weighted=False):
+        """Filters `observations` (B, L, m, k) of the tasks `task` from `particles` (B, N, d) or N draws
+        of the prior. Returns the particles after every stage (L, B, N, d); with `weighted=True` the tuple
+        (particles, weighted_particles (L, B, N, d), weights (L, B, N)): each stage's importance-weighted
+        cloud before resampling, weights normalised."""
         if not isinstance(problem, SequentialProblem):
             raise TypeError(f"SequentialMonteCarlo.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
                             f"got {type(problem).__name__}.")
@@ -44,10 +55,16 @@ class SequentialMonteCarlo:
             particles, _ = problem.sample_prior(task, int(num_particles), rng.integers(0, 2**31 - 1, size=2))
         particles = tf.convert_to_tensor(particles, tf.float32)
         step = self._step_function(problem)
-        out = []
+        out, clouds, all_weights = [], [], []
         for n in range(observations.shape[1]):
-            particles = step(particles, observations[:, n], task, tf.constant(rng.integers(0, 2**31 - 1, size=(3, 2)), tf.int32))
+            particles, cloud, weights = step(particles, observations[:, n], task,
+                                             tf.constant(rng.integers(0, 2**31 - 1, size=(3, 2)), tf.int32))
             out.append(particles.numpy())
+            if weighted:
+                clouds.append(cloud.numpy())
+                all_weights.append(weights.numpy())
+        if weighted:
+            return np.stack(out), np.stack(clouds), np.stack(all_weights)
         return np.stack(out)
 
     def _step_function(self, problem):
@@ -67,13 +84,13 @@ class SequentialMonteCarlo:
             weights = tf.nn.softmax(log_weights, axis=-1)
             resampled = systematic_resample(particles, log_weights, seeds[1])
             if problem.state_space or shrinkage == 0:
-                return resampled
+                return resampled, particles, weights
             # The kernel's spread comes from the weighted set before resampling: after a degenerate
             # resampling the copies' own covariance would be zero and the set could never spread again.
             mean = tf.reduce_sum(weights[..., None] * particles, axis=1, keepdims=True)
             centred = particles - mean
             covariance = tf.matmul(centred * weights[..., None], centred, transpose_a=True)
-            return liu_west_move(resampled, shrinkage, seeds[2], mean, covariance)
+            return liu_west_move(resampled, shrinkage, seeds[2], mean, covariance), particles, weights
         return step
 
 
