@@ -522,3 +522,22 @@ def test_smc_weighted_cloud_matches_the_kalman_posterior():
         weighted = pfbr.kde_cross_entropy(cloud[-1, k], target, weights=weights[-1, k])
         entropy = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * covariances[k, -1])[1]
         assert entropy < weighted < entropy + 0.3
+
+
+def test_liu_west_move_survives_a_collapsed_weighted_set():
+    """All weight on one particle leaves a covariance that float32 rounding can make slightly indefinite;
+    its Cholesky factor is NaN, which made every particle NaN (2 of 20 tasks of the online logistic
+    regression benchmark from stage 7 on). The move then uses the clipped eigen square root: finite, and
+    exactly the shrink toward the mean when the covariance is (numerically) zero."""
+    rng = np.random.default_rng(0)
+    particles = tf.constant(rng.normal(size=(2, 6, 3)), tf.float32)
+    mean = tf.constant(rng.normal(size=(2, 1, 3)), tf.float32)
+    covariance = tf.stack([-1e-7 * tf.eye(3), tf.constant([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]])])
+    moved = pfbr.liu_west_move(particles, 0.9, tf.constant([1, 2]), mean, covariance).numpy()
+    assert np.all(np.isfinite(moved))
+    np.testing.assert_allclose(moved[0], 0.9 * particles.numpy()[0] + 0.1 * mean.numpy()[0], atol=1e-6)
+    # The positive definite task keeps its Cholesky factor.
+    noise = tf.random.stateless_normal(tf.shape(particles), tf.constant([1, 2]), dtype=tf.float32).numpy()[1]
+    chol = np.linalg.cholesky(covariance.numpy()[1] + 1e-9 * np.eye(3))
+    expected = 0.9 * particles.numpy()[1] + 0.1 * mean.numpy()[1] + np.sqrt(1 - 0.81) * noise @ chol.T
+    np.testing.assert_allclose(moved[1], expected, atol=1e-5)

@@ -86,13 +86,21 @@ class LogisticRegressionProblem(SequentialProblem):
     def log_likelihood_hessian(self, x, observations, task):
         return logistic_log_likelihood_hessian(x, observations, self.fit_bias)
 
-    def predictive_probability(self, particles, features):
-        """The posterior predictive P(y = 1 | f): the particles' mean sigmoid. particles (N, latent_dim)."""
+    def predictive_probability(self, particles, features, weights=None):
+        """The posterior predictive P(y = 1 | f): the particles' mean sigmoid (weighted by `weights` (N,), an
+        importance sampler's, if given). particles (N, latent_dim)."""
         particles = np.asarray(particles, np.float64)
         logits = np.asarray(features, np.float64) @ particles[:, :self.num_features].T
         if self.fit_bias:
             logits = logits + particles[:, -1]
-        return (1.0 / (1.0 + np.exp(-logits))).mean(axis=1)
+        probabilities = 1.0 / (1.0 + np.exp(-logits))
+        if weights is None:
+            return probabilities.mean(axis=1)
+        weights = np.asarray(weights, np.float64)
+        if weights.shape != (particles.shape[0],) or not (np.all(weights >= 0) and weights.sum() > 0):
+            raise ValueError(f"LogisticRegressionProblem.predictive_probability: weights must be ({particles.shape[0]},) "
+                             f"non-negative, not all zero; got shape {weights.shape}.")
+        return probabilities @ (weights / weights.sum())
 
     def get_config(self):
         return {"batch_size": self.batch_size, "rotate": self.rotate, "max_angle": self.max_angle,

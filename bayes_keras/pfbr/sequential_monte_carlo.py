@@ -116,5 +116,14 @@ def liu_west_move(particles, shrinkage, seed, mean=None, covariance=None):
         covariance = tf.matmul(centred, centred, transpose_a=True) / (n - 1.0)
     d = particles.shape[-1]
     chol = tf.linalg.cholesky(covariance + 1e-9 * tf.eye(d, dtype=particles.dtype))
+    # A weighted set collapsed onto one particle has a covariance that rounding can leave slightly
+    # indefinite, where the Cholesky factor is NaN and every particle became NaN. Those tasks use a square root
+    # from the float64 eigendecomposition with negative eigenvalues clipped to 0 (any L with L L^T = C moves
+    # the particles alike); the others keep their Cholesky factor bit for bit.
+    symmetric = tf.cast(0.5 * (covariance + tf.linalg.matrix_transpose(covariance)), tf.float64)
+    values, vectors = tf.linalg.eigh(tf.where(tf.math.is_finite(symmetric), symmetric, tf.zeros_like(symmetric)))
+    root = tf.cast(vectors * tf.sqrt(tf.maximum(values, 0.0))[..., None, :], particles.dtype)
+    factored = tf.reduce_all(tf.math.is_finite(chol), axis=[-2, -1], keepdims=True)
+    chol = tf.where(factored, chol, root)
     noise = tf.random.stateless_normal(tf.shape(particles), seed, dtype=particles.dtype)
     return shrinkage * particles + (1 - shrinkage) * mean + (1 - shrinkage**2) ** 0.5 * tf.matmul(noise, chol, transpose_b=True)
