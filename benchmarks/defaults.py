@@ -11,7 +11,9 @@ Every optimizer is `Class()` with nothing passed; each method is listed with its
 
 Usage:
     python benchmarks/defaults.py [--tasks mlp lenet5] [--optimizers GPF SVGD] [--seeds 0 1]
-Writes benchmarks/results/defaults.{json,md}.
+    python benchmarks/defaults.py --optimizers GaussianParticleFlow --step-rule '{"class_name": ...}' --stem ...
+Writes benchmarks/results/defaults.{json,md}. `--step-rule` (a rule name or a serialized StepRule as JSON)
+measures a candidate default: it is passed as the only argument, step_rule=, to every optimizer listed.
 """
 
 import argparse
@@ -50,10 +52,11 @@ def task(name, seed):
     return model, (x, y), (xt, yt), 64
 
 
-def run(task_name, optimizer_name, seed, epochs):
+def run(task_name, optimizer_name, seed, epochs, step_rule=None):
     keras.utils.set_random_seed(seed)
     model, (x, y), (xt, yt), batch = task(task_name, seed)
-    model.compile(optimizer=getattr(bk.optimizers, optimizer_name)())
+    kwargs = {} if step_rule is None else {"step_rule": bk.step_rules.get(step_rule)}
+    model.compile(optimizer=getattr(bk.optimizers, optimizer_name)(**kwargs))
     start = time.perf_counter()
     model.fit(x, y, epochs=epochs, batch_size=batch, verbose=0)
     seconds = time.perf_counter() - start
@@ -72,12 +75,15 @@ def main():
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--out", default=harness.RESULTS_DIR)
     parser.add_argument("--stem", default="defaults")
+    parser.add_argument("--step-rule", default=None,
+                        help="a step rule for every optimizer listed (name, or a serialized StepRule as JSON)")
     args = parser.parse_args()
+    step_rule = json.loads(args.step_rule) if args.step_rule and args.step_rule.lstrip().startswith("{") else args.step_rule
     rows = []
     for task_name in args.tasks:
         for optimizer_name in args.optimizers:
             for seed in args.seeds:
-                row = run(task_name, optimizer_name, seed, args.epochs)
+                row = run(task_name, optimizer_name, seed, args.epochs, step_rule)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     lines = [f"Every optimizer with no constructor arguments, {args.epochs} epochs, 10 particles, seeds {args.seeds} "
@@ -94,10 +100,12 @@ def main():
                 cells.append(f"{acc.mean():.3f} ± {se(acc):.3f} / {nll.mean():.3f} ± {se(nll):.3f}")
             else:
                 cells.append(f"{acc.mean():.3f} / {nll.mean():.3f}")
-        lines.append(f"| {optimizer_name}() | " + " | ".join(cells) + " |")
+        label = f"{optimizer_name}()" if step_rule is None else f"{optimizer_name}(step_rule={bk.step_rules.get(step_rule)!r})"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
-    harness.save_results(args.stem, {"epochs": args.epochs, "seeds": args.seeds, "rows": rows}, text, args.out)
+    harness.save_results(args.stem, {"command": "python " + " ".join(sys.argv), "epochs": args.epochs, "seeds": args.seeds,
+                                     "step_rule": step_rule, "rows": rows}, text, args.out)
 
 
 if __name__ == "__main__":
