@@ -21,24 +21,36 @@ https://arxiv.org/abs/1502.03167, Algorithm 1, step 10, without its n/(n-1): Ker
 biased variance, and over thousands of values the two agree to 1/n). It does not depend on the batch
 size, unlike an average of per-batch biased variances ((B-1)/B of the population's at batch size B).
 
-Every layer runs in inference mode during the refresh (no Dropout, no noise layers, no moving-average
-updates). Decision, for the BatchNormalization layers before the one being refreshed: the layers are
-refreshed one at a time in the order the forward pass calls them, and layer k's inputs are computed with
-the layers before it already normalising with their refreshed statistics. Layer k's statistics are then
-those of the inputs it receives in the network as it runs at inference, which is what inference
-normalises; normalising the earlier layers with batch statistics instead (SWAG's pass) would give layer
-k the statistics of inputs that inference never produces, and ones that change with the batch size.
-The cost is one inference pass over the refresh set per refreshed layer (compiled once). A layer called
-more than once pools the inputs of all its calls, and takes its place from its first call. Frozen layers
-(`trainable=False`) and layers with momentum 1 keep their statistics.
+Every layer other than the refreshed BatchNormalization layers runs in inference mode during the refresh
+(no Dropout, no noise layers). How the BatchNormalization layers before layer k normalise decides layer
+k's inputs; two choices:
 
-The inputs are read through the curvature capture (`bayes_keras.curvature.capture`): in inference mode a
-particle BatchNormalization records its normalised input z = (x - m) / sqrt(v + epsilon); while a layer is
-refreshed its moving statistics are set to m = 0 and v = 1, so x = z sqrt(1 + epsilon).
-`BayesianModel.fit` calls `refresh_batch_norm` at the end of training (`fit(..., refresh_batch_norm=False)`
-keeps the running averages), so the `val_*` figures of fit's last epoch and the checkpoints written during
-fit saw the running averages; the model fit returns has the refreshed statistics.
+- `layerwise=False` (default): one pass over the refresh set, in which every refreshed layer normalises
+  with its batch's statistics, as in training (the pass of SWA's bn_update), without updating its moving
+  averages, and records its input x (`bayes_keras.layers.batch_normalization.batch_statistics_pass`);
+  every layer's sums are pooled over all batches of that pass. Layer k's statistics are then those of
+  inputs normalised upstream by batch statistics, which inference does not produce exactly (they depend a
+  little on the batch size); the first layer's are exact. The cost is one pass, whatever the number of
+  layers. Decision: the default, because fit runs it at the end of every training and a converted network
+  has tens of BatchNormalization layers (MobileNetV2 52).
+- `layerwise=True`: the layers are refreshed one at a time in the order the forward pass calls them, and
+  layer k's inputs are computed in inference mode with the layers before it already normalising with their
+  refreshed statistics, so its statistics are those of the inputs it receives in the network as it runs
+  at inference, which is what inference normalises. The cost is one inference pass over the refresh set
+  per refreshed layer (compiled once). The inputs are read through the curvature capture: in inference
+  mode a particle BatchNormalization records its normalised input z = (x - m) / sqrt(v + epsilon); while
+  a layer is refreshed its moving statistics are set to m = 0 and v = 1, so x = z sqrt(1 + epsilon).
+
+Either way a layer called more than once pools the inputs of all its calls (and takes its place from its
+first call), and frozen layers (`trainable=False`) and layers with momentum 1 keep their statistics (and
+normalise with them during the pass). The one pass assigns nothing unless it completes; layerwise, a layer
+whose pass fails gets its statistics back. `BayesianModel.fit` calls `refresh_batch_norm` (one pass) at
+the end of training (`fit(..., refresh_batch_norm=False)` keeps the running averages), so the `val_*`
+figures of every epoch, the last included, and the checkpoints written during fit saw the running
+averages; the model fit returns has the refreshed statistics.
 """
+
+import contextlib
 
 import keras
 import numpy as np
@@ -47,7 +59,7 @@ from keras.src.trainers import data_adapters
 
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import particle_axis
-from bayes_keras.layers.batch_normalization import BatchNormalization
+from bayes_keras.layers.batch_normalization import BatchNormalization, batch_statistics_pass
 
 DEFAULT_MAX_EXAMPLES = 4096
 
@@ -59,15 +71,23 @@ def batch_norm_layers(model):
             if isinstance(layer, BatchNormalization) and layer.momentum < 1.0 and layer.trainable]
 
 
-def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES):
+def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False):
     """Set the moving statistics of `model`'s BatchNormalization layers to the population statistics of their
     inputs (mean E[x] and biased variance E[x^2] - E[x]^2 per particle and channel, over all examples and
     positions) for the current weights, from the first `max_examples` examples of `x` (arrays, a dict or
     list of arrays, a tf.data.Dataset or a PyDataset; targets in a dataset are ignored; arrays: evenly spaced
-    examples). Every layer runs in inference mode; the layers are refreshed one at a time in call order, each
-    with the earlier ones already refreshed (one inference pass over the examples per layer; a dataset is
-    read once per layer, so it should yield the same examples each time). Returns the number of examples
-    used (0 when the model has no such layers). The weights are not changed."""
+    examples). Every other layer runs in inference mode (no dropout).
+
+    `layerwise=False` (default): one pass over the examples, in which every refreshed BatchNormalization
+    layer normalises with its batch's statistics (as in training, SWA's bn_update) without moving its
+    averages; each layer's statistics are pooled over all batches of that pass. `layerwise=True`: the
+    layers are refreshed one at a time in call order, each with the earlier ones already normalising with
+    their refreshed statistics, so each layer's statistics are those of the inputs it receives at inference
+    (one inference pass over the examples per layer; a dataset is read once per layer, so it should yield
+    the same examples each time). Returns the number of examples used (0 when the model has no such
+    layers). The weights are not changed."""
+    if not isinstance(layerwise, bool):
+        raise ValueError(f"refresh_batch_norm: layerwise must be True or False; got {layerwise!r}.")
     layers = batch_norm_layers(model)
     if not layers:
         return 0
@@ -81,10 +101,27 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
     if not batched:
         x = _spread_subset(x, max_examples)
     adapter = data_adapters.get_data_adapter(x, batch_size=None if batched else (batch_size or 32), shuffle=False)
+    if layerwise:
+        return _refresh_layerwise(model, layers, adapter, max_examples)
+    sums, seen, totals = _InputSums(model, layers, batch_statistics=True), 0, None
+    for inputs, count in _batches(adapter, max_examples):  # the one pass
+        part = [[value.numpy() for value in layer_sums] for layer_sums in sums(None, inputs)]
+        totals = part if totals is None else [[a + b for a, b in zip(t, p)] for t, p in zip(totals, part)]
+        seen += count
+    if totals is None:
+        raise ValueError("refresh_batch_norm got no examples (an empty x or dataset).")
+    for layer, layer_totals in zip(sums.layers, totals):
+        _assign(layer, layer_totals, scale=1.0)  # the recorded values are the inputs x themselves
+    return seen
+
+
+def _refresh_layerwise(model, layers, adapter, max_examples):
+    """`refresh_batch_norm(..., layerwise=True)`: one inference pass per layer, in call order."""
     first = next(_batches(adapter, max_examples), None)
     if first is None:
         raise ValueError("refresh_batch_norm got no examples (an empty x or dataset).")
-    sums = _InputSums(model, layers, first[0])
+    sums = _InputSums(model, layers, batch_statistics=False)
+    sums.trace(first[0])  # `sums.layers` known
     seen = 0
     for index, layer in enumerate(sums.layers):
         saved = [layer.moving_mean.numpy(), layer.moving_variance.numpy()]
@@ -100,42 +137,58 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
             layer.moving_mean.assign(saved[0])
             layer.moving_variance.assign(saved[1])
             raise
-        values, first_sum, second_sum = totals
-        mean = first_sum / values
-        variance = np.maximum(second_sum / values - np.square(mean), 0.0)
-        scale = 1.0 + layer.epsilon
-        layer.moving_mean.assign(tf.cast(mean * np.sqrt(scale), layer.moving_mean.dtype))
-        layer.moving_variance.assign(tf.cast(variance * scale, layer.moving_variance.dtype))
+        _assign(layer, totals, scale=1.0 + layer.epsilon)
     return seen
 
 
-class _InputSums:
-    """The inference pass, compiled once, and the sums of one refreshed layer's recorded inputs over all its
-    calls: (values per particle and channel, float64 sums of z and of z^2, each (N, C)). `layers`: the
-    refreshed layers the pass calls, in the order of their first calls (a layer it never calls keeps its
-    statistics)."""
+def _assign(layer, totals, scale):
+    """Moving mean and variance from (values, sum z, sum z^2) of recorded values z = x / sqrt(scale)."""
+    values, first_sum, second_sum = totals
+    mean = first_sum / values
+    variance = np.maximum(second_sum / values - np.square(mean), 0.0)
+    layer.moving_mean.assign(tf.cast(mean * np.sqrt(scale), layer.moving_mean.dtype))
+    layer.moving_variance.assign(tf.cast(variance * scale, layer.moving_variance.dtype))
 
-    def __init__(self, model, layers, example):
+
+class _InputSums:
+    """The pass, compiled once on the first batch's shapes, and the sums of the refreshed layers' recorded
+    inputs over all their calls: (values per particle and channel, float64 sums of z and of z^2, each
+    (N, C)). `batch_statistics=True`: the one pass, every candidate layer normalising with batch statistics
+    and recording its input x, the sums of every layer returned; False: the inference pass, only the
+    `index`-th layer's sums returned. `layers`: the refreshed layers the pass calls, in the order of their
+    first calls (a layer it never calls keeps its statistics); known once traced."""
+
+    def __init__(self, model, layers, batch_statistics):
         self.model, self.candidates, self.layers = model, layers, []
+        self.batch_statistics, self.function = batch_statistics, None
+
+    def trace(self, example):
         specs = tf.nest.map_structure(lambda t: tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype), example)
         self.function = tf.function(self._sums, input_signature=[tf.TensorSpec((), tf.int32), specs])
-        self.function.get_concrete_function()  # traced once: `layers` known
+        self.function.get_concrete_function()
 
     def _sums(self, index, inputs):
-        with capture.capturing() as records:
-            self.model(inputs, training=False)
+        with contextlib.ExitStack() as stack:
+            if self.batch_statistics:
+                stack.enter_context(batch_statistics_pass(self.candidates))
+            records = stack.enter_context(capture.capturing())
+            self.model(inputs, training=False)  # Dropout and other layers in inference mode
         calls = {}
         for record in records:
             if any(record.layer is layer for layer in self.candidates):
                 if id(record.layer) not in calls:
                     self.layers.append(record.layer)
                 calls.setdefault(id(record.layer), []).append(record.inputs)
+        if self.batch_statistics:
+            return [_moment_sums(calls[id(layer)]) for layer in self.layers]
         # only the requested layer's sums are computed (the pass itself runs whole)
         return tf.switch_case(index, [lambda inputs=calls[id(layer)]: _moment_sums(inputs) for layer in self.layers])
 
     def __call__(self, index, inputs):
-        """(values, sum z, sum z^2) of the `index`-th layer of `layers` over the batch `inputs`."""
-        return self.function(tf.constant(index, tf.int32), inputs)
+        """The batch `inputs`' sums: of every layer of `layers` (batch_statistics), or of the `index`-th."""
+        if self.function is None:
+            self.trace(inputs)
+        return self.function(tf.constant(index or 0, tf.int32), inputs)
 
 
 def _moment_sums(calls):

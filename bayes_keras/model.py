@@ -271,10 +271,15 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset.
 
         `refresh_batch_norm` (default True): when training ends, the BatchNormalization layers' moving
-        statistics are recomputed for the final weights from up to 4,096 training inputs (one inference-cost
-        pass; `refresh_batch_norm`, the method, says more). The running averages lag weights that a posterior
-        method keeps moving; False keeps them, as Keras does. Inputs a Python generator yields cannot be read
-        twice: they keep the running averages."""
+        statistics are recomputed for the final weights from up to 4,096 training inputs (one pass over them
+        at inference cost, the BatchNormalization layers normalising with batch statistics as in training;
+        `refresh_batch_norm`, the method, says more and offers the exact layer-by-layer computation). The
+        running averages lag weights that a posterior method keeps moving; False keeps them, as Keras does.
+        Inputs a Python generator yields cannot be read twice: they keep the running averages. The refresh
+        runs once, when training ends, so the `val_*` figures of every epoch (the last included) and
+        checkpoints written during fit (e.g. by keras.callbacks.ModelCheckpoint) used the running averages,
+        while the returned model uses the refreshed statistics: call model.evaluate(x_val, y_val) after fit
+        to score it."""
         if not isinstance(refresh_batch_norm, bool):
             raise ValueError(f"fit: refresh_batch_norm must be True or False; got {refresh_batch_norm!r}.")
         if not getattr(self, "compiled", False):
@@ -305,13 +310,21 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             self.refresh_batch_norm(_training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size)
         return history
 
-    def refresh_batch_norm(self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES):
+    def refresh_batch_norm(self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False):
         """Recompute the BatchNormalization layers' moving mean and variance, per particle, for the current
-        weights: a training-mode pass over up to `max_examples` of the inputs `x` (arrays, tf.data.Dataset,
-        PyDataset; evenly spaced examples of arrays), weights unchanged, each batch's statistics averaged
-        with its size as weight (SWAG's practice for posterior samples). fit() calls it when training ends.
-        Returns the number of examples used."""
-        return refresh_batch_norm(self, x, batch_size, max_examples)
+        weights, from up to `max_examples` of the inputs `x` (arrays, tf.data.Dataset, PyDataset; evenly
+        spaced examples of arrays), weights unchanged, every other layer in inference mode (no dropout): each
+        statistic is the population mean E[x] or variance E[x^2] - E[x]^2 of the layer's inputs, pooled over
+        every example and position in float64.
+
+        `layerwise=False` (default, what fit() runs when training ends): one pass, in which the
+        BatchNormalization layers normalise with their batch's statistics, as in training (SWA's bn_update;
+        the moving averages are not updated by the pass). `layerwise=True`: exact for inference, one
+        inference pass per BatchNormalization layer, layer k's inputs computed with the layers before it
+        already using their refreshed statistics (what inference feeds it), at a cost that grows with the
+        number of layers. See bayes_keras.batch_norm_refresh.refresh_batch_norm. Returns the number of
+        examples used."""
+        return refresh_batch_norm(self, x, batch_size, max_examples, layerwise=layerwise)
 
     def predict(self, x, batch_size=None, *args, **kwargs):
         """As keras.Model.predict: the posterior predictive summary (probabilities for classification; the

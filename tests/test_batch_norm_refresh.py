@@ -3,6 +3,9 @@ weights (mean E[x], biased variance E[x^2] - E[x]^2 over every example and posit
 computed independently in numpy from the layer's inputs (each particle's Conv2D outputs through a
 per-particle keras.layers.Conv2D; a particle Dense layer's outputs from its weights in numpy), with every
 other layer in inference mode; and a frozen BatchNormalization runs in inference mode under training=True.
+The default refresh is one pass in which the BatchNormalization layers normalise with batch statistics
+(later layers' inputs computed so in numpy, batch by batch); layerwise=True gives every layer the
+statistics of the inputs it receives at inference.
 """
 
 import keras
@@ -151,7 +154,7 @@ def test_refresh_at_batch_size_4_equals_numpy_population_statistics():
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=2, batch_size=16, verbose=0, refresh_batch_norm=False)
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
-    assert model.refresh_batch_norm(x, batch_size=4) == len(x)  # 25 batches of 4 and one of 3
+    assert model.refresh_batch_norm(x, batch_size=4, layerwise=True) == len(x)  # 25 batches of 4 and one of 3
     for layer, (mean, variance) in zip(norms, _dense_population(model, x)):
         scale = 1.0 + np.abs(mean)
         assert np.max(np.abs(layer.moving_mean.numpy() - mean) / scale) < 1e-5
@@ -172,7 +175,8 @@ def test_dropout_is_off_during_the_refresh():
     x, y = _dense_data()
     model = _dense_model(dropout=0.5)
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
-    model.fit(x, y, epochs=1, batch_size=16, verbose=0)  # fit ends with the refresh
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, refresh_batch_norm=False)
+    model.refresh_batch_norm(x, batch_size=16, layerwise=True)
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
     for layer, (mean, variance) in zip(norms, _dense_population(model, x)):  # numpy: no dropout at all
         assert np.max(np.abs(layer.moving_mean.numpy() - mean) / (1.0 + np.abs(mean))) < 1e-5
@@ -208,3 +212,97 @@ def test_a_frozen_batch_normalization_runs_in_inference_mode():
     model.fit(x, y, epochs=1, batch_size=8, verbose=0)
     np.testing.assert_array_equal(bn.moving_mean.numpy(), stats[0])
     np.testing.assert_array_equal(bn.moving_variance.numpy(), stats[1])
+
+
+def _one_pass_population(model, x, batch_size):
+    """numpy, float64: the population statistics of both BatchNormalization layers of `_dense_model` when the
+    first normalises each batch of `batch_size` examples (in order, the last one short) with that batch's
+    mean and biased variance, as the one-pass refresh runs it."""
+    dense = [layer for layer in model.layers if isinstance(layer, bk.layers.Dense)]
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    k1, b1, k2, b2 = (v.numpy().astype(np.float64) for v in (dense[0].kernel, dense[0].bias, dense[1].kernel,
+                                                               dense[1].bias))
+    gamma, beta = (v.numpy().astype(np.float64) for v in (norms[0].gamma, norms[0].beta))
+    firsts, seconds = [], []
+    for start in range(0, len(x), batch_size):
+        h = np.einsum("bi,nio->bno", x[start:start + batch_size].astype(np.float64), k1) + b1  # (batch, N, 4)
+        firsts.append(h)
+        h = (h - h.mean(axis=0)) / np.sqrt(h.var(axis=0) + norms[0].epsilon) * gamma + beta
+        seconds.append(np.maximum(np.einsum("bni,nio->bno", h, k2) + b2, 0.0))
+    return [(np.concatenate(v).mean(axis=0), np.concatenate(v).var(axis=0)) for v in (firsts, seconds)]
+
+
+def _close(layer, mean, variance, tolerance=1e-5):
+    assert np.max(np.abs(layer.moving_mean.numpy() - mean) / (1.0 + np.abs(mean))) < tolerance
+    assert np.max(np.abs(layer.moving_variance.numpy() / variance - 1.0)) < tolerance
+
+
+def test_one_pass_default_at_batch_size_4_equals_numpy():
+    x, y = _dense_data()
+    model = _dense_model(dropout=0.5)  # Dropout(0.5) before the first BatchNormalization: off in the pass
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, refresh_batch_norm=False)
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    assert model.refresh_batch_norm(x, batch_size=4) == len(x)
+    (mean1, var1), (mean2, var2) = _one_pass_population(model, x, 4)
+    _close(norms[0], mean1, var1)  # the first layer's inputs: the population statistics, exactly
+    _close(norms[1], mean2, var2)  # the second's: its inputs with the first normalising by batch statistics
+    (exact1, _), (exact2, exact_var2) = _dense_population(model, x)
+    np.testing.assert_allclose(mean1, exact1, rtol=1e-12)  # (the references agree on the first layer only)
+    assert np.max(np.abs(var2 / exact_var2 - 1.0)) > 1e-3
+    # fit's refresh is the one pass at fit's batch size
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    (mean1, var1), (mean2, var2) = _one_pass_population(model, x, 4)
+    _close(norms[0], mean1, var1)
+    _close(norms[1], mean2, var2)
+
+
+def test_the_pass_leaves_the_moving_statistics_alone():
+    """Inside batch_statistics_pass a layer normalises as in training (batch statistics; images: the unfused
+    formula against training's fused op) and its moving statistics do not move."""
+    for model, x in ((_dense_model(), _dense_data()[0]), (_model(momentum=0.5), _data(size=20)[0])):
+        norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+        before = [(layer.moving_mean.numpy(), layer.moving_variance.numpy()) for layer in norms]
+        with bk.layers.batch_normalization.batch_statistics_pass(norms):
+            inside = model(x, training=False).numpy()
+        for layer, (mean, variance) in zip(norms, before):
+            np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
+            np.testing.assert_array_equal(layer.moving_variance.numpy(), variance)
+        np.testing.assert_allclose(inside, model(x, training=True).numpy(), rtol=1e-4, atol=1e-5)
+        assert not np.allclose(norms[0].moving_mean.numpy(), before[0][0])  # training=True does move them
+
+
+def _counting_dataset(x, batch_size, counts):
+    def generate():
+        counts["passes"] += 1
+        for start in range(0, len(x), batch_size):
+            counts["batches"] += 1
+            yield x[start:start + batch_size]
+    return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((None, x.shape[1]), x.dtype))
+
+
+def test_the_default_reads_the_examples_once():
+    x, y = _dense_data()
+    model = _dense_model()
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, refresh_batch_norm=False)
+    counts = {"passes": 0, "batches": 0}
+    assert model.refresh_batch_norm(_counting_dataset(x, 8, counts)) == len(x)
+    assert counts == {"passes": 1, "batches": 13}  # one pass: 12 batches of 8 and one of 7
+    (mean1, var1), (mean2, var2) = _one_pass_population(model, x, 8)
+    norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
+    _close(norms[0], mean1, var1)
+    _close(norms[1], mean2, var2)
+    counts = {"passes": 0, "batches": 0}
+    model.refresh_batch_norm(_counting_dataset(x, 8, counts), layerwise=True)
+    assert counts["passes"] >= 2  # one per layer (and the first batch read for the shapes)
+    for layer, (mean, variance) in zip(norms, _dense_population(model, x)):
+        _close(layer, mean, variance)
+
+
+def test_layerwise_must_be_a_bool():
+    model = _dense_model()
+    x, _ = _dense_data(size=8)
+    for value in ("yes", 1, None):
+        with pytest.raises(ValueError, match=r"layerwise must be True or False; got"):
+            model.refresh_batch_norm(x, layerwise=value)

@@ -1,5 +1,8 @@
 """BatchNormalization with per-particle batch statistics, moving averages, scale and offset."""
 
+import contextlib
+import threading
+
 import keras
 import tensorflow as tf
 
@@ -9,6 +12,22 @@ from bayes_keras._config import check_number
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, merge_particle_channels, particle_axis,
                                      per_particle_shape)
+
+_BATCH_STATISTICS_PASS = threading.local()
+
+
+@contextlib.contextmanager
+def batch_statistics_pass(layers):
+    """Inside the context (while a forward pass is traced or run eagerly), each of `layers` normalises
+    with its batch's statistics whatever `training` says, leaves its moving statistics unchanged, and
+    records its input x itself (not the normalised input) in the curvature capture: the one pass of
+    `bayes_keras.batch_norm_refresh.refresh_batch_norm`. Other layers are unaffected."""
+    previous = getattr(_BATCH_STATISTICS_PASS, "layers", None)
+    _BATCH_STATISTICS_PASS.layers = {id(layer) for layer in layers}
+    try:
+        yield
+    finally:
+        _BATCH_STATISTICS_PASS.layers = previous
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -140,13 +159,15 @@ class BatchNormalization(ParticleLayer):
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
-        training = training and self.trainable  # a frozen layer normalises with its moving statistics (as Keras')
+        refresh = id(self) in (getattr(_BATCH_STATISTICS_PASS, "layers", None) or ())  # batch statistics, no update
+        training = (training or refresh) and self.trainable  # a frozen layer uses its moving statistics (as Keras')
         rank = len(x.shape)
         compute = x.dtype
         # (particle parallel: every replica normalises its own particles over the whole batch already)
         synchronized = (training and self.synchronized and distribute.num_replicas() > 1
-                        and not distribute.in_particle_slice())
-        if training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32) and not synchronized:
+                        and not distribute.in_particle_slice() and not refresh)
+        if (training and rank == IMAGE_RANK and compute in (tf.float16, tf.bfloat16, tf.float32) and not synchronized
+                and not refresh):
             # Training only: in inference Grappler folds a FusedBatchNorm that follows a convolution into
             # a _FusedConv2D, whose Eigen CPU kernel refuses grouped convolutions (TF_ENABLE_ONEDNN_OPTS=0).
             return self._fused_image(x)
@@ -157,7 +178,8 @@ class BatchNormalization(ParticleLayer):
                 mean, variance = _global_moments(x32, axes)
             else:
                 mean, variance = tf.nn.moments(x32, axes=axes)  # (N, C), biased variance as Keras'
-            self._update_moving(mean, variance)
+            if not refresh:
+                self._update_moving(mean, variance)
         else:
             mean = tf.cast(self.moving_mean, x32.dtype)
             variance = tf.cast(self.moving_variance, x32.dtype)
@@ -169,7 +191,7 @@ class BatchNormalization(ParticleLayer):
             y = y + self._per_particle(tf.cast(self.beta, y.dtype), rank)
         y = tf.cast(y, compute)
         if capture.is_capturing():
-            capture.record(self, tf.stop_gradient(normalized), y)
+            capture.record(self, tf.stop_gradient(x32 if refresh else normalized), y)
         return y
 
     def compute_output_shape(self, input_shape):
