@@ -34,8 +34,11 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         log_joint_n = [ (dataset_size / batch) * sum_b log p(y_b | x_b, w_n) + log p(w_n) ] / temperature
 
     in one forward and one backward pass, and hands the optimizer the gradients of -log_joint_n
-    for all particle variables at once. Shared (deterministic) weights get the particle average of
-    those gradients (plus their own prior once): they are MAP point estimates.
+    for all particle variables at once. Shared weights get the particle average of those gradients: the
+    weights of deterministic particle layers plus their prior once (MAP point estimates); weights outside
+    particle layers (Keras layers before the particle axis, layers kept without a particle version) have no
+    prior, only any Keras regularizer on their layer (counted once): maximum-likelihood or penalised
+    estimates.
 
     Reported metrics (docs/architecture.md, "Metrics"): "loss" = -mean_n(log_joint_n) / dataset_size, the
     training objective per example (in evaluate, on the evaluated data with the training set's size); "nll"

@@ -6,7 +6,7 @@ channels, so that a particle convolution is one grouped convolution and batch no
 op, with no transposes between layers (`particle_axis`). A layer built with `num_particles=N` is where
 the particle axis begins: it takes an ordinary (batch, ...) input. Every other particle layer reads N
 from its input's particle axis. Weights are (N, ...) stacks, one slice per particle, unless the layer is `deterministic`, in
-which case one weight set is shared by all particles (a point estimate, trained by MAP).
+which case one weight set is shared by all particles (a point estimate with its prior: MAP).
 """
 
 import random

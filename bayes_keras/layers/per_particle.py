@@ -44,8 +44,8 @@ class PerParticle(keras.layers.Layer):
     arguments meaning what they mean in a plain Keras model: `PerParticle(keras.layers.Softmax(axis=1))`
     on (batch, N, T, 1) is a softmax over T for each particle. Inputs without a particle axis (marked in
     `particle_inputs`) are repeated for every particle; masks are folded with their inputs. `layer`'s
-    weights, if any, are shared by all particles (point estimates trained by MAP, like a
-    `deterministic=True` particle layer).
+    weights, if any, are shared by all particles: point estimates without a prior (maximum likelihood,
+    or penalised by the wrapped layer's Keras regularizers), unlike a `deterministic=True` particle layer's.
 
     `bayes_keras.bayesianize` wraps the layers of a converted model that have no particle version in
     this; build it yourself around a per-example layer the mixing guard cannot vouch for (a custom layer,
