@@ -87,8 +87,11 @@ def test_pooling_and_flatten_keep_particle_axis():
     flat = bk.layers.Flatten()(x).numpy()
     assert flat.shape == (2, 3, 80)
     np.testing.assert_allclose(flat[:, 2], x[:, :, :, 2].reshape(2, -1))
-    with pytest.raises(ValueError, match="Conv2D\\(units, 1\\)"):
-        bk.layers.Dense(3)(x)
+    # Dense on images acts per pixel (ConvNeXt's pointwise layers), one kernel per particle
+    dense = bk.layers.Dense(3)
+    y = dense(x).numpy()
+    expected = np.einsum("bhwnc,nck->bhwnk", x, dense.kernel.numpy()) + dense.bias.numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_log_prior_is_per_particle_normal():

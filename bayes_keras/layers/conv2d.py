@@ -62,16 +62,16 @@ class Conv2D(ParticleLayer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
+        if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
+            raise ValueError(f"Conv2D filters must be a positive integer; got {filters!r}.")
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or filters % groups:
             raise ValueError(f"Conv2D groups must be a positive integer that divides filters={filters!r}; got "
                              f"{groups!r}.")
         self.groups = groups
         if groups > 1:
             self.curvature_rules = None  # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
-        if data_format not in (None, "channels_last"):
-            raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
-        if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-            raise ValueError(f"Conv2D filters must be a positive integer; got {filters!r}.")
         padding = str(padding).lower()
         if padding not in ("valid", "same"):
             raise ValueError(f"Conv2D padding must be 'valid' or 'same'; got {padding!r}.")
