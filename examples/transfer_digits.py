@@ -1,0 +1,148 @@
+"""Transfer learning: a MobileNetV2 trained here on digits 0-4 becomes a Bayesian network for digits 5-9.
+
+No downloads: the "pretrained" backbone is trained in this script on scikit-learn's 8x8 digits 0-4, upsampled
+to 32x32 (MobileNetV2's smallest input). Then, on digits 5-9, it is fine-tuned with a Keras head (with and
+without temperature scaling, and with MC dropout) and converted by `bayesianize` with a Bayesian head or a
+Bayesian last block. `--regime frozen` keeps the backbone frozen; `--regime finetuned` trains it too (as one
+shared point estimate under the head). Prints held-out accuracy / NLL / ECE on digits 5-9 and the OOD AUROC by
+predictive entropy with digits 0-4 as out-of-distribution inputs (benchmarks/transfer_digits.py runs the
+same over seeds).
+
+    python examples/transfer_digits.py [--regime frozen|finetuned] [--optimizers GPF MGVBP] [--seed 0]
+"""
+
+import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import bayes_keras as bk  # noqa: E402
+
+SIZE = 32
+LAST_BLOCK = ("block_16_expand", "block_16_expand_BN", "block_16_depthwise", "block_16_depthwise_BN",
+              "block_16_project", "block_16_project_BN", "Conv_1", "Conv_1_bn", "head")
+OPTIMIZERS = {"GPF": bk.optimizers.GaussianParticleFlow, "MGVBP": bk.optimizers.MGVBP,
+              "ensemble": bk.optimizers.IndependentParticles}
+
+
+def digits_split():
+    """(pretraining 0-4, fine-tuning 5-9 train, 5-9 test, 0-4 test as OOD), images upsampled to 32x32."""
+    (x, y), (x_test, y_test) = bk.datasets.load_digits()
+    up = lambda a: tf.image.resize(a, (SIZE, SIZE)).numpy()  # noqa: E731
+    x, x_test = up(x), up(x_test)
+    old, new, old_test, new_test = y < 5, y >= 5, y_test < 5, y_test >= 5
+    return ((x[old], y[old]), (x[new], y[new] - 5), (x_test[new_test], y_test[new_test] - 5), x_test[old_test])
+
+
+def pretrained_backbone(pretrain, epochs, alpha, seed=0):
+    """A MobileNetV2 (weights=None) trained on digits 0-4 with a throw-away head; returns the backbone."""
+    keras.utils.set_random_seed(seed)
+    backbone = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 1), alpha=alpha, include_top=False,
+                                              weights=None, pooling="avg")
+    for layer in backbone.layers:  # MobileNetV2's 0.999 averages ~1000 steps: far more than this pretraining has
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.9
+    classifier = keras.Sequential([backbone, keras.layers.Dense(5, activation="softmax")])
+    classifier.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    classifier.fit(*pretrain, epochs=epochs, batch_size=64, verbose=0)
+    return backbone
+
+
+def transfer_model(backbone, regime, dropout=0.0):
+    """The Keras model users start from: a copy of the pretrained backbone (frozen in the 'frozen' regime) and a
+    new 5-class softmax head named 'head'."""
+    copy = keras.models.clone_model(backbone)
+    copy.set_weights(backbone.get_weights())
+    copy.trainable = regime == "finetuned"
+    inputs = keras.Input((SIZE, SIZE, 1))
+    h = copy(inputs)
+    if dropout:
+        h = keras.layers.Dropout(dropout)(h)
+    return keras.Model(inputs, keras.layers.Dense(5, activation="softmax", name="head")(h))
+
+
+def entropy(probs):
+    return -np.sum(probs * np.log(np.clip(probs, 1e-12, 1.0)), axis=1)
+
+
+def scores(probs, probs_ood, y):
+    s = bk.metrics.evaluate_probs(probs, y)
+    s["ood_auroc"] = float(bk.metrics.auroc(entropy(probs), entropy(probs_ood)))
+    return {k: float(v) for k, v in s.items()}
+
+
+def fit_temperature(logits, y):
+    """The temperature minimising the NLL of softmax(logits / T) on held-out data (a 1-D search)."""
+    grid = np.exp(np.linspace(np.log(0.05), np.log(20.0), 400))
+    nlls = [bk.metrics.nll(tf.nn.softmax(logits / t).numpy(), y) for t in grid]
+    return float(grid[int(np.argmin(nlls))])
+
+
+def run_keras(backbone, data, regime, epochs, seed, dropout=0.0, mc_samples=0):
+    """The deterministic fine-tune: its scores, those with a temperature fitted on the last 20% of the
+    fine-tuning data (trained on the first 80%), and MC dropout's when `mc_samples`."""
+    (x, y), (x_test, y_test), x_ood = data
+    keras.utils.set_random_seed(seed)
+    model = transfer_model(backbone, regime, dropout)
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    cut = int(0.8 * len(x))
+    results = {}
+    if mc_samples:
+        model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
+        mc = lambda a: np.mean([model(a, training=True).numpy() for _ in range(mc_samples)], axis=0)  # noqa: E731
+        results["MC dropout"] = scores(mc(x_test), mc(x_ood), y_test)
+        return results
+    model.fit(x[:cut], y[:cut], epochs=epochs, batch_size=64, verbose=0)
+    head = model.get_layer("head")  # softmax(features @ kernel + bias): its logits for temperature scaling
+    features = keras.Model(model.input, head.input)
+    logit = lambda a: features.predict(a, verbose=0) @ head.kernel.numpy() + head.bias.numpy()  # noqa: E731
+    results["Keras fine-tune"] = scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
+    temperature = fit_temperature(logit(x[cut:]), y[cut:])
+    soft = lambda a: tf.nn.softmax(logit(a) / temperature).numpy()  # noqa: E731
+    results["Keras fine-tune + temperature"] = scores(soft(x_test), soft(x_ood), y_test)
+    results["Keras fine-tune + temperature"]["temperature"] = temperature
+    return results
+
+
+def run_bayesian(backbone, data, regime, part, optimizer, epochs, particles, seed):
+    """bayesianize's Bayesian head ('head') or last block ('block') with `optimizer`'s defaults."""
+    (x, y), (x_test, y_test), x_ood = data
+    keras.utils.set_random_seed(seed)
+    bayesian = ["head"] if part == "head" else list(LAST_BLOCK)
+    model = bk.bayesianize(transfer_model(backbone, regime), num_particles=particles, bayesian=bayesian, seed=seed)
+    model.compile(optimizer=OPTIMIZERS[optimizer]())
+    model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
+    return scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--regime", choices=("frozen", "finetuned"), default="frozen")
+    parser.add_argument("--optimizers", nargs="+", default=["GPF", "MGVBP"], choices=sorted(OPTIMIZERS))
+    parser.add_argument("--parts", nargs="+", default=["head", "block"], choices=("head", "block"))
+    parser.add_argument("--pretrain-epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--particles", type=int, default=10)
+    parser.add_argument("--alpha", type=float, default=0.35, help="MobileNetV2's width multiplier")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    pretrain, finetune, test, ood = digits_split()
+    backbone = pretrained_backbone(pretrain, args.pretrain_epochs, args.alpha)
+    data = (finetune, test, ood)
+    results = run_keras(backbone, data, args.regime, args.epochs, args.seed)
+    for part in args.parts:
+        for name in args.optimizers:
+            results[f"Bayesian {part} ({name}, {args.particles} particles)"] = run_bayesian(
+                backbone, data, args.regime, part, name, args.epochs, args.particles, args.seed)
+    print(f"digits 5-9 after pretraining on 0-4, backbone {args.regime}:")
+    for name, s in results.items():
+        print(f"{name:<45} accuracy {s['accuracy']:.3f}  NLL {s['nll']:.3f}  ECE {s['ece']:.3f}  "
+              f"OOD AUROC {s['ood_auroc']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
