@@ -55,6 +55,8 @@ REPLACEMENTS = {
     _L.AveragePooling2D: "bayes_keras.layers.AveragePooling2D",
     _L.Conv1D: "bayes_keras.layers.Conv1D",
     _L.Conv2D: "bayes_keras.layers.Conv2D",
+    _L.DepthwiseConv2D: "bayes_keras.layers.DepthwiseConv2D",
+    _L.SeparableConv2D: "bayes_keras.layers.SeparableConv2D",
     _L.SimpleRNN: "bayes_keras.layers.SimpleRNN",
     _L.LSTM: "bayes_keras.layers.LSTM",
     _L.GRU: "bayes_keras.layers.GRU",
