@@ -191,15 +191,13 @@ class GaussianParticleFlow(ParticleOptimizer):
         learning_rate: step size (the paper's BNNs: 1e-2 with dim-wise RMSProp).
         structure: "full" (one flow over all weights: a rank N-1 Gaussian), "layer" (block-diagonal,
             one block per layer: "GPF (Layers)", best on the paper's MNIST net), or "mean_field".
-        step_rule: "adam" (dimension-wise Adam, the default), "rmsprop" (dimension-wise RMSProp), "sgd",
+        step_rule: "rmsprop" (dimension-wise RMSProp, the default), "adam" (dimension-wise Adam), "sgd",
             or a StepRule. Dimension-wise: one second moment per coordinate shared by all particles,
             which keeps the flow affine (an element-wise Adam would not); the paper's App. H has both.
-            Adam is the default because its step shrinks with the flow's direction, so on a full-batch
-            posterior it settles at the flow's fixed point; RMSProp's normalised step stays about
-            `learning_rate` per weight at a constant rate, so its particles keep jittering around the fixed
-            point (docs/gpf_finite_n.md). On the networks of benchmarks/defaults.py the two train alike
-            (docs/results.md, Defaults). A saved model keeps the rule its config names (one saved under the
-            earlier default, "rmsprop", loads with DimWiseRMSProp). "signal_rmsprop"
+            For a full-batch posterior use "adam": its step shrinks with the flow's direction, so it settles
+            at the flow's fixed point, while RMSProp's normalised step stays about `learning_rate` per weight
+            at a constant rate and its particles keep jittering around it (docs/gpf_finite_n.md; decay the
+            rate, or use "adam"). A saved model keeps the rule its config names. "signal_rmsprop"
             (`step_rules.SignalShare(DimWiseRMSProp())`) scales RMSProp's step by the share of the direction
             that persists between steps: smaller steps where RMSProp's are noise around an optimum (e.g.
             continuing from a trained network); from scratch, on minibatches, it shrinks the step toward its
@@ -213,7 +211,7 @@ class GaussianParticleFlow(ParticleOptimizer):
 
     reported_metrics = ("free_energy",)
 
-    def __init__(self, learning_rate=1e-2, structure="full", step_rule="adam", mean_preconditioning=False,
+    def __init__(self, learning_rate=1e-2, structure="full", step_rule="rmsprop", mean_preconditioning=False,
                  **kwargs):
         if structure not in _STRUCTURES:
             raise ValueError(f"GaussianParticleFlow structure must be one of {_STRUCTURES}; got {structure!r}.")
