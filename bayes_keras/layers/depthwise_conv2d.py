@@ -29,6 +29,17 @@ def particle_depthwise_conv2d(layer, x, kernel):
                                   dilations=layer.dilation_rate)
 
 
+def particle_image_output_shape(layer, input_shape, channels):
+    """(B, H', W', N, channels) of a particle image layer with `layer`'s kernel_size, strides, dilation_rate and
+    padding, on (B, H, W, N, C) (or (B, H, W, C) where `layer` starts the particle axis)."""
+    n = layer._given_num_particles if layer.broadcasts else input_shape[3]
+    out = grouped_convolution.output_length
+    return (input_shape[0],
+            out(input_shape[1], layer.kernel_size[0], layer.strides[0], layer.dilation_rate[0], layer.padding),
+            out(input_shape[2], layer.kernel_size[1], layer.strides[1], layer.dilation_rate[1], layer.padding),
+            n, channels)
+
+
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class DepthwiseConv2D(ParticleLayer):
     """Depthwise 2-D convolution whose depthwise kernel is an (N, kh, kw, C, depth_multiplier) stack of particles
@@ -99,12 +110,7 @@ class DepthwiseConv2D(ParticleLayer):
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):
-        n = self._given_num_particles if self.broadcasts else input_shape[3]
-        out = grouped_convolution.output_length
-        return (input_shape[0],
-                out(input_shape[1], self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
-                out(input_shape[2], self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding),
-                n, input_shape[-1] * self.depth_multiplier)
+        return particle_image_output_shape(self, input_shape, input_shape[-1] * self.depth_multiplier)
 
     def get_config(self):
         config = super().get_config()

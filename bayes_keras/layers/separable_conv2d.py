@@ -6,7 +6,7 @@ import tensorflow as tf
 from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, split_particle_channels)
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.conv2d import _pair
-from bayes_keras.layers.depthwise_conv2d import particle_depthwise_conv2d
+from bayes_keras.layers.depthwise_conv2d import particle_depthwise_conv2d, particle_image_output_shape
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -90,12 +90,7 @@ class SeparableConv2D(ParticleLayer):
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):
-        n = self._given_num_particles if self.broadcasts else input_shape[3]
-        out = grouped_convolution.output_length
-        return (input_shape[0],
-                out(input_shape[1], self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
-                out(input_shape[2], self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding),
-                n, self.filters)
+        return particle_image_output_shape(self, input_shape, self.filters)
 
     def get_config(self):
         config = super().get_config()
