@@ -2,7 +2,10 @@
 
 Run in a subprocess by tests/test_conv_portability.py with TF_ENABLE_ONEDNN_OPTS=0 and =1 (the
 variable only acts before TensorFlow is imported). Prints one line per case and "ALL OK" at the end;
-exits non-zero on the first mismatch or error.
+exits non-zero on the first mismatch or error. The per-particle Keras references run in float64, whose
+CPU kernels are TensorFlow's own under either setting: with oneDNN on, its float32 filter gradient of a
+1x1 stride-2 'same' convolution on an 8x8 input came out wrong in one input channel on CPUs without
+AVX-512 (TF 2.20), so a float32 reference would test our layer against a wrong answer.
 Usage: python conv_gradient_check.py [auto|native|portable]
 """
 
@@ -53,13 +56,13 @@ def compare_to_keras(layer, make_reference, x, case):
     ref_dk, ref_db = 0.0, 0.0
     for n in range(N):
         ref = make_reference()
-        xn = tf.constant(_particle(x, n))
+        xn = tf.cast(_particle(x, n), tf.float64)
         ref.build((None,) + tuple(xn.shape[1:]))
         ref.set_weights([layer.kernel.numpy(), layer.bias.numpy()] if shared
                         else [layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         with tf.GradientTape() as tape:
             tape.watch(xn)
-            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * _particle(target, n))
+            loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * tf.cast(_particle(target, n), tf.float64))
         rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
         np.testing.assert_allclose(_particle(dx, n).numpy(), rdx.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"dx of particle {n} in case {case}")
@@ -79,7 +82,7 @@ def check(case, deterministic=False):
     x = tf.constant(np.random.default_rng(0).standard_normal((2, height, width, N, 3)), tf.float32)
     args = dict(strides=strides, dilation_rate=dilation, padding=padding)
     compare_to_keras(bk.layers.Conv2D(4, kernel_size, deterministic=deterministic, **args),
-                     lambda: keras.layers.Conv2D(4, kernel_size, **args), x, case + (deterministic,))
+                     lambda: keras.layers.Conv2D(4, kernel_size, dtype="float64", **args), x, case + (deterministic,))
 
 
 CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
@@ -93,7 +96,7 @@ def check_conv1d(case):
     kernel_size, strides, dilation, padding, steps = case
     x = tf.constant(np.random.default_rng(0).standard_normal((2, N, steps, 3)), tf.float32)
     args = dict(strides=strides, dilation_rate=dilation, padding=padding)
-    compare_to_keras(bk.layers.Conv1D(4, kernel_size, **args), lambda: keras.layers.Conv1D(4, kernel_size, **args),
+    compare_to_keras(bk.layers.Conv1D(4, kernel_size, **args), lambda: keras.layers.Conv1D(4, kernel_size, dtype="float64", **args),
                      x, ("Conv1D",) + case)
 
 
@@ -108,11 +111,11 @@ def check_first_layer(dilation):
         loss = tf.reduce_sum(tf.tanh(layer(x)) * target)
     dk, db = tape.gradient(loss, [layer.kernel, layer.bias])
     for n in range(N):
-        ref = keras.layers.Conv2D(4, 3, dilation_rate=dilation, padding="same")
+        ref = keras.layers.Conv2D(4, 3, dilation_rate=dilation, padding="same", dtype="float64")
         ref.build((None, 9, 9, 3))
         ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         with tf.GradientTape() as tape:
-            loss_n = tf.reduce_sum(tf.tanh(ref(x)) * _particle(target, n))
+            loss_n = tf.reduce_sum(tf.tanh(ref(tf.cast(x, tf.float64))) * tf.cast(_particle(target, n), tf.float64))
         rdk, rdb = tape.gradient(loss_n, [ref.kernel, ref.bias])
         np.testing.assert_allclose(dk[n].numpy(), rdk.numpy(), rtol=1e-4, atol=1e-4,
                                    err_msg=f"first-layer dkernel of particle {n}, dilation {dilation}")
