@@ -4,7 +4,8 @@ in training mode, in memory and after a .keras round trip. BatchNormalization st
 (weights=None leaves mean 0 and variance 1, which would hide statistics dropped by the conversion), and every
 Dropout rate is set to 0 so that training mode is deterministic on both sides.
 
-The smallest member of each family runs by default; every constructor under `-m slow`. The outcomes are listed in
+The smallest member of each family runs by default (four of them also through a .keras file); every other
+constructor, and the round trip of the other ten families, under `-m slow`. The outcomes are listed in
 docs/transfer_learning.md."""
 
 import os
@@ -39,7 +40,14 @@ def _keras_model(name):
     return model, size
 
 
-def _check_exact(name, tmp_path):
+# Families whose default run also makes the .keras round trip: between them every particle twin the conversion
+# uses on keras.applications (DepthwiseConv2D, SeparableConv2D, Conv2D with groups, Dense on images, the
+# BatchNormalization and Concatenate axes read in the Keras rank, re-created keras.ops nodes, LayerScale kept
+# shared). Under -m slow every constructor makes it.
+ROUND_TRIP = {"ConvNeXtTiny", "MobileNetV3Small", "ResNet50", "Xception"}
+
+
+def _check_exact(name, tmp_path, round_trip=True):
     model, size = _keras_model(name)
     x = np.random.default_rng(1).uniform(0, 255, (4, size, size, 3)).astype("float32")
     converted = bk.bayesianize(model, num_particles=2, noise_std=0.0)
@@ -51,23 +59,25 @@ def _check_exact(name, tmp_path):
     # Training mode normalises with batch statistics, whose float32 rounding (a fused op per particle here, Keras'
     # own formula there) 50-100 BatchNormalization layers amplify on a batch of 4: measured up to 7e-4, so it
     # is held to 2e-3; inference mode, where a dropped or misplaced statistic would show, to 1e-5.
+    outputs = {}
     for training, atol in ((False, 1e-5), (True, 2e-3)):
         expected = model(x, training=training).numpy()
-        got = tf.nn.softmax(converted(x, training=training)).numpy()
+        outputs[training] = got = tf.nn.softmax(converted(x, training=training)).numpy()
         np.testing.assert_allclose(got, np.broadcast_to(expected[:, None], got.shape), atol=atol,
                                    err_msg=f"{name}, training={training}")
-    path = os.path.join(tmp_path, f"{name}.keras")
-    converted.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), tf.nn.softmax(converted(x)).numpy(), atol=1e-6)
+    if round_trip:
+        path = os.path.join(tmp_path, f"{name}.keras")
+        converted.save(path)
+        loaded = keras.models.load_model(path)
+        np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), outputs[False], atol=1e-6)
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_smallest_of_each_family_converts_exactly(name, tmp_path):
-    _check_exact(name, tmp_path)
+    _check_exact(name, tmp_path, round_trip=name in ROUND_TRIP)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in EVERY if n not in FAMILIES])
+@pytest.mark.parametrize("name", [n for n in EVERY if n not in FAMILIES] + sorted(set(FAMILIES) - ROUND_TRIP))
 def test_every_constructor_converts_exactly(name, tmp_path):
     _check_exact(name, tmp_path)
