@@ -37,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 OPTIMIZERS = {
     "ensemble": lambda lib: lib.optimizers.IndependentParticles(1e-3),
-    "gpf": lambda lib: lib.optimizers.GaussianParticleFlow(1e-2),
+    "gpf": lambda lib: lib.optimizers.GaussianParticleFlow(1e-2, step_rule="rmsprop"),
     "svgd": lambda lib: lib.optimizers.SVGD(1e-2),
     "mean_field_vi": lambda lib: lib.optimizers.MeanFieldVI(1e-3),
     # spelled out (the defaults changed between versions: precision 1e3, mean rate 0.3); 1e-2 diverges on LeNet

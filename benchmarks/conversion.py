@@ -26,7 +26,7 @@ from convert_keras_model import keras_cnn  # noqa: E402  (the README example's C
 from harness import onednn_setting, save_results  # noqa: E402
 
 OPTIMIZERS = {
-    "GaussianParticleFlow()": lambda: bk.optimizers.GaussianParticleFlow(),
+    "GaussianParticleFlow(step_rule='rmsprop')": lambda: bk.optimizers.GaussianParticleFlow(step_rule="rmsprop"),
     "SVGD()": lambda: bk.optimizers.SVGD(),
     "MatrixSVGD()": lambda: bk.optimizers.MatrixSVGD(),
     "IndependentParticles()": lambda: bk.optimizers.IndependentParticles(),

@@ -66,7 +66,7 @@ def variant(model_name, devices, parallel="data", particles=None):
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = make() if particles is None else bk.zoo.lenet5(shape, 10, num_particles=particles)
-        model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-3, structure="layer"), dataset_size=50000,
+        model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-3, structure="layer", step_rule="rmsprop"), dataset_size=50000,
                       parallel=parallel)
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0)  # builds and traces the train function
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()

@@ -30,7 +30,7 @@ import bayes_keras as bk  # noqa: E402
 EPOCHS, BATCH, PARTICLES = 30, 64, 10
 OPTIMIZERS = {
     "deep ensemble (IndependentParticles(3e-3))": lambda: bk.optimizers.IndependentParticles(3e-3),
-    "GPF (3e-3, per layer)": lambda: bk.optimizers.GaussianParticleFlow(3e-3, structure="layer"),
+    "GPF (3e-3, per layer)": lambda: bk.optimizers.GaussianParticleFlow(3e-3, structure="layer", step_rule="rmsprop"),
     "SVGD()": lambda: bk.optimizers.SVGD(),
     "MatrixSVGD()": lambda: bk.optimizers.MatrixSVGD(),
     "PreconditionedParticles()": lambda: bk.optimizers.PreconditionedParticles(),

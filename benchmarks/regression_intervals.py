@@ -30,7 +30,7 @@ import keras  # noqa: E402
 import bayes_keras as bk  # noqa: E402
 
 OPTIMIZERS = {
-    "GaussianParticleFlow()": lambda: bk.optimizers.GaussianParticleFlow(),
+    "GaussianParticleFlow(step_rule='rmsprop')": lambda: bk.optimizers.GaussianParticleFlow(step_rule="rmsprop"),
     "SVGD()": lambda: bk.optimizers.SVGD(),
     "MGVBP()": lambda: bk.optimizers.MGVBP(),
     "IndependentParticles() (deep ensemble)": lambda: bk.optimizers.IndependentParticles(),

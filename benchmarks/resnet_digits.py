@@ -63,7 +63,7 @@ def main():
             start = time.perf_counter()
             keras.utils.set_random_seed(seed)
             model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=args.particles, deterministic_parts=shared)
-            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(args.lr, structure="layer"))
+            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(args.lr, structure="layer", step_rule="rmsprop"))
             model.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0, refresh_batch_norm=False)
             for how in ("running averages", "recomputed statistics"):
                 if how == "recomputed statistics":

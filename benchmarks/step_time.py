@@ -229,7 +229,7 @@ def build_groups(archs, ns, driver, warmup):
                 "keras_loop": make("keras_loop", n, loop_models[:n]),
                 "keras_single": single,
                 "bk_gpf": make("bk_gpf", n, [bayesian_model(
-                    arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full"), dataset_size)]),
+                    arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full", step_rule="rmsprop"), dataset_size)]),
                 "tfp_flipout": flipout,
                 "keras_batched": make("keras_batched", n, [keras_model(arch)], data=tiled_batch(x, y, n)),
             }

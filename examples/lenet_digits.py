@@ -3,7 +3,7 @@
 Trains, for each seed, on the same 75/25 stratified split:
   - a deterministic Keras LeNet-5 (Adam, cross-entropy),
   - the deep-ensemble baseline: 10 independent particles with Adam on the particle machinery,
-  - GPF: 10 particles, Gaussian particle flow, one block per layer ("GPF (Layers)"), dim-wise RMSProp,
+  - GPF: 10 particles, Gaussian particle flow, one block per layer ("GPF (Layers)"), dimension-wise Adam,
 (the particle methods with their learning rate decayed to 0 over the run, cosine) and prints held-out
 accuracy, NLL, ECE (15 bins) and Brier score (mean +- std over seeds).
 Writes the table to benchmarks/results/lenet_digits.{json,md} and the reliability diagram of the method
