@@ -3,7 +3,8 @@
 Trains, for each seed, on the same 75/25 stratified split:
   - a deterministic Keras LeNet-5 (Adam, cross-entropy),
   - the deep-ensemble baseline: 10 independent particles with Adam on the particle machinery,
-  - GPF: 10 particles, Gaussian particle flow, one block per layer ("GPF (Layers)"), dimension-wise Adam,
+  - GPF: 10 particles, Gaussian particle flow, one block per layer ("GPF (Layers)"), dimension-wise RMSProp
+    (the paper's rule for networks; with GPF's default, dimension-wise Adam, NLL 0.079 +- 0.005 here),
 (the particle methods with their learning rate decayed to 0 over the run, cosine) and prints held-out
 accuracy, NLL, ECE (15 bins) and Brier score (mean +- std over seeds).
 Writes the table to benchmarks/results/lenet_digits.{json,md} and the reliability diagram of the method
@@ -62,7 +63,8 @@ METHODS = {
     # Per-layer blocks at 3e-3: on seeds 0-1 this gave NLL 0.067 / ECE 0.030, against 0.071 / 0.031
     # for full + dim-wise Adam 3e-3; RMSProp at 1e-2 was unstable on one seed (NLL 0.18).
     f"GPF ({PARTICLES} particles, per-layer)": lambda xtr, ytr, xte, s: train_bayesian(
-        xtr, ytr, xte, s, bk.optimizers.GaussianParticleFlow(cosine(3e-3, len(xtr)), structure="layer")),
+        xtr, ytr, xte, s, bk.optimizers.GaussianParticleFlow(cosine(3e-3, len(xtr)), structure="layer",
+                                                             step_rule="rmsprop")),
 }
 
 
