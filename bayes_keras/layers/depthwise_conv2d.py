@@ -40,6 +40,39 @@ def particle_image_output_shape(layer, input_shape, channels):
             n, channels)
 
 
+def set_depthwise_geometry(layer, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate):
+    """Validates and sets `layer`'s kernel_size, strides, padding, depth_multiplier and dilation_rate as Keras'
+    DepthwiseConv2D and SeparableConv2D accept them (channels_last only)."""
+    name = type(layer).__name__
+    if data_format not in (None, "channels_last"):
+        raise ValueError(f"bayes_keras {name} supports data_format='channels_last' only; got {data_format!r}.")
+    if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, int) or depth_multiplier < 1:
+        raise ValueError(f"{name} depth_multiplier must be a positive integer; got {depth_multiplier!r}.")
+    padding = str(padding).lower()
+    if padding not in ("valid", "same"):
+        raise ValueError(f"{name} padding must be 'valid' or 'same'; got {padding!r}.")
+    layer.kernel_size = _pair(kernel_size, "kernel_size")
+    layer.strides = _pair(strides, "strides")
+    layer.dilation_rate = _pair(dilation_rate, "dilation_rate")
+    if max(layer.strides) > 1 and max(layer.dilation_rate) > 1:
+        raise ValueError(f"{name} does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
+                         f"got strides={layer.strides}, dilation_rate={layer.dilation_rate}.")
+    layer.padding, layer.depth_multiplier = padding, depth_multiplier
+
+
+def add_depthwise_kernel(layer, input_shape):
+    """Sets `layer.channels` (the known channel dimension of `input_shape`) and creates `layer.depthwise_kernel`,
+    (N, kh, kw, C, depth_multiplier), fan-in kh * kw; `layer`'s particles are resolved already."""
+    if input_shape[-1] is None:
+        raise ValueError(f"{type(layer).__name__} '{layer.name}' needs a known channel dimension; got "
+                         f"{tuple(input_shape)}.")
+    layer.channels = int(input_shape[-1])
+    kh, kw = layer.kernel_size
+    layer.depthwise_kernel = layer.add_particle_weight(
+        "depthwise_kernel", (kh, kw, layer.channels, layer.depth_multiplier), layer.depthwise_initializer,
+        layer.kernel_prior, kh * kw)
+
+
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class DepthwiseConv2D(ParticleLayer):
     """Depthwise 2-D convolution whose depthwise kernel is an (N, kh, kw, C, depth_multiplier) stack of particles
@@ -66,21 +99,7 @@ class DepthwiseConv2D(ParticleLayer):
                  dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
                  bias_initializer=None, **kwargs):
         super().__init__(**kwargs)
-        name = type(self).__name__
-        if data_format not in (None, "channels_last"):
-            raise ValueError(f"bayes_keras {name} supports data_format='channels_last' only; got {data_format!r}.")
-        if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, int) or depth_multiplier < 1:
-            raise ValueError(f"{name} depth_multiplier must be a positive integer; got {depth_multiplier!r}.")
-        padding = str(padding).lower()
-        if padding not in ("valid", "same"):
-            raise ValueError(f"{name} padding must be 'valid' or 'same'; got {padding!r}.")
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
-        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
-        if max(self.strides) > 1 and max(self.dilation_rate) > 1:
-            raise ValueError(f"{name} does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
-                             f"got strides={self.strides}, dilation_rate={self.dilation_rate}.")
-        self.padding, self.depth_multiplier = padding, depth_multiplier
+        set_depthwise_geometry(self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate)
         self.activation = keras.activations.get(activation)
         self.use_bias = bool(use_bias)
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
@@ -88,15 +107,8 @@ class DepthwiseConv2D(ParticleLayer):
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)
-        channels = input_shape[-1]
-        if channels is None:
-            raise ValueError(f"{type(self).__name__} '{self.name}' needs a known channel dimension; got "
-                             f"{tuple(input_shape)}.")
-        self.channels = int(channels)
+        add_depthwise_kernel(self, input_shape)
         kh, kw = self.kernel_size
-        self.depthwise_kernel = self.add_particle_weight("depthwise_kernel", (kh, kw, self.channels,
-                                                                              self.depth_multiplier),
-                                                         self.depthwise_initializer, self.kernel_prior, kh * kw)
         self.bias = None
         if self.use_bias:
             self.bias = self.add_particle_weight("bias", (self.channels * self.depth_multiplier,),

@@ -5,8 +5,8 @@ import tensorflow as tf
 
 from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, split_particle_channels)
 from bayes_keras.layers import grouped_convolution
-from bayes_keras.layers.conv2d import _pair
-from bayes_keras.layers.depthwise_conv2d import particle_depthwise_conv2d, particle_image_output_shape
+from bayes_keras.layers.depthwise_conv2d import (add_depthwise_kernel, particle_depthwise_conv2d,
+                                                 particle_image_output_shape, set_depthwise_geometry)
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -34,22 +34,10 @@ class SeparableConv2D(ParticleLayer):
                  dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
                  pointwise_initializer="glorot_uniform", bias_initializer=None, **kwargs):
         super().__init__(**kwargs)
-        if data_format not in (None, "channels_last"):
-            raise ValueError(f"bayes_keras SeparableConv2D supports data_format='channels_last' only; got "
-                             f"{data_format!r}.")
-        for name, value in (("filters", filters), ("depth_multiplier", depth_multiplier)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SeparableConv2D {name} must be a positive integer; got {value!r}.")
-        padding = str(padding).lower()
-        if padding not in ("valid", "same"):
-            raise ValueError(f"SeparableConv2D padding must be 'valid' or 'same'; got {padding!r}.")
-        self.filters, self.depth_multiplier, self.padding = filters, depth_multiplier, padding
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
-        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
-        if max(self.strides) > 1 and max(self.dilation_rate) > 1:
-            raise ValueError("SeparableConv2D does not support strides > 1 together with dilation_rate > 1 (as in "
-                             f"Keras); got strides={self.strides}, dilation_rate={self.dilation_rate}.")
+        if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
+            raise ValueError(f"SeparableConv2D filters must be a positive integer; got {filters!r}.")
+        set_depthwise_geometry(self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate)
+        self.filters = filters
         self.activation = keras.activations.get(activation)
         self.use_bias = bool(use_bias)
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
@@ -58,16 +46,8 @@ class SeparableConv2D(ParticleLayer):
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)
-        channels = input_shape[-1]
-        if channels is None:
-            raise ValueError(f"SeparableConv2D '{self.name}' needs a known channel dimension; got "
-                             f"{tuple(input_shape)}.")
-        kh, kw = self.kernel_size
-        self.channels = int(channels)
+        add_depthwise_kernel(self, input_shape)
         depth = self.channels * self.depth_multiplier
-        self.depthwise_kernel = self.add_particle_weight("depthwise_kernel", (kh, kw, self.channels,
-                                                                              self.depth_multiplier),
-                                                         self.depthwise_initializer, self.kernel_prior, kh * kw)
         self.pointwise_kernel = self.add_particle_weight("pointwise_kernel", (1, 1, depth, self.filters),
                                                          self.pointwise_initializer, self.kernel_prior, depth)
         self.supports_jit = grouped_convolution.supports_jit(self.num_particles)
