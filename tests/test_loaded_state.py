@@ -89,7 +89,7 @@ def test_out_of_range_hyper_parameters_and_a_huge_input_in_the_config_are_refuse
     epsilon=-1 in the optimizer's step rule are refused naming the argument; an Input changed to 10**9
     features is refused naming the layer whose saved weights expect 4 (Dense checks its inputs against the
     features it was built for, as keras.layers.Dense does; it loaded silently before)."""
-    _, path = _trained(bk.optimizers.GaussianParticleFlow(), tmp_path)
+    _, path = _trained(bk.optimizers.GaussianParticleFlow(step_rule="rmsprop"), tmp_path)
 
     def step_rule(config, key, value):
         config["compile_config"]["optimizer"]["config"]["step_rule"]["config"][key] = value
@@ -112,7 +112,7 @@ def test_out_of_range_hyper_parameters_and_a_huge_input_in_the_config_are_refuse
 def test_a_negative_second_moment_or_step_count_is_refused(tmp_path):
     """A negative RMSProp second moment in a saved GPF loaded silently, and then every step of fit was skipped
     (its square root is NaN); a negative step count loaded too. Both are refused naming the entry."""
-    model, path = _trained(bk.optimizers.GaussianParticleFlow(), tmp_path)
+    model, path = _trained(bk.optimizers.GaussianParticleFlow(step_rule="rmsprop"), tmp_path)
     slot = next(i for i, v in enumerate(model.optimizer.variables) if v.path.endswith("kernel_v"))
     negative = _tampered(path, f"optimizer/vars/{slot}", lambda a: -np.abs(a) - 1.0, tmp_path)
     with pytest.raises(ValueError, match=r"is invalid: .*kernel_v \(DimWiseRMSProp's second moment\) has \d+ negative"):
