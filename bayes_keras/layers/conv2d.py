@@ -11,7 +11,8 @@ from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
-def _pair(value, name):
+def positive_pair(value, name):
+    """`value` as a pair of positive ints (an int means the same for both spatial axes); a clear error if not."""
     pair = (value, value) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
     if pair is None or len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                                  for v in pair):
@@ -76,9 +77,9 @@ class Conv2D(ParticleLayer):
         if padding not in ("valid", "same"):
             raise ValueError(f"Conv2D padding must be 'valid' or 'same'; got {padding!r}.")
         self.filters = filters
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.strides = _pair(strides, "strides")
-        self.dilation_rate = _pair(dilation_rate, "dilation_rate")
+        self.kernel_size = positive_pair(kernel_size, "kernel_size")
+        self.strides = positive_pair(strides, "strides")
+        self.dilation_rate = positive_pair(dilation_rate, "dilation_rate")
         self.padding = padding
         if max(self.strides) > 1 and max(self.dilation_rate) > 1:
             raise ValueError(f"Conv2D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "

@@ -6,7 +6,7 @@ import tensorflow as tf
 from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, merge_particle_channels,
                                      split_particle_channels)
 from bayes_keras.layers import grouped_convolution
-from bayes_keras.layers.conv2d import _pair
+from bayes_keras.layers.conv2d import positive_pair
 
 
 def particle_depthwise_conv2d(layer, x, kernel):
@@ -51,9 +51,9 @@ def set_depthwise_geometry(layer, kernel_size, strides, padding, depth_multiplie
     padding = str(padding).lower()
     if padding not in ("valid", "same"):
         raise ValueError(f"{name} padding must be 'valid' or 'same'; got {padding!r}.")
-    layer.kernel_size = _pair(kernel_size, "kernel_size")
-    layer.strides = _pair(strides, "strides")
-    layer.dilation_rate = _pair(dilation_rate, "dilation_rate")
+    layer.kernel_size = positive_pair(kernel_size, "kernel_size")
+    layer.strides = positive_pair(strides, "strides")
+    layer.dilation_rate = positive_pair(dilation_rate, "dilation_rate")
     if max(layer.strides) > 1 and max(layer.dilation_rate) > 1:
         raise ValueError(f"{name} does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
                          f"got strides={layer.strides}, dilation_rate={layer.dilation_rate}.")
