@@ -4,8 +4,10 @@ One MobileNetV2 (alpha 0.35, 32x32x1, weights=None) is pretrained here on scikit
 shifts, seed 0, the "pretrained model" every variant starts from); each seed then fine-tunes on digits 5-9 (the main job's
 75/25 split, restricted to 5-9):
 
-  Keras fine-tune                  a new softmax head, Adam(1e-3)
+  Keras fine-tune                  a new softmax head, Adam(1e-3), all the fine-tuning data
   Keras fine-tune + temperature    the same trained on the first 80%, temperature fitted on the last 20%
+  Keras fine-tune, last block      (frozen regime) the head and the last block trained, with and without
+                                   temperature: the deterministic counterpart of the Bayesian last block
   MC dropout                       Dropout(0.2) before the head, mean of 10 stochastic forwards
   ensemble of heads                bayesianize(bayesian=["head"]) with IndependentParticles()
   Bayesian head / last block       bayesianize with GaussianParticleFlow() / MGVBP(), their defaults
@@ -16,11 +18,13 @@ the OOD AUROC of the predictive entropy with the test digits 0-4 as out-of-distr
 over seeds.
 
     python benchmarks/transfer_digits.py [--seeds 0 1 2] [--regimes frozen finetuned] [--epochs 20]
+                                         [--variants keras keras_block mc_dropout ensemble bayesian] [--merge]
 Writes benchmarks/results/transfer_digits.{json,md} (after every regime and seed, so a partial run keeps
-what it measured).
+what it measured); `--merge` replaces only the rows it re-runs in an existing results file.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -34,11 +38,12 @@ import harness  # noqa: E402
 import transfer_digits  # noqa: E402
 
 METRICS = ("accuracy", "nll", "ece", "ood_auroc")
+VARIANTS = ("keras", "keras_block", "mc_dropout", "ensemble", "bayesian")
 
 
-def table(results, args, machine):
+def table(results, args, machine, commands):
     lines = [f"# Transfer learning on digits: MobileNetV2 (alpha {args.alpha}) pretrained on 0-4, digits 5-9",
-             "", f"`{' '.join(sys.argv)}`; {args.particles} particles, {args.epochs} epochs, batch 64; mean +- sd "
+             "", f"{'; then '.join(f'`{c}`' for c in commands)}; {args.particles} particles, {args.epochs} epochs, batch 64; mean +- sd "
              f"over seeds {args.seeds}. OOD AUROC: predictive entropy, test digits 0-4 as out-of-distribution. "
              f"Machine: {machine['processor']}, {machine['cpu_count']} CPUs, oneDNN {machine['onednn']}.", ""]
     for regime, rows in results.items():
@@ -61,6 +66,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--alpha", type=float, default=0.35)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--merge", action="store_true", help="update the rows re-run in an existing results file")
     parser.add_argument("--out", default="transfer_digits")
     args = parser.parse_args()
     pretrain, finetune, test, ood = transfer_digits.digits_split()
@@ -68,26 +75,43 @@ def main():
     backbone = transfer_digits.pretrained_backbone(pretrain, args.pretrain_epochs, args.alpha)
     print(f"pretrained in {time.perf_counter() - start:.0f} s", flush=True)
     data = (finetune, test, ood)
-    results, machine = {}, harness.machine_info()
+    results, machine, commands = {}, harness.machine_info(), [" ".join(sys.argv)]
+    path = os.path.join(harness.RESULTS_DIR, args.out + ".json")
+    if args.merge and os.path.exists(path):
+        with open(path) as f:
+            earlier = json.load(f)
+        results, commands = earlier["results"], earlier.get("commands", [earlier["command"]]) + commands
+    fresh = set()
     for regime in args.regimes:
         rows = results.setdefault(regime, {})
         for seed in args.seeds:
-            found = transfer_digits.run_keras(backbone, data, regime, args.epochs, seed)
-            found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed, dropout=0.2,
-                                                   mc_samples=10))
-            found[f"ensemble of heads ({args.particles})"] = transfer_digits.run_bayesian(
-                backbone, data, regime, "head", "ensemble", args.epochs, args.particles, seed)
-            for part in args.parts:
+            found = {}
+            if "keras" in args.variants:
+                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed))
+            if "keras_block" in args.variants and regime == "frozen" and "block" in args.parts:
+                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed,
+                                                       unfrozen=transfer_digits.LAST_BLOCK,
+                                                       name="Keras fine-tune, last block"))
+            if "mc_dropout" in args.variants:
+                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed, dropout=0.2,
+                                                       mc_samples=10))
+            if "ensemble" in args.variants:
+                found[f"ensemble of heads ({args.particles})"] = transfer_digits.run_bayesian(
+                    backbone, data, regime, "head", "ensemble", args.epochs, args.particles, seed)
+            for part in args.parts if "bayesian" in args.variants else ():
                 for name in args.optimizers:
                     found[f"Bayesian {part}, {name} ({args.particles})"] = transfer_digits.run_bayesian(
                         backbone, data, regime, part, name, args.epochs, args.particles, seed)
             for name, scores in found.items():
-                rows.setdefault(name, []).append(scores)
+                if (regime, name) not in fresh:  # a merged row is replaced, not extended
+                    rows[name] = []
+                    fresh.add((regime, name))
+                rows[name].append(scores)
             print(f"{regime} seed {seed} done at {time.perf_counter() - start:.0f} s", flush=True)
-            result = {"command": " ".join(sys.argv), "args": vars(args), "machine": machine, "results": results,
-                      "seconds": time.perf_counter() - start}
-            paths = harness.save_results(args.out, result, table(results, args, machine))
-    print("\n".join(table(results, args, machine)))
+            result = {"command": commands[-1], "commands": commands, "args": vars(args), "machine": machine,
+                      "results": results, "seconds": time.perf_counter() - start}
+            paths = harness.save_results(args.out, result, table(results, args, machine, commands))
+    print("\n".join(table(results, args, machine, commands)))
     print("wrote", *paths)
 
 

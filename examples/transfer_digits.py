@@ -2,8 +2,9 @@
 
 No downloads: the "pretrained" backbone is trained in this script on scikit-learn's 8x8 digits 0-4, upsampled
 to 32x32 (MobileNetV2's smallest input). Then, on digits 5-9, it is fine-tuned with a Keras head (with and
-without temperature scaling, and with MC dropout) and converted by `bayesianize` with a Bayesian head or a
-Bayesian last block. `--regime frozen` keeps the backbone frozen; `--regime finetuned` trains it too (as one
+without temperature scaling, with MC dropout; in the frozen regime also with the last block unfrozen) and
+converted by `bayesianize` with a Bayesian head (GPF, MGVBP, or a deep ensemble of heads) or a Bayesian last
+block. `--regime frozen` keeps the backbone frozen; `--regime finetuned` trains it too (as one
 shared point estimate under the head). Prints held-out accuracy / NLL / ECE on digits 5-9 and the OOD AUROC by
 predictive entropy with digits 0-4 as out-of-distribution inputs (benchmarks/transfer_digits.py runs the
 same over seeds).
@@ -55,12 +56,15 @@ def pretrained_backbone(pretrain, epochs, alpha, seed=0):
     return backbone
 
 
-def transfer_model(backbone, regime, dropout=0.0):
-    """The Keras model users start from: a copy of the pretrained backbone (frozen in the 'frozen' regime) and a
-    new 5-class softmax head named 'head'."""
+def transfer_model(backbone, regime, dropout=0.0, unfrozen=()):
+    """The Keras model users start from: a copy of the pretrained backbone (frozen in the 'frozen' regime but for
+    the layers named in `unfrozen`) and a new 5-class softmax head named 'head'."""
     copy = keras.models.clone_model(backbone)
     copy.set_weights(backbone.get_weights())
-    copy.trainable = regime == "finetuned"
+    copy.trainable = regime == "finetuned" or bool(unfrozen)
+    if unfrozen and regime == "frozen":
+        for layer in copy.layers:
+            layer.trainable = layer.name in unfrozen
     inputs = keras.Input((SIZE, SIZE, 1))
     h = copy(inputs)
     if dropout:
@@ -85,29 +89,31 @@ def fit_temperature(logits, y):
     return float(grid[int(np.argmin(nlls))])
 
 
-def run_keras(backbone, data, regime, epochs, seed, dropout=0.0, mc_samples=0):
-    """The deterministic fine-tune: its scores, those with a temperature fitted on the last 20% of the
-    fine-tuning data (trained on the first 80%), and MC dropout's when `mc_samples`."""
+def run_keras(backbone, data, regime, epochs, seed, dropout=0.0, mc_samples=0, unfrozen=(), name="Keras fine-tune"):
+    """The deterministic fine-tune trained on all the fine-tuning data, and with temperature scaling (trained on
+    the first 80%, the temperature fitted on the last 20%); MC dropout's scores instead when `mc_samples`."""
     (x, y), (x_test, y_test), x_ood = data
-    keras.utils.set_random_seed(seed)
-    model = transfer_model(backbone, regime, dropout)
-    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
-    cut = int(0.8 * len(x))
-    results = {}
-    if mc_samples:
+
+    def fitted(x, y):
+        keras.utils.set_random_seed(seed)
+        model = transfer_model(backbone, regime, dropout, unfrozen)
+        model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
         model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
+        return model
+
+    model = fitted(x, y)
+    if mc_samples:
         mc = lambda a: np.mean([model(a, training=True).numpy() for _ in range(mc_samples)], axis=0)  # noqa: E731
-        results["MC dropout"] = scores(mc(x_test), mc(x_ood), y_test)
-        return results
-    model.fit(x[:cut], y[:cut], epochs=epochs, batch_size=64, verbose=0)
+        return {"MC dropout": scores(mc(x_test), mc(x_ood), y_test)}
+    results = {name: scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)}
+    cut = int(0.8 * len(x))
+    model = fitted(x[:cut], y[:cut])
     head = model.get_layer("head")  # softmax(features @ kernel + bias): its logits for temperature scaling
     features = keras.Model(model.input, head.input)
     logit = lambda a: features.predict(a, verbose=0) @ head.kernel.numpy() + head.bias.numpy()  # noqa: E731
-    results["Keras fine-tune"] = scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
     temperature = fit_temperature(logit(x[cut:]), y[cut:])
     soft = lambda a: tf.nn.softmax(logit(a) / temperature).numpy()  # noqa: E731
-    results["Keras fine-tune + temperature"] = scores(soft(x_test), soft(x_ood), y_test)
-    results["Keras fine-tune + temperature"]["temperature"] = temperature
+    results[f"{name} + temperature"] = {**scores(soft(x_test), soft(x_ood), y_test), "temperature": temperature}
     return results
 
 
@@ -137,6 +143,9 @@ def main():
     backbone = pretrained_backbone(pretrain, args.pretrain_epochs, args.alpha)
     data = (finetune, test, ood)
     results = run_keras(backbone, data, args.regime, args.epochs, args.seed)
+    if args.regime == "frozen" and "block" in args.parts:  # the deterministic fine-tune of the same layers
+        results.update(run_keras(backbone, data, args.regime, args.epochs, args.seed, unfrozen=LAST_BLOCK,
+                                 name="Keras fine-tune, last block"))
     results.update(run_keras(backbone, data, args.regime, args.epochs, args.seed, dropout=0.2, mc_samples=10))
     for part in args.parts:
         for name in args.optimizers:
