@@ -129,7 +129,10 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
                          f"(start it with keras.Input(shape)); '{model.name}' has none.")
     if len(outputs) != 1:
         raise ValueError(f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}.")
-    functional = model if not isinstance(model, keras.Sequential) else keras.Model(inputs, outputs)
+    # the inputs keep the model's structure (one tensor, a list, a dict): fit, predict and the exported endpoints
+    # take them as the Keras model does
+    functional = model if not isinstance(model, keras.Sequential) else keras.Model(
+        inputs[0] if len(inputs) == 1 else inputs, outputs)
     is_bayesian = _bayesian_selection(functional, bayesian, deterministic)
     output_layer = model.layers[-1]
     output_activation = _squashing_of(output_layer)
@@ -145,7 +148,7 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_bayesian, output_layer,
                              output_activation, batch_norm_momentum)
     clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
-    bayesian = BayesianModel(clone.inputs, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
+    bayesian = BayesianModel(clone.input, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
     if conversion.shared:
         warnings.warn(f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
                       f"by all particles (point estimates). {conversion_report(bayesian).summary()}; "

@@ -205,6 +205,39 @@ def test_multi_input_export(as_dict, signature, tmp_path):
     assert served.quantiles(x, tf.constant([0.1, 0.5, 0.9])).shape == (5, 3, 1)
 
 
+@pytest.mark.parametrize("structure", ["single", "dict"])
+def test_converted_models_keep_their_input_structure(structure, tmp_path):
+    """bayesianize keeps one input a tensor and a dict a dict: fit, predict and the served endpoints take them
+    as the Keras model does (serve(x) for one input, as the README shows)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    if structure == "single":
+        keras_model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"),
+                                        keras.layers.Dense(3, activation="softmax")])
+        x = rng.standard_normal((6, 3)).astype("float32")
+    else:
+        a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+        h = keras.layers.Concatenate()([keras.layers.Dense(4)(a), b])
+        keras_model = keras.Model({"a": a, "b": b}, keras.layers.Dense(3, activation="softmax")(h))
+        x = {"a": rng.standard_normal((6, 3)).astype("float32"), "b": rng.standard_normal((6, 2)).astype("float32")}
+    model = bk.bayesianize(keras_model, num_particles=2)
+    assert not isinstance(model.input, list) and isinstance(model.input, dict) == (structure == "dict")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, np.arange(6) % 3, epochs=1, verbose=0)
+    path = os.path.join(tmp_path, "served")
+    model.export(path, verbose=False)
+    served = tf.saved_model.load(path)
+    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-6)
+    loaded = keras.models.load_model(_saved(model, tmp_path))
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+
+
+def _saved(model, tmp_path):
+    path = os.path.join(tmp_path, "model.keras")
+    model.save(path)
+    return path
+
+
 def test_multi_input_export_refuses_a_wrong_count(tmp_path):
     with pytest.raises(ValueError, match="2 inputs; pass one tf.TensorSpec per input"):
         _two_input_model().export(os.path.join(tmp_path, "x"), verbose=False,
