@@ -263,6 +263,16 @@ def _squashing_of(layer):
     return activation if activation in _SQUASHING else None
 
 
+def _particle_default_initializers(config):
+    """Constant bias / beta / gamma initializers (Keras' zeros and ones) replaced by the particle layers' default,
+    a small spread per particle: the converted weights are set from the Keras layer with a spread, but a clone
+    built from the config (keras.models.clone_model, the scikit-learn wrappers) would otherwise start with
+    identical particles there, which GPF's affine flow keeps identical."""
+    constant = (keras.initializers.Zeros, keras.initializers.Ones)
+    return {key: None for key in ("bias_initializer", "beta_initializer", "gamma_initializer")
+            if config.get(key) is not None and isinstance(keras.initializers.get(config[key]), constant)}
+
+
 class _Conversion:
     """The call function of keras.models.clone_model: converts each layer call of the Keras model."""
 
@@ -373,6 +383,7 @@ class _Conversion:
             config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
             if bayesian:
                 config["trainable"] = True  # chosen Bayesian: its particles train, even if the layer was frozen
+                config.update(_particle_default_initializers(config))
         if issubclass(twin, ParticleLayer) and not has_particles:
             if twin is particle_layers.BatchNormalization:  # before the particle axis: a Keras layer
                 return self._keep(layer, [], [], args, kwargs)

@@ -167,6 +167,12 @@ def test_no_false_identical_particles_warning_on_load_or_clone(tmp_path):
         clone = keras.models.clone_model(model)
         clone.set_weights(model.get_weights())
         clone.fit(x, y, epochs=1, verbose=0)
+        # a clone WITHOUT the weights (the scikit-learn wrappers' clone) initialises every particle of a converted
+        # layer apart, biases included (Keras' zeros would leave them identical, and GPF keeps them so)
+        fresh = keras.models.clone_model(model)
+        head = fresh.get_layer("head")
+        assert float(np.min(np.std(head.bias.numpy(), axis=0))) > 1e-3
+        fresh.fit(x, y, epochs=1, verbose=0)
     assert _identical_warnings(record) == []
 
 
