@@ -35,9 +35,15 @@ def _keras_model(name):
             shape = tuple(layer.moving_mean.shape)
             layer.moving_mean.assign(0.1 * rng.standard_normal(shape).astype("float32"))
             layer.moving_variance.assign(rng.uniform(0.5, 1.5, shape).astype("float32"))
+    _without_dropout(model)
+    return model, size
+
+
+def _without_dropout(model):
+    """Every Dropout rate set to 0, so that training mode is deterministic."""
+    for layer in model.layers:
         if isinstance(layer, keras.layers.Dropout):
             layer.rate = 0.0
-    return model, size
 
 
 def _float64_twin(name, model):
@@ -48,9 +54,7 @@ def _float64_twin(name, model):
         twin = getattr(keras.applications, name)(weights=None, input_shape=model.input_shape[1:], classes=10)
     finally:
         keras.config.set_dtype_policy(policy)
-    for layer in twin.layers:
-        if isinstance(layer, keras.layers.Dropout):
-            layer.rate = 0.0
+    _without_dropout(twin)
     twin.set_weights([w.astype("float64") for w in model.get_weights()])
     return twin
 

@@ -234,14 +234,9 @@ def test_converted_models_keep_their_input_structure(structure, tmp_path):
     model.export(path, verbose=False)
     served = tf.saved_model.load(path)
     np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-6)
-    loaded = keras.models.load_model(_saved(model, tmp_path))
+    model.save(os.path.join(tmp_path, "model.keras"))
+    loaded = keras.models.load_model(os.path.join(tmp_path, "model.keras"))
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
-
-
-def _saved(model, tmp_path):
-    path = os.path.join(tmp_path, "model.keras")
-    model.save(path)
-    return path
 
 
 def test_multi_input_export_refuses_a_wrong_count(tmp_path):
