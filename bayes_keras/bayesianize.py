@@ -56,8 +56,9 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     memory and after a .keras round trip, or a ValueError names the layer it cannot convert.
 
     - Which part is Bayesian: `bayesian=` (default: every trainable layer with a particle version; a list
-      of layer names; an int k: the last k weight layers and the normalization layers after the first of
-      them; or a callable layer -> bool), less the layers `deterministic=` names. Frozen layers
+      of layer names, where a nested model's name stands for all its layers; an int k: the last k weight
+      layers and the normalization layers after the first of them; or a callable layer -> bool), less the
+      layers `deterministic=` names (names, nested models' names too, or a callable). Frozen layers
       (trainable=False) stay frozen point estimates unless `bayesian=` names them. The particle axis starts
       at the first Bayesian layer: every layer before it (a frozen backbone, nested models included) stays a
       Keras layer with its weights and runs once per example; after it, non-Bayesian layers with a twin share
@@ -129,6 +130,8 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
                          f"(start it with keras.Input(shape)); '{model.name}' has none.")
     if len(outputs) != 1:
         raise ValueError(f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}.")
+    if isinstance(num_particles, bool) or not isinstance(num_particles, (int, np.integer)) or num_particles < 1:
+        raise ValueError(f"bayesianize: num_particles must be a positive integer; got {num_particles!r}.")
     # the inputs keep the model's structure (one tensor, a list, a dict): fit, predict and the exported endpoints
     # take them as the Keras model does
     functional = model if not isinstance(model, keras.Sequential) else keras.Model(
@@ -171,6 +174,14 @@ def _is_graph_model(layer):
     return isinstance(layer, (Functional, keras.Sequential))
 
 
+def _nested_models(model):
+    """The Sequential / functional models nested in `model`, at any depth."""
+    for layer in model.layers:
+        if _is_graph_model(layer):
+            yield layer
+            yield from _nested_models(layer)
+
+
 def _flat_layers(model):
     """Every layer of `model` in call order, the layers of nested Sequential / functional models in their place
     (input layers left out)."""
@@ -192,6 +203,26 @@ def _has_twin(layer):
         type(layer) in _LAYOUT_TWINS or type(layer) is _L.LayerNormalization)
 
 
+def _listed(names, limit=12):
+    """A list of names for an error message, its middle elided when long (a backbone has hundreds of layers)."""
+    names = list(names)
+    if len(names) <= limit:
+        return str(names)
+    return f"[{', '.join(map(repr, names[:limit // 2]))}, ... {', '.join(map(repr, names[-limit // 2:]))}] " \
+           f"({len(names)} in all; bayes_keras.conversion_report lists every layer)"
+
+
+def _asked(chosen, what):
+    """A user's callable layer -> bool, with an error that names the argument when it does not take a layer."""
+    def asked(layer):
+        try:
+            return bool(chosen(layer))
+        except TypeError as error:
+            raise ValueError(f"bayesianize: {what} must be a callable that takes a keras layer and returns a bool; "
+                             f"calling it on layer '{layer.name}' failed: {error}") from error
+    return asked
+
+
 def _bayesian_selection(model, bayesian, deterministic):
     """layer -> whether its weights carry particles, from bayesianize's `bayesian=` and `deterministic=`.
 
@@ -200,6 +231,9 @@ def _bayesian_selection(model, bayesian, deterministic):
     layers = list(_flat_layers(model))
     names = {layer.name for layer in layers}
     candidates = [layer for layer in layers if _has_twin(layer)]
+    # a nested model's name stands for every layer in it (a backbone: deterministic=[backbone.name])
+    nested = {layer.name: {inner.name for inner in _flat_layers(layer)}
+              for layer in _nested_models(model)}
 
     def named(argument, what):
         if isinstance(argument, str):
@@ -207,23 +241,24 @@ def _bayesian_selection(model, bayesian, deterministic):
         try:
             argument = set(argument)
         except TypeError:
-            raise ValueError(f"bayesianize: {what} must be a list of layer names or a callable layer -> bool; got "
-                             f"{argument!r}.") from None
-        unknown = sorted(str(n) for n in argument - names)
+            forms = "a list of layer names or a callable layer -> bool" + (
+                "" if what == "deterministic" else ", or an int k (the last k weight layers)")
+            raise ValueError(f"bayesianize: {what} must be {forms}; got {argument!r}.") from None
+        unknown = sorted(str(n) for n in argument - names - set(nested))
         if unknown:
             raise ValueError(f"bayesianize: {what} names layers that '{model.name}' does not have: {unknown}. Its "
-                             f"layers with a particle version: {[layer.name for layer in candidates]}.")
-        return argument
+                             f"layers with a particle version: {_listed(layer.name for layer in candidates)}.")
+        return set().union(*(nested.get(name, {name}) for name in argument))
 
     if callable(deterministic):
-        is_deterministic = deterministic
+        is_deterministic = _asked(deterministic, "deterministic")
     else:
         shared = named(deterministic, "deterministic")
         is_deterministic = lambda layer: layer.name in shared  # noqa: E731
     if bayesian is None:
         chosen = lambda layer: layer.trainable  # noqa: E731
     elif callable(bayesian):
-        chosen = bayesian
+        chosen = _asked(bayesian, "bayesian")
     elif isinstance(bayesian, (int, np.integer)) and not isinstance(bayesian, bool):
         weight_layers = [layer for layer in candidates if _is_weight_layer(layer)]
         if not 1 <= bayesian <= len(weight_layers):
@@ -236,22 +271,25 @@ def _bayesian_selection(model, bayesian, deterministic):
         chosen = lambda layer: id(layer) in last  # noqa: E731
     else:
         picked = named(bayesian, "bayesian")
-        without_twin = sorted(layer.name for layer in layers if layer.name in picked and not _has_twin(layer))
+        direct = set([bayesian] if isinstance(bayesian, str) else bayesian) - set(nested)
+        without_twin = sorted(layer.name for layer in layers if layer.name in direct and not _has_twin(layer))
         if without_twin:
             raise ValueError(f"bayesianize: bayesian names layers without a particle version (or without weights): "
-                             f"{without_twin}. Layers with one: {[layer.name for layer in candidates]}.")
+                             f"{_listed(without_twin)}. Layers with one: "
+                             f"{_listed(layer.name for layer in candidates)}.")
         both = sorted(picked & (set() if callable(deterministic) else shared))
         if both:
-            raise ValueError(f"bayesianize: {both} are named both in bayesian= and deterministic=.")
+            raise ValueError(f"bayesianize: {_listed(both)} are named both in bayesian= and deterministic=.")
         chosen = lambda layer: layer.name in picked  # noqa: E731
 
     def is_bayesian(layer):
         return _has_twin(layer) and bool(chosen(layer)) and not is_deterministic(layer)
 
     if not any(is_bayesian(layer) for layer in candidates):
-        raise ValueError(f"bayesianize: no layer of '{model.name}' would carry particles (bayesian={bayesian!r}; "
+        raise ValueError(f"bayesianize: no layer of '{model.name}' would carry particles (bayesian={bayesian!r}, "
+                         f"deterministic={deterministic!r}: deterministic= takes away what bayesian= chose, and "
                          "frozen layers stay point estimates unless bayesian= names them). Layers with a particle "
-                         f"version: {[layer.name for layer in candidates]}.")
+                         f"version: {_listed(layer.name for layer in candidates)}.")
     return is_bayesian
 
 

@@ -17,6 +17,7 @@ Endpoints (each takes the model's input batch `inputs`; documented in `export_pr
 
 import keras
 import tensorflow as tf
+from keras.src.utils import io_utils
 
 from bayes_keras import atomic_files
 
@@ -81,7 +82,14 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
                              input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")])
     # Written beside the target, then swapped in: after a crash `filepath` holds the old or the new export, or
     # (if it is missing) filepath + ".backup" holds the old one (bayes_keras/atomic_files.py).
-    return atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary, verbose=verbose))
+    # Keras' own message would name the temporary directory, so it is ours that names the target.
+    result = atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary,
+                                                                                                 verbose=False))
+    if verbose:
+        endpoints = ["serve (serving_default)", "predictive", "uncertainty", "particle_outputs"]
+        endpoints += ["quantiles"] if likelihood.continuous else []
+        io_utils.print_msg(f"Saved the posterior predictive at '{filepath}'; endpoints: {', '.join(endpoints)}.")
+    return result
 
 
 def _input_signature(model, given=None):

@@ -97,6 +97,17 @@ def test_export_regression_quantiles(tmp_path):
     assert np.all(np.diff(served["quantiles"], axis=1) > 0)
 
 
+def test_export_message_names_the_target(tmp_path, capsys):
+    """The export is written to a temporary directory and swapped in: the message names where it ended up."""
+    model = bk.zoo.mlp(2, 1, (4,), num_particles=2, likelihood="normal")
+    model(np.zeros((1, 2), np.float32))
+    target = tmp_path / "predictive"
+    model.export(target)
+    out = capsys.readouterr().out
+    assert f"'{target}'" in out and "quantiles" in out, out
+    assert "tmp" not in out.replace(str(tmp_path), ""), out
+
+
 def test_legacy_h5_refused(tmp_path):
     model = bk.zoo.mlp(3, 2, (4,), num_particles=2, likelihood="categorical")
     with pytest.raises(ValueError, match=r"\.keras"):

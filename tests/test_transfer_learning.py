@@ -99,6 +99,7 @@ def test_the_backbone_runs_once_per_example():
     (2, {"c1": "keras", "bn1": "keras", "c2": "bayesian", "bn2": "bayesian", "head": "bayesian"}),
     (lambda layer: layer.name in ("c2", "head"), {"c1": "keras", "bn1": "keras", "c2": "bayesian", "bn2": "shared",
                                                   "head": "bayesian"}),
+    (["backbone"], {"c1": "bayesian", "bn1": "bayesian", "c2": "bayesian", "bn2": "bayesian", "head": "shared"}),
 ])
 def test_bayesian_chooses_the_bayesian_part(bayesian, roles):
     keras_model = _backbone_model(frozen=False)
@@ -116,11 +117,27 @@ def test_bayesian_chooses_the_bayesian_part(bayesian, roles):
     ({"bayesian": 4}, "give 1 to 3"),
     ({"bayesian": ["pool"]}, "without a particle version"),
     ({"bayesian": ["head"], "deterministic": ["head"]}, "both in bayesian= and deterministic="),
-    ({"bayesian": 2.5}, "list of layer names or a callable"),
+    ({"bayesian": 2.5}, "list of layer names or a callable layer -> bool, or an int k"),
+    ({"bayesian": lambda: True}, "callable that takes a keras layer"),
+    ({"deterministic": lambda: True}, "callable that takes a keras layer"),
+    ({"bayesian": ["head"], "deterministic": lambda layer: True}, "deterministic= takes away"),
+    ({"num_particles": 0}, "num_particles must be a positive integer; got 0"),
 ])
 def test_bad_bayesian_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         bk.bayesianize(_backbone_model(), **kwargs)
+
+
+def test_long_layer_lists_are_elided_in_errors():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    h = inputs
+    for i in range(40):
+        h = keras.layers.Dense(4, name=f"d{i}")(h)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax", name="head")(h))
+    with pytest.raises(ValueError, match=r"'d0', .*\.\.\. .*'head'\] \(41 in all") as refused:
+        bk.bayesianize(model, bayesian=["nope"])
+    assert "'d20'" not in str(refused.value)
 
 
 def test_frozen_model_with_nothing_bayesian_is_refused():
