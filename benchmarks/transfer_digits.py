@@ -38,7 +38,6 @@ import harness  # noqa: E402
 import transfer_digits  # noqa: E402
 
 METRICS = ("accuracy", "nll", "ece", "ood_auroc")
-VARIANTS = ("keras", "keras_block", "mc_dropout", "ensemble", "bayesian")
 
 
 def table(results, args, machine, commands):
@@ -66,7 +65,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--alpha", type=float, default=0.35)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=list(transfer_digits.VARIANTS),
+                        choices=transfer_digits.VARIANTS)
     parser.add_argument("--merge", action="store_true", help="update the rows re-run in an existing results file")
     parser.add_argument("--out", default="transfer_digits")
     args = parser.parse_args()
@@ -85,23 +85,8 @@ def main():
     for regime in args.regimes:
         rows = results.setdefault(regime, {})
         for seed in args.seeds:
-            found = {}
-            if "keras" in args.variants:
-                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed))
-            if "keras_block" in args.variants and regime == "frozen" and "block" in args.parts:
-                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed,
-                                                       unfrozen=transfer_digits.LAST_BLOCK,
-                                                       name="Keras fine-tune, last block"))
-            if "mc_dropout" in args.variants:
-                found.update(transfer_digits.run_keras(backbone, data, regime, args.epochs, seed, dropout=0.2,
-                                                       mc_samples=10))
-            if "ensemble" in args.variants:
-                found[f"ensemble of heads ({args.particles})"] = transfer_digits.run_bayesian(
-                    backbone, data, regime, "head", "ensemble", args.epochs, args.particles, seed)
-            for part in args.parts if "bayesian" in args.variants else ():
-                for name in args.optimizers:
-                    found[f"Bayesian {part}, {name} ({args.particles})"] = transfer_digits.run_bayesian(
-                        backbone, data, regime, part, name, args.epochs, args.particles, seed)
+            found = transfer_digits.run_variants(backbone, data, regime, args.epochs, seed, args.particles,
+                                                 args.parts, args.optimizers, args.variants)
             for name, scores in found.items():
                 if (regime, name) not in fresh:  # a merged row is replaced, not extended
                     rows[name] = []
