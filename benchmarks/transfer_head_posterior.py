@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.optimize import minimize
 from scipy.special import log_softmax, softmax
 
@@ -62,11 +63,12 @@ def laplace(x, y, x_test, x_ood, prior_variance, draws, seed):
             c = (a == b) * p[:, a] - p[:, a] * p[:, b]
             hessian[:, a, :, b] = (x * c[:, None]).T @ x
     hessian = hessian.reshape(f * k, f * k) + np.eye(f * k) / prior_variance
-    chol = np.linalg.cholesky(hessian)
+    # H = L L^T, so H^-1 = L^-T L^-1: draws L^-T z have covariance H^-1, and diag(H^-1) is L^-1's column norms
+    chol_inverse = solve_triangular(np.linalg.cholesky(hessian), np.eye(f * k), lower=True)
     z = np.random.default_rng(seed).standard_normal((f * k, draws))
-    samples = w_map[:, None] + np.linalg.solve(chol.T, z)  # covariance H^-1
+    samples = w_map[:, None] + chol_inverse.T @ z
     predictive = lambda a: np.mean([softmax(a @ s.reshape(f, k), 1) for s in samples.T], axis=0)  # noqa: E731
-    kernel_sd = np.sqrt(np.diag(np.linalg.inv(hessian))).reshape(f, k)[:-1].mean()
+    kernel_sd = np.sqrt(np.sum(chol_inverse ** 2, axis=0)).reshape(f, k)[:-1].mean()
     return predictive(x_test), predictive(x_ood), softmax(x_test @ w_map.reshape(f, k), 1), \
         softmax(x_ood @ w_map.reshape(f, k), 1), float(kernel_sd)
 
