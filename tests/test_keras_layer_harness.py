@@ -78,6 +78,13 @@ CASES = [
     ("layer_normalization", L.LayerNormalization, {}, (2, N, 4), (2, N, 4), None),
     ("layer_normalization_deterministic", L.LayerNormalization, {"deterministic": True}, (2, N, 4), (2, N, 4),
      None),
+    ("einsum_dense_first", L.EinsumDense, {"equation": "abc,cde->abde", "output_shape": (None, 2, 3),
+                                           "bias_axes": "de", "num_particles": N}, (2, 5, 4), (2, N, 5, 2, 3), None),
+    ("einsum_dense_later", L.EinsumDense, {"equation": "...b,bc->...c", "output_shape": 3, "bias_axes": "c"},
+     (2, N, 5, 4), (2, N, 5, 3), None),
+    ("einsum_dense_deterministic", L.EinsumDense, {"equation": "abcd,cde->abe", "output_shape": (None, 3),
+                                                   "bias_axes": "e", "deterministic": True}, (2, N, 5, 2, 4),
+     (2, N, 5, 3), None),
     ("per_particle", L.PerParticle, {"layer": keras.layers.Softmax(axis=1)}, (2, N, 5, 1), (2, N, 5, 1), None),
 ]
 
@@ -94,7 +101,28 @@ def test_keras_layer_harness(case):
                            expected_output_shape=expected, run_training_check=True, run_mixed_precision_check=True)
 
 
+ATTENTION_CASES = [  # (id, init kwargs, {query_shape, value_shape[, key_shape]}, expected output shape)
+    ("multi_head_attention_first", {"num_heads": 2, "key_dim": 3, "num_particles": N},
+     {"query_shape": (2, 5, 4), "value_shape": (2, 6, 4)}, (2, N, 5, 4)),
+    ("multi_head_attention_later", {"num_heads": 2, "key_dim": 3, "dropout": 0.1, "use_gate": True},
+     {"query_shape": (2, N, 5, 4), "value_shape": (2, N, 6, 4)}, (2, N, 5, 4)),
+    ("multi_head_attention_cross", {"num_heads": 2, "key_dim": 3, "output_shape": 5},
+     {"query_shape": (2, N, 5, 4), "value_shape": (2, 6, 4), "key_shape": (2, 6, 4)}, (2, N, 5, 5)),
+    ("multi_head_attention_deterministic", {"num_heads": 1, "key_dim": 3, "deterministic": True},
+     {"query_shape": (2, N, 5, 4), "value_shape": (2, N, 5, 4)}, (2, N, 5, 4)),
+]
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
+def test_keras_layer_harness_attention(case):
+    _, kwargs, shapes, expected = case
+    # the harness' training check calls the layer on one (dict) argument; tests/test_attention trains it
+    LayerHarness().run_layer_test(L.MultiHeadAttention, init_kwargs=kwargs, input_shape=shapes,
+                                  expected_output_shape=expected, run_training_check=False,
+                                  run_mixed_precision_check=True)
+
+
 def test_every_public_particle_layer_is_covered():
-    covered = {c[1].__name__ for c in CASES}
+    covered = {c[1].__name__ for c in CASES} | {"MultiHeadAttention"}
     public = set(bk.layers.__all__) - {"ParticleLayer"}
     assert public <= covered, public - covered

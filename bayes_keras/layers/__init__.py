@@ -9,6 +9,7 @@ from bayes_keras.layers.conv2d import Conv2D
 from bayes_keras.layers.dense import Dense
 from bayes_keras.layers.depthwise_conv2d import DepthwiseConv2D
 from bayes_keras.layers.dropout import Dropout
+from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.embedding import Embedding
 from bayes_keras.layers.flatten import Flatten
 from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
@@ -16,6 +17,7 @@ from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAve
 from bayes_keras.layers.gru import GRU
 from bayes_keras.layers.layer_normalization import LayerNormalization
 from bayes_keras.layers.lstm import LSTM
+from bayes_keras.layers.multi_head_attention import MultiHeadAttention
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
 from bayes_keras.layers.separable_conv2d import SeparableConv2D
@@ -24,4 +26,4 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
            "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
-           "PerParticle"]
+           "EinsumDense", "MultiHeadAttention", "PerParticle"]

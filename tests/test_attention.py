@@ -1,0 +1,201 @@
+"""Particle EinsumDense and MultiHeadAttention against per-particle loops of the Keras layers: each particle of
+the particle layer computes what a keras.layers.EinsumDense / MultiHeadAttention with that particle's weights
+computes, masks and attention dropout included."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.backend import set_keras_mask
+
+import bayes_keras as bk
+
+N = 3
+
+
+def _keras_einsum(equation, output_shape, bias_axes, shape):
+    layers = [keras.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh",
+                                       bias_initializer="random_normal") for _ in range(N)]
+    for layer in layers:
+        layer.build(shape)
+    return layers
+
+
+def _copy(particle_layer, keras_layers):
+    particle_layer.kernel.assign(np.stack([k.kernel.numpy() for k in keras_layers]))
+    if particle_layer.bias is not None:
+        particle_layer.bias.assign(np.stack([k.bias.numpy() for k in keras_layers]))
+
+
+@pytest.mark.parametrize("equation, output_shape, bias_axes, shape", [
+    ("abc,cde->abde", (None, 4, 5), "de", (2, 6, 7)),     # attention's projections
+    ("abcd,cde->abe", (None, 7), "e", (2, 6, 4, 5)),      # attention's output
+    ("ab,bc->ac", (5,), "c", (2, 7)),
+    ("...b,bc->...c", (5,), "c", (2, 6, 7)),               # left ellipsis: the batch axis is its first
+    ("...b,bc->...c", (5,), None, (2, 7)),
+    ("abc...,cd->abd...", (6, 5), "d", (2, 6, 7, 3)),      # right ellipsis
+    ("abc,cd->abd", (6, 5), "bd", (2, 6, 7)),              # a bias over time and units
+])
+def test_einsum_dense_is_a_loop_of_keras_layers(equation, output_shape, bias_axes, shape):
+    rng = np.random.default_rng(0)
+    keras_layers = _keras_einsum(equation, output_shape, bias_axes, shape)
+    x = rng.standard_normal(shape).astype("float32")
+    first = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh", num_particles=N)
+    first.build(shape)
+    assert tuple(first.kernel.shape) == (N,) + tuple(keras_layers[0].kernel.shape)
+    _copy(first, keras_layers)
+    expected = np.stack([k(x).numpy() for k in keras_layers], 1)
+    np.testing.assert_allclose(first(x).numpy(), expected, atol=1e-6)
+    assert first.compute_output_shape(shape) == expected.shape
+    xp = rng.standard_normal((shape[0], N) + shape[1:]).astype("float32")
+    later = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh")
+    later.build(xp.shape)
+    _copy(later, keras_layers)
+    np.testing.assert_allclose(later(xp).numpy(), np.stack([k(xp[:, i]).numpy() for i, k in enumerate(keras_layers)],
+                                                           1), atol=1e-6)
+    shared = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh", deterministic=True)
+    shared.build(xp.shape)
+    shared.kernel.assign(keras_layers[0].kernel.numpy())
+    if shared.bias is not None:
+        shared.bias.assign(keras_layers[0].bias.numpy())
+    np.testing.assert_allclose(shared(xp).numpy(), np.stack([keras_layers[0](xp[:, i]).numpy() for i in range(N)], 1),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"equation": "ab->b", "output_shape": 3}, "must have the form"),
+    ({"equation": "ab,bc->ca", "output_shape": 3}, "must start with the batch axis"),
+    ({"equation": "ab,bc->ac", "output_shape": 3, "bias_axes": "z"}, "bias_axes 'z'"),
+])
+def test_einsum_dense_refusals(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        layer = bk.layers.EinsumDense(num_particles=2, **kwargs)
+        layer.build((2, 4))
+
+
+def _copy_attention(layer, keras_layers):
+    for name in ("query_dense", "key_dense", "value_dense", "output_dense", "gate_dense"):
+        ours = getattr(layer, name)
+        if ours is not None:
+            _copy(ours, [getattr(k, "_gate_dense" if name == "gate_dense" else name) for k in keras_layers])
+
+
+def _attention_pair(kwargs, query, value, **call):
+    keras_layers = [keras.layers.MultiHeadAttention(2, 4, bias_initializer="random_normal", **kwargs)
+                    for _ in range(N)]
+    for i, k in enumerate(keras_layers):
+        k(query[:, i] if query.ndim == 4 else query, value[:, i] if value.ndim == 4 else value, **call)
+    ours = bk.layers.MultiHeadAttention(2, 4, num_particles=None if query.ndim == 4 or value.ndim == 4 else N,
+                                        **kwargs)
+    ours(query, value, **call)
+    _copy_attention(ours, keras_layers)
+    return ours, keras_layers
+
+
+@pytest.mark.parametrize("kwargs, call", [
+    ({}, {}),
+    ({"use_gate": True, "value_dim": 3, "output_shape": 7}, {}),
+    ({}, {"use_causal_mask": True}),
+    ({"sliding_window": 2}, {"use_causal_mask": True}),
+    ({"dropout": 0.3}, {"training": False}),
+    ({}, {"return_attention_scores": True}),
+])
+def test_attention_is_a_loop_of_keras_layers(kwargs, call):
+    rng = np.random.default_rng(1)
+    query = rng.standard_normal((2, N, 5, 6)).astype("float32")
+    value = query if call.get("use_causal_mask") else rng.standard_normal((2, N, 4, 6)).astype("float32")
+    mask = rng.uniform(size=(2, 5, value.shape[2])) > 0.3
+    ours, keras_layers = _attention_pair(kwargs, query, value, attention_mask=mask, **call)
+    got = ours(query, value, attention_mask=mask, **call)
+    expected = [k(query[:, i], value[:, i], attention_mask=mask, **call) for i, k in enumerate(keras_layers)]
+    if call.get("return_attention_scores"):
+        np.testing.assert_allclose(got[1].numpy(), np.stack([e[1].numpy() for e in expected], 1), atol=1e-6)
+        got, expected = got[0], [e[0] for e in expected]
+    np.testing.assert_allclose(got.numpy(), np.stack([e.numpy() for e in expected], 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_attention_padding_masks_as_keras(dropout):
+    """Keras masks of the query and value (padding), fully masked query rows included (Keras' fused path gives
+    them uniform attention, its explicit path with dropout zeros): the same per particle."""
+    rng = np.random.default_rng(2)
+    query = rng.standard_normal((2, N, 5, 6)).astype("float32")
+    value = rng.standard_normal((2, N, 4, 6)).astype("float32")
+    query_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 1, 0, 0], [1, 0, 0, 0]], bool)
+
+    def masked(x):
+        x = tf.constant(x)
+        set_keras_mask(x, tf.constant(query_mask if x.shape[-2] == 5 else value_mask))
+        return x
+
+    ours, keras_layers = _attention_pair({"dropout": dropout}, query, value)
+    got = ours(masked(query), masked(value), value_mask=value_mask).numpy()
+    expected = np.stack([k(masked(query[:, i]), masked(value[:, i]), value_mask=value_mask).numpy()
+                         for i, k in enumerate(keras_layers)], 1)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_attention_starts_the_particle_axis_and_attends_across():
+    """num_particles on (batch, T, F) inputs; cross-attention to an encoder output without a particle axis."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 6)).astype("float32")
+    ours, keras_layers = _attention_pair({}, x, x)
+    np.testing.assert_allclose(ours(x, x).numpy(), np.stack([k(x, x).numpy() for k in keras_layers], 1), atol=1e-5)
+    query = rng.standard_normal((2, N, 5, 6)).astype("float32")
+    encoded = rng.standard_normal((2, 4, 6)).astype("float32")
+    ours, keras_layers = _attention_pair({}, query, encoded)
+    assert ours.value_dense.broadcasts and not ours.query_dense.broadcasts
+    np.testing.assert_allclose(ours(query, encoded).numpy(),
+                               np.stack([k(query[:, i], encoded).numpy() for i, k in enumerate(keras_layers)], 1),
+                               atol=1e-5)
+
+
+def test_perturbing_one_particle_changes_only_its_output():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, N, 5, 6)).astype("float32")
+    layer = bk.layers.MultiHeadAttention(2, 4)
+    before = layer(x, x).numpy()
+    for dense in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
+        kernel = dense.kernel.numpy()
+        kernel[1] += 0.5 * rng.standard_normal(kernel[1].shape)
+        dense.kernel.assign(kernel)
+    after = layer(x, x).numpy()
+    np.testing.assert_array_equal(after[:, [0, 2]], before[:, [0, 2]])
+    assert np.abs(after[:, 1] - before[:, 1]).min() > 0
+
+
+def test_attention_dropout_draws_per_particle_and_example():
+    """With shared weights and identical inputs, training-mode outputs differ across particles and examples
+    (independent dropout), the dropped fraction is the rate, and inference is deterministic."""
+    x = np.ones((4, N, 6, 5), "float32") + np.arange(6, dtype="float32")[None, None, :, None]
+    layer = bk.layers.MultiHeadAttention(2, 4, dropout=0.5, deterministic=True, seed=0)
+    out = layer(x, x, training=True).numpy()
+    assert np.abs(out[:, 0] - out[:, 1]).max() > 1e-3 and np.abs(out[0] - out[1]).max() > 1e-3
+    np.testing.assert_array_equal(layer(x, x).numpy(), layer(x, x).numpy())
+    probabilities = tf.ones((64, N, 2, 6, 6)) / 6.0
+    dropped = layer._dropout_layer(probabilities, training=True).numpy()
+    assert abs(np.mean(dropped == 0) - 0.5) < 0.02
+
+
+def test_a_transformer_of_particle_layers_trains_and_round_trips(tmp_path):
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((8,), dtype="int32")
+    h = bk.layers.Embedding(20, 8, mask_zero=True, num_particles=N)(tokens)
+    h = bk.layers.LayerNormalization()(h + bk.layers.MultiHeadAttention(2, 4, dropout=0.1)(h, h))
+    h = bk.layers.GlobalAveragePooling1D()(h)
+    model = bk.BayesianModel(tokens, bk.layers.Dense(2)(h), likelihood="categorical")
+    rng = np.random.default_rng(5)
+    x = rng.integers(1, 20, (64, 8))
+    x[:, 6:] = 0  # padding
+    y = (x[:, 0] > 10).astype("int64")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
+    variables = model.trainable_variables
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(model(x, training=True)))
+    assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in tape.gradient(loss, variables))
+    history = model.fit(x, y, epochs=30, batch_size=64, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded.predict_particles(x), model.predict_particles(x), atol=1e-6)
