@@ -12,7 +12,7 @@ from bayes_keras import layers as particle_layers
 from bayes_keras._config import is_real
 from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
-from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
 from bayes_keras.particle_initialization import initialize_particles
@@ -29,7 +29,11 @@ _WEIGHT_TWINS = {
     _L.LSTM: particle_layers.LSTM,
     _L.GRU: particle_layers.GRU,
     _L.Embedding: particle_layers.Embedding,
+    _L.EinsumDense: particle_layers.EinsumDense,
+    _L.MultiHeadAttention: particle_layers.MultiHeadAttention,
 }
+# Twins made of particle sublayers: their weights are set sublayer by sublayer (`projections`, in weight order).
+_COMPOSITE_TWINS = (particle_layers.MultiHeadAttention,)
 # Layers whose particle version is needed only where the particle axis already exists.
 _LAYOUT_TWINS = {
     _L.MaxPooling2D: particle_layers.MaxPooling2D,
@@ -63,8 +67,9 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
       at the first Bayesian layer: every layer before it (a frozen backbone, nested models included) stays a
       Keras layer with its weights and runs once per example; after it, non-Bayesian layers with a twin share
       one weight set (frozen ones stay frozen). `bayes_keras.conversion_report(model)` lists every layer.
-    - Dense, Conv1D, Conv2D (groups too), DepthwiseConv2D, SeparableConv2D, SimpleRNN, LSTM, GRU,
-      Bidirectional and Embedding become their `bayes_keras.layers` twins (same constructor arguments).
+    - Dense, EinsumDense, Conv1D, Conv2D (groups too), DepthwiseConv2D, SeparableConv2D, SimpleRNN, LSTM, GRU,
+      Bidirectional, Embedding and MultiHeadAttention (attention over time) become their `bayes_keras.layers`
+      twins (same constructor arguments).
       BatchNormalization, LayerNormalization (of the last axis), pooling, global pooling and Flatten become
       theirs where the particle axis exists; before it (e.g. a Flatten-first MLP) they stay Keras layers.
     - Every other layer is kept with all its state (adapted Normalization statistics, BatchNormalization
@@ -160,12 +165,11 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         warnings.warn("bayesianize: the particle layers' priors replace these regularizers / constraints, which "
                       f"are dropped: {sorted(conversion.dropped)}.", UserWarning, stacklevel=2)
     rng = np.random.default_rng(seed)
-    for original, new in conversion.converted:
+    for weights, new in conversion.converted:
         if new.weights and center:
             # every weight, trainable or not (a frozen layer's are all non-trainable); statistics such as
             # BatchNormalization's moving averages are copied to every particle exactly, never jittered
-            initialize_particles([new], [v.numpy() for v in original.weights], noise_std,
-                                 seed=int(rng.integers(2**31)))
+            initialize_particles([new], [v.numpy() for v in weights], noise_std, seed=int(rng.integers(2**31)))
     return bayesian
 
 
@@ -322,7 +326,7 @@ class _Conversion:
         self.is_bayesian = is_bayesian
         self.output_layer, self.output_activation = output_layer, output_activation
         self.carrying = set()  # ids of the new tensors that carry the particle axis
-        self.converted = []  # (Keras layer, particle layer) pairs whose particles start at the Keras weights
+        self.converted = []  # (Keras weights, particle layer) pairs: its particles start at those weights
         self.shared = set()  # names of kept layers with weights that receive particles
         self.dropped = set()
         self.called = set()  # ids of the Keras layers converted so far
@@ -416,13 +420,14 @@ class _Conversion:
             config["axis"] = self._particle_layout_axis(layer.axis, keras.tree.flatten(args)[0])
         if layer is self.output_layer and self.output_activation:
             config["activation"] = None
-        if layer.weights and issubclass(twin, ParticleLayer):
+        particle_twin = issubclass(twin, ParticleLayer) or issubclass(twin, _COMPOSITE_TWINS)
+        if layer.weights and particle_twin:
             bayesian = bool(self.is_bayesian(layer))
             config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
             if bayesian:
                 config["trainable"] = True  # chosen Bayesian: its particles train, even if the layer was frozen
                 config.update(_particle_default_initializers(config))
-        if issubclass(twin, ParticleLayer) and not has_particles:
+        if particle_twin and not has_particles:
             if twin is particle_layers.BatchNormalization:  # before the particle axis: a Keras layer
                 return self._keep(layer, [], [], args, kwargs)
             config["num_particles"] = self.num_particles
@@ -434,8 +439,14 @@ class _Conversion:
         except ValueError as error:
             raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be converted to "
                              f"bayes_keras.layers.{twin.__name__}: {error}") from error
+        if twin is particle_layers.EinsumDense and len(result.shape) == IMAGE_RANK:
+            raise ValueError(f"bayesianize: layer '{layer.name}' (EinsumDense) has a rank-4 output, which with the "
+                             "particle axis would read as particle images (batch, H, W, particles, channels) in the "
+                             "layers after it; only MultiHeadAttention uses such projections inside.")
         if issubclass(twin, ParticleLayer):
-            self.converted.append((layer, new))
+            self.converted.append((layer.weights, new))
+        elif issubclass(twin, _COMPOSITE_TWINS):
+            self.converted.extend(_sublayer_weights(layer, new))
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
@@ -462,8 +473,8 @@ class _Conversion:
         new = particle_layers.Bidirectional(forward, merge_mode=layer.merge_mode, backward_layer=backward,
                                             name=layer.name)
         result = new(*args, **_accepted_kwargs(layer, new, kwargs))
-        self.converted.append((layer.forward_layer, new.forward_layer))
-        self.converted.append((layer.backward_layer, new.backward_layer))
+        self.converted.append((layer.forward_layer.weights, new.forward_layer))
+        self.converted.append((layer.backward_layer.weights, new.backward_layer))
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
@@ -572,6 +583,20 @@ def _same(value, default):
         return bool(value == default) or (isinstance(default, tuple) and list(default) == value)
     except (TypeError, ValueError):
         return False
+
+
+def _sublayer_weights(original, new):
+    """(the Keras layer's weights of each sublayer, the twin's particle sublayer): the twin builds its sublayers in
+    Keras' order, so its weights list as the original's do and split by the sublayers' weight counts."""
+    weights, pairs = list(original.weights), []
+    for sublayer in new.projections:
+        count = len(sublayer.weights)
+        pairs.append((weights[:count], sublayer))
+        weights = weights[count:]
+    if weights:
+        raise ValueError(f"bayesianize: layer '{original.name}' has weights its twin does not: "
+                         f"{[v.path for v in weights]}.")
+    return pairs
 
 
 def _accepted_kwargs(layer, new, kwargs):

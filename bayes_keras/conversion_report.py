@@ -90,7 +90,11 @@ def conversion_report(model):
         if after_axis:
             carrying.update(id(t) for t in _tensors(operation, "output"))
         for layer in _with_nested(operation):
-            if layer.weights:
+            if not layer.weights:
+                continue
+            if not isinstance(layer, ParticleLayer) and any(_is_particle(v) for v in layer.weights):
+                rows.extend(_composite_rows(layer, after_axis))  # attention, Bidirectional: per sublayer
+            else:
                 rows.append(_row(layer, after_axis, n))
     return ConversionReport(model.name, n, rows)
 
@@ -123,6 +127,26 @@ def _row(layer, after_axis, num_particles):
         per_network = stored
         role = SHARED if after_axis else BEFORE_AXIS
     return LayerRow(layer.name, type(layer).__name__, role, bool(layer.trainable), per_network, stored)
+
+
+def _is_particle(variable):
+    return bool(getattr(variable, "is_particle_variable", False))
+
+
+def _composite_rows(layer, after_axis):
+    """A layer made of particle sublayers (MultiHeadAttention's projections, Bidirectional's directions): one
+    row per sublayer, named by its weights' path ("attention/query")."""
+    groups = {}
+    for v in layer.weights:
+        groups.setdefault(v.path.rsplit("/", 1)[0], []).append(v)
+    rows = []
+    for path, variables in groups.items():
+        particle = any(_is_particle(v) for v in variables)
+        per_network = sum(int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables)
+        role = BAYESIAN if particle else SHARED if after_axis else BEFORE_AXIS
+        rows.append(LayerRow(path, type(layer).__name__, role, any(v.trainable for v in variables), per_network,
+                             sum(int(np.prod(v.shape)) for v in variables)))
+    return rows
 
 
 def _per_particle(variable, layer, num_particles):

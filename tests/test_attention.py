@@ -199,3 +199,66 @@ def test_a_transformer_of_particle_layers_trains_and_round_trips(tmp_path):
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
     np.testing.assert_allclose(loaded.predict_particles(x), model.predict_particles(x), atol=1e-6)
+
+
+def _keras_transformer(dropout=0.0, causal=False):
+    """A small functional text transformer of Keras layers: masked embedding, self-attention, LayerNormalization,
+    a feed-forward EinsumDense, masked pooling, softmax head."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((8,), dtype="int32")
+    h = keras.layers.Embedding(20, 8, mask_zero=True, name="embedding")(tokens)
+    attended = keras.layers.MultiHeadAttention(2, 4, dropout=dropout, name="attention", bias_initializer="random_normal")(
+        h, h, use_causal_mask=causal)
+    h = keras.layers.LayerNormalization(name="norm", beta_initializer="random_normal")(h + attended)
+    h = keras.layers.EinsumDense("abc,cd->abd", (None, 8), bias_axes="d", activation="relu", name="ffn")(h)
+    h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
+    return keras.Model(tokens, keras.layers.Dense(3, activation="softmax", name="head")(h))
+
+
+def _tokens(n=16):
+    x = np.random.default_rng(6).integers(1, 20, (n, 8))
+    x[: n // 2, 5:] = 0  # padded examples: masked keys, fully masked query rows
+    return x
+
+
+@pytest.mark.parametrize("dropout, causal", [(0.0, False), (0.1, True)])
+def test_converted_transformer_is_exact(dropout, causal, tmp_path):
+    keras_model = _keras_transformer(dropout, causal)
+    x = _tokens()
+    model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
+    expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (len(x), N, 3))
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), expected, atol=1e-5)
+    report = bk.conversion_report(model)
+    assert {r.name: r.role for r in report.rows} == {
+        "embedding": "bayesian", "attention/query": "bayesian", "attention/key": "bayesian",
+        "attention/value": "bayesian", "attention/attention_output": "bayesian", "norm": "bayesian",
+        "ffn": "bayesian", "head": "bayesian"}
+    assert report.bayesian_fraction == 1.0
+    assert all(len(v.shape) >= 2 and v.shape[0] == N for v in model.trainable_variables)
+
+
+def test_converted_attention_particles_start_at_the_keras_weights():
+    """With noise, every particle of the attention projections is the Keras weight plus its own jitter."""
+    keras_model = _keras_transformer()
+    model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.1, seed=0)
+    original = keras_model.get_layer("attention")
+    converted = model.get_layer("attention")
+    for keras_weight, ours in zip(original.weights, [v for d in converted.projections for v in d.weights]):
+        values = ours.numpy()
+        assert values.shape == (N,) + tuple(keras_weight.shape)
+        spread = values - keras_weight.numpy()[None]
+        assert 0 < np.std(spread) < 0.2 * max(np.sqrt(np.mean(keras_weight.numpy() ** 2)), 0.01) * 2
+        assert not np.allclose(values[0], values[1])
+
+
+def test_frozen_attention_before_a_bayesian_head_runs_once():
+    keras_model = _keras_transformer()
+    model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0, bayesian=["head"])
+    assert isinstance(model.get_layer("attention"), keras.layers.MultiHeadAttention)
+    assert not isinstance(model.get_layer("attention"), bk.layers.MultiHeadAttention)
+    x = _tokens()
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
+                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (len(x), N, 3)), atol=1e-5)

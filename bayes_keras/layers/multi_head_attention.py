@@ -142,6 +142,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self._output_dense.build((batch, self.num_particles, time, self.num_heads, self.value_dim))
 
     @property
+    def projections(self):
+        """The particle sublayers in the order of the weights (Keras' order): query, key, [gate,] value, output."""
+        return [d for d in (self._query_dense, self._key_dense, self._gate_dense, self._value_dense,
+                            self._output_dense) if d is not None]
+
+    @property
     def query_dense(self):
         return self._query_dense
 
