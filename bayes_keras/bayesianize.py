@@ -12,7 +12,8 @@ from bayes_keras import layers as particle_layers
 from bayes_keras._config import is_real
 from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
-from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer
+from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis
+from bayes_keras.layers.converted import get_sublayer, set_sublayer
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
 from bayes_keras.particle_initialization import initialize_particles
@@ -197,8 +198,45 @@ def _flat_layers(model):
 
 
 def _is_weight_layer(layer):
-    """A layer with a kernel and a particle version (Dense, convolutions, Embedding, recurrent layers)."""
-    return bool(layer.weights) and (type(layer) in _WEIGHT_TWINS or type(layer) is _L.Bidirectional)
+    """A layer with a kernel and a particle version (Dense, convolutions, Embedding, recurrent layers, attention),
+    or a custom layer with such sublayers."""
+    return bool(layer.weights) and (type(layer) in _WEIGHT_TWINS or type(layer) is _L.Bidirectional
+                                    or _is_custom(layer) and bool(_custom_sublayers(layer)))
+
+
+def _is_custom(layer):
+    """A layer from outside Keras (a Python call over sublayers), not a graph model."""
+    return isinstance(layer, _L.Layer) and not type(layer).__module__.startswith(("keras.", "bayes_keras.")) \
+        and not _is_graph_model(layer)
+
+
+def _custom_sublayers(layer, prefix=""):
+    """(attribute path, sublayer) of the weight sublayers of a custom layer that have a particle twin: attributes
+    holding Keras layers or lists of them ("att", "blocks.1"), Sequential sublayers whole, nested custom layers
+    searched in turn."""
+    found = []
+    for name, value in vars(layer).items():
+        if name == "_layers":  # Keras' own list of every tracked sublayer
+            continue
+        items = [(name, value)] if isinstance(value, _L.Layer) else \
+            [(f"{name}.{i}", v) for i, v in enumerate(value) if isinstance(v, _L.Layer)] \
+            if isinstance(value, (list, tuple)) else []
+        for path, sublayer in items:
+            path = prefix + path
+            if isinstance(sublayer, keras.Sequential) and any(_sublayer_twin(inner) for inner in sublayer.layers):
+                found.append((path, sublayer))
+            elif _sublayer_twin(sublayer) is not None:
+                found.append((path, sublayer))
+            elif _is_custom(sublayer):
+                found += _custom_sublayers(sublayer, path + ".")
+    return found
+
+
+def _sublayer_twin(layer):
+    """The particle twin class of a Keras sublayer inside a custom layer, or None."""
+    if type(layer) is _L.LayerNormalization:
+        return particle_layers.LayerNormalization if mixing_guard.axes_of(layer.axis) == [-1] else None
+    return _WEIGHT_TWINS.get(type(layer)) if type(layer) is not _L.Bidirectional else None
 
 
 def _has_twin(layer):
@@ -359,6 +397,8 @@ class _Conversion:
             result = self._twin(layer, particle_layers.LayerNormalization, True, args, kwargs)
         elif type(layer) in _LAYOUT_TWINS and has_particles:
             result = self._twin(layer, _LAYOUT_TWINS[type(layer)], True, args, kwargs)
+        elif _is_custom(layer) and self.is_bayesian(layer):
+            result = self._custom(layer, flat, carries, args, kwargs)
         else:
             result = self._keep(layer, flat, carries, args, kwargs)
         if has_particles:
@@ -478,6 +518,64 @@ class _Conversion:
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
+    # -- custom layers -------------------------------------------------------------------------
+    def _sublayer_twin_of(self, sublayer, bayesian, starts):
+        """A particle twin of a Keras sublayer of a custom layer, its particles set to the sublayer's weights, and
+        the (Keras weights, particle layer) pairs that place its particles."""
+        if isinstance(sublayer, keras.Sequential):
+            inner = [self._sublayer_twin_of(layer, bayesian, starts and i == 0) if _sublayer_twin(layer) else
+                     (layer.__class__.from_config(layer.get_config()), []) for i, layer in enumerate(sublayer.layers)]
+            return keras.Sequential([t for t, _ in inner], name=sublayer.name), [p for _, ps in inner for p in ps]
+        twin = _sublayer_twin(sublayer)
+        config = self._twin_config(sublayer, twin)
+        config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
+        if bayesian:
+            config["trainable"] = True
+            config.update(_particle_default_initializers(config))
+        if twin is particle_layers.LayerNormalization:
+            config["axis"] = -1
+        if starts or twin is particle_layers.Embedding:  # token ids have no particle axis
+            config["num_particles"] = self.num_particles
+        new = twin(**config)
+        return new, [(sublayer, new)]
+
+    def _custom(self, layer, flat, carries, args, kwargs):
+        """A custom layer with weight sublayers that have twins: `particle_layers.Converted` around a fresh copy whose
+        sublayers are the twins, accepted when each particle computes what the layer computes on that particle's
+        input (checked on random inputs); otherwise the layer is kept, and its weights are named as shared."""
+        bayesian = bool(self.is_bayesian(layer))
+        batchless = _batchless_paths(layer)
+        # Floating-point inputs without the particle axis are repeated for every particle (activations that the
+        # call adds to particle activations), unless that fails the check (floating-point token ids).
+        floats = [not c and not _is_integer(t) for t, c in zip(flat, carries)]
+        for repeat in (True, False) if any(floats) else (False,):
+            copy = layer.__class__.from_config(layer.get_config())
+            twins, pairs = {}, []
+            for path, sublayer in _custom_sublayers(layer):
+                twin, placed = self._sublayer_twin_of(sublayer, bayesian, starts=path in batchless)
+                twins[path] = particle_layers.Batchless(twin, name=f"{twin.name}_batchless") if path in batchless \
+                    else twin
+                pairs += placed
+            particle_inputs = [True if c else (False if f and repeat else None) for c, f in zip(carries, floats)]
+            new = particle_layers.Converted(copy, twins, particle_inputs, self.num_particles, name=layer.name,
+                                            trainable=layer.trainable or bayesian)
+            problem = _per_particle_mismatch(layer, new, pairs, flat, carries, args, kwargs, self.num_particles)
+            if problem is None:
+                break
+        if problem is not None:
+            warnings.warn(f"bayesianize: the sublayers of custom layer '{layer.name}' ({type(layer).__name__}) stay "
+                          f"shared by all particles: with particle twins, {problem}.", UserWarning, stacklevel=4)
+            return self._keep(layer, flat, carries, args, kwargs)
+        result = new(*args, **kwargs)
+        kept = [v.path for v in layer.weights if not any(v is w for s, _ in pairs for w in s.weights)]
+        if kept:  # weights of the custom layer itself, or of sublayers without a twin
+            self.shared.add(f"{layer.name} ({', '.join(kept)})")
+        for original, twin in pairs:
+            self.converted.extend(_sublayer_weights(original, twin) if isinstance(twin, _COMPOSITE_TWINS)
+                                  else [(original.weights, twin)])
+        self.carrying.update(id(t) for t in keras.tree.flatten(result))
+        return result
+
     def _particle_layout_axis(self, axis, tensor):
         """A Keras layer's axis argument in the particle layout: -1 where it denotes the Keras input's last
         axis (BatchNormalization(axis=3) on images), else unchanged (which the twin then refuses)."""
@@ -583,6 +681,90 @@ def _same(value, default):
         return bool(value == default) or (isinstance(default, tuple) and list(default) == value)
     except (TypeError, ValueError):
         return False
+
+
+def _is_integer(tensor):
+    return "int" in str(getattr(tensor, "dtype", ""))
+
+
+class _Recorder(_L.Layer):
+    """Stands in for a sublayer while a custom layer is traced: records the shape of its first input."""
+
+    def __init__(self, layer):
+        super().__init__(name=f"{layer.name}_recorder")
+        self.layer, self.shapes = layer, []
+
+    def build(self, *args, **kwargs):
+        pass  # the recorded layer builds on its call
+
+    def call(self, *args, **kwargs):
+        self.shapes.append(tuple(keras.tree.flatten(args)[0].shape))
+        return self.layer(*args, **kwargs)
+
+
+def _batchless_paths(layer):
+    """Paths of a custom layer's sublayers called on tensors without a batch axis (`ops.arange(maxlen)`), found by
+    tracing a fresh copy on symbolic inputs of the layer's input shapes: their first axis is known."""
+    try:
+        probe = layer.__class__.from_config(layer.get_config())
+        recorders = {}
+        for path, _ in _custom_sublayers(probe):
+            recorders[path] = _Recorder(get_sublayer(probe, path))
+            set_sublayer(probe, path, recorders[path])
+        inputs = keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, t.dtype), layer.input)
+        probe(*inputs) if isinstance(inputs, (list, tuple)) else probe(inputs)
+    except Exception:  # noqa: BLE001 - then nothing is batchless; the per-particle check still runs
+        return set()
+    return {path for path, r in recorders.items() if r.shapes and len(r.shapes[0]) and r.shapes[0][0] is not None}
+
+
+def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, num_particles):
+    """Why `new` (a Converted custom layer, its twins set to the Keras sublayers' weights) does not compute, for every
+    particle, what `original` computes on that particle's input, on random inputs; None when it does."""
+    rng = np.random.default_rng(0)
+    concrete = []
+    for tensor, carries_particles in zip(flat, carries):
+        shape = [2] + [3 if d is None else d for d in tensor.shape[1 + carries_particles:]]
+        # in [0, 2): valid token ids of any table once cast to integers, as the Keras Embedding does
+        value = rng.integers(0, 2, shape) if _is_integer(tensor) else rng.uniform(0.0, 1.5, shape)
+        value = value.astype(str(tensor.dtype))
+        if carries_particles:  # a different input for every particle
+            value = np.stack([value + 0.4 * n / num_particles for n in range(num_particles)],
+                             particle_axis(len(shape) + 1))
+        concrete.append(value)
+    replace = dict(zip(map(id, flat), concrete))
+
+    def bound(structure, particle=None):
+        def one(x):
+            if id(x) not in replace:
+                return x
+            value = replace[id(x)]
+            carried = carries[[id(t) for t in flat].index(id(x))]
+            if particle is None or not carried:
+                return value
+            return np.take(value, particle, axis=particle_axis(value.ndim))
+        return keras.tree.map_structure(one, structure)
+
+    try:
+        with warnings.catch_warnings():  # Keras' notes on building the custom layer's copy
+            warnings.simplefilter("ignore")
+            new(*bound(args), **bound(kwargs))  # builds the twins, whose weights are then set to the sublayers'
+        for sublayer, twin in pairs:
+            for weights, target in (_sublayer_weights(sublayer, twin) if isinstance(twin, _COMPOSITE_TWINS)
+                                    else [(sublayer.weights, twin)]):
+                initialize_particles([target], [v.numpy() for v in weights], noise_std=0.0)
+        got = keras.tree.flatten(new(*bound(args), **bound(kwargs)))
+        for n in range(num_particles):
+            expected = keras.tree.flatten(original(*bound(args, n), **bound(kwargs, n)))
+            for g, e in zip(got, expected):
+                g = np.take(np.asarray(g), n, axis=particle_axis(np.ndim(g)))
+                e = np.asarray(e)
+                if g.shape != e.shape or not np.allclose(g, e, atol=1e-4 * (1.0 + np.max(np.abs(e), initial=0.0))):
+                    return (f"particle {n}'s output is not the layer's output on that particle's input (shapes "
+                            f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis")
+    except Exception as error:  # noqa: BLE001 - any failure means the twins cannot stand in for the sublayers
+        return f"its call fails ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+    return None
 
 
 def _sublayer_weights(original, new):

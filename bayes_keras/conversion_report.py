@@ -7,6 +7,7 @@ import numpy as np
 from keras.src.models.functional import Functional  # no public name for "a graph model" (Sequential is not one)
 
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.converted import Batchless, Converted
 
 BAYESIAN = "bayesian"  # its weights carry the particle axis (a posterior over them)
 SHARED = "shared"  # after the particle axis, one weight set shared by every particle (a point estimate)
@@ -134,19 +135,32 @@ def _is_particle(variable):
 
 
 def _composite_rows(layer, after_axis):
-    """A layer made of particle sublayers (MultiHeadAttention's projections, Bidirectional's directions): one
-    row per sublayer, named by its weights' path ("attention/query")."""
+    """A layer made of particle sublayers (MultiHeadAttention's projections, Bidirectional's directions, a
+    converted custom layer's twins): one row per sublayer, named by its path ("attention/query", "block/att/key")."""
     groups = {}
     for v in layer.weights:
-        groups.setdefault(v.path.rsplit("/", 1)[0], []).append(v)
+        groups.setdefault(_sublayer_path(layer, v), []).append(v)
     rows = []
     for path, variables in groups.items():
         particle = any(_is_particle(v) for v in variables)
         per_network = sum(int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables)
         role = BAYESIAN if particle else SHARED if after_axis else BEFORE_AXIS
-        rows.append(LayerRow(path, type(layer).__name__, role, any(v.trainable for v in variables), per_network,
+        kind = type(layer.layer if isinstance(layer, Converted) else layer).__name__  # the user's class
+        rows.append(LayerRow(path, kind, role, any(v.trainable for v in variables), per_network,
                              sum(int(np.prod(v.shape)) for v in variables)))
     return rows
+
+
+def _sublayer_path(layer, variable):
+    """The path of the sublayer holding `variable`: its variable path without the variable's name, or for a converted
+    custom layer, the layer's name, the twin's attribute path and the projection inside it ("block/att/query")."""
+    parts = variable.path.split("/")
+    for attribute, twin in getattr(layer, "twins", {}).items():
+        inner = twin.layer if isinstance(twin, Batchless) else twin
+        if any(variable is w for w in inner.weights):
+            after = parts[len(parts) - 1 - parts[::-1].index(inner.name):-1] if inner.name in parts else []
+            return "/".join([layer.name, attribute] + after[1:])
+    return "/".join(parts[:-1])
 
 
 def _per_particle(variable, layer, num_particles):

@@ -2,6 +2,8 @@
 the particle layer computes what a keras.layers.EinsumDense / MultiHeadAttention with that particle's weights
 computes, masks and attention dropout included."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -262,3 +264,97 @@ def test_frozen_attention_before_a_bayesian_head_runs_once():
     x = _tokens()
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
                                np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (len(x), N, 3)), atol=1e-5)
+
+
+@keras.saving.register_keras_serializable(package="test_attention")
+class TransformerBlock(keras.layers.Layer):
+    """The keras.io text-classification transformer block, as written there."""
+
+    def __init__(self, embed_dim, num_heads, ff_dim, rate=0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.att = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=embed_dim)
+        self.ffn = keras.Sequential([keras.layers.Dense(ff_dim, activation="relu"), keras.layers.Dense(embed_dim)])
+        self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6)
+        self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6)
+        self.dropout1 = keras.layers.Dropout(rate)
+        self.dropout2 = keras.layers.Dropout(rate)
+
+    def call(self, inputs):
+        attn_output = self.dropout1(self.att(inputs, inputs))
+        out1 = self.layernorm1(inputs + attn_output)
+        return self.layernorm2(out1 + self.dropout2(self.ffn(out1)))
+
+
+@keras.saving.register_keras_serializable(package="test_attention")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """The keras.io token and position embedding: the position table is looked up on ops.arange(maxlen)."""
+
+    def __init__(self, maxlen, vocab_size, embed_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.token_emb = keras.layers.Embedding(input_dim=vocab_size, output_dim=embed_dim)
+        self.pos_emb = keras.layers.Embedding(input_dim=maxlen, output_dim=embed_dim)
+
+    def call(self, x):
+        positions = self.pos_emb(keras.ops.arange(start=0, stop=keras.ops.shape(x)[-1], step=1))
+        return self.token_emb(x) + positions
+
+
+def _keras_io_transformer():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,))
+    x = TokenAndPositionEmbedding(8, 20, 8, name="embedding")(inputs)
+    x = TransformerBlock(8, 2, 16, name="block")(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dropout(0.1)(x)
+    x = keras.layers.Dense(12, activation="relu", name="hidden")(x)
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(x))
+
+
+def test_keras_io_transformer_with_custom_layers_converts_exactly(tmp_path):
+    """Custom layers' weight sublayers (two embeddings, one looked up without a batch axis; attention; a Sequential
+    feed-forward; LayerNormalization) become particle twins: exact at noise 0, in memory and after .keras, and
+    every weight carries the particle axis."""
+    keras_model = _keras_io_transformer()
+    x = np.random.default_rng(7).integers(0, 20, (16, 8)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left shared, so nothing is warned
+        model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
+    expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (16, N, 2))
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
+    report = bk.conversion_report(model)
+    assert report.bayesian_fraction == 1.0, str(report)
+    assert all(v.shape[0] == N for v in model.trainable_variables)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), expected, atol=1e-5)
+    noisy = bk.bayesianize(keras_model, num_particles=N, noise_std=0.1, seed=0)
+    outputs = noisy.predict_particles(x)
+    assert np.abs(outputs[:, 0] - outputs[:, 1]).max() > 1e-3
+
+
+
+@keras.saving.register_keras_serializable(package="test_attention")
+class TimePooling(keras.layers.Layer):
+    """A custom layer whose call averages axis 1 (time): on particle activations that axis is the particles'."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(4)
+
+    def call(self, x):
+        return self.dense(keras.ops.mean(x, axis=1))
+
+
+def test_custom_layer_that_would_mix_particles_stays_shared_and_is_named():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((5, 3))
+    h = TimePooling(name="pooling")(keras.layers.Dense(4, name="first")(inputs))
+    keras_model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
+    with pytest.warns(UserWarning, match="'pooling' .*stay shared.*mixes particles") as caught:
+        model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
+    assert any("pooling" in str(w.message) and "shared by all particles" in str(w.message) for w in caught)
+    x = np.random.default_rng(8).standard_normal((6, 5, 3)).astype("float32")
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
+                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (6, N, 2)), atol=1e-5)
+    roles = {r.name: r.role for r in bk.conversion_report(model).rows}
+    assert roles["pooling"] == "shared" and roles["first"] == "bayesian"

@@ -6,6 +6,7 @@ from bayes_keras.layers.batch_normalization import BatchNormalization
 from bayes_keras.layers.bidirectional import Bidirectional
 from bayes_keras.layers.conv1d import Conv1D
 from bayes_keras.layers.conv2d import Conv2D
+from bayes_keras.layers.converted import Batchless, Converted  # noqa: F401 (made by bayesianize)
 from bayes_keras.layers.dense import Dense
 from bayes_keras.layers.depthwise_conv2d import DepthwiseConv2D
 from bayes_keras.layers.dropout import Dropout

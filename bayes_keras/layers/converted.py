@@ -1,0 +1,109 @@
+"""Converted: a user's custom layer whose weight sublayers are particle twins (made by bayesianize)."""
+
+import keras
+import tensorflow as tf
+
+from bayes_keras.layers.base import particle_axis
+
+
+def _parent_and_key(root, path):
+    """The object holding `path`'s last component ("att", "blocks.1", "inner.ffn") and that component."""
+    *parents, last = path.split(".")
+    node = root
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else getattr(node, part)
+    return node, last
+
+
+def get_sublayer(root, path):
+    node, key = _parent_and_key(root, path)
+    return node[int(key)] if key.isdigit() else getattr(node, key)
+
+
+def set_sublayer(root, path, value):
+    node, key = _parent_and_key(root, path)
+    if key.isdigit():
+        node[int(key)] = value
+    else:
+        setattr(node, key, value)
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Batchless(keras.layers.Layer):
+    """Runs a particle layer that starts the particle axis on a tensor without a batch axis (the keras.io
+    position embedding's `ops.arange(maxlen)`): (T, ...) -> (N, T, ...), which broadcasts against the
+    (batch, N, T, ...) activations it is added to."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = keras.saving.deserialize_keras_object(layer) if isinstance(layer, dict) else layer
+
+    def call(self, inputs):
+        return self.layer(inputs[None])[0]
+
+    def compute_output_shape(self, input_shape):
+        return tuple(self.layer.compute_output_shape((1,) + tuple(input_shape)))[1:]
+
+    def get_config(self):
+        return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.layer)}
+
+
+@keras.saving.register_keras_serializable(package="bayes_keras")
+class Converted(keras.layers.Layer):
+    """A custom layer (a Python `call` over Keras sublayers, such as the keras.io TransformerBlock) whose weight
+    sublayers were replaced by particle twins, so that its call runs every particle at once.
+
+    `bayesianize` makes it, and checks on random inputs that each particle of the result computes what the
+    custom layer computes on that particle's input before accepting it. Its floating-point inputs without a
+    particle axis are repeated for every particle before the call (integer inputs, token ids, go to the
+    embedding twins as they are); `twins` maps attribute paths ("att", "ffn", "blocks.1") to the twin
+    layers, which replace the custom layer's own sublayers of those names, also when the model is loaded.
+
+    Args:
+        layer: the custom layer (an instance, or its serialized form).
+        twins: {attribute path: particle layer (or its serialized form)}.
+        particle_inputs: one entry per tensor in the call's flattened arguments: True where it carries the
+            particle axis, False where it is repeated for every particle, None where it is passed as it is.
+        num_particles: N.
+    """
+
+    def __init__(self, layer, twins, particle_inputs, num_particles, **kwargs):
+        super().__init__(**kwargs)
+        deserialize = keras.saving.deserialize_keras_object
+        if isinstance(layer, dict):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
+            layer = deserialize({k: v for k, v in layer.items() if k != "build_config"})
+        self.layer = layer
+        self.twins = {path: deserialize(t) if isinstance(t, dict) else t for path, t in twins.items()}
+        for path, twin in self.twins.items():
+            set_sublayer(self.layer, path, twin)
+        self.particle_inputs = list(particle_inputs)
+        self.num_particles = int(num_particles)
+
+    def build(self, *args, **kwargs):
+        pass  # the twins build on their first call, inside the custom layer's call
+
+    def _with_particles(self, tensor, carries):
+        if carries is not False:
+            return tensor
+        tensor = tf.convert_to_tensor(tensor)
+        axis = particle_axis(len(tensor.shape) + 1)
+        tensor = tf.expand_dims(tensor, axis)
+        multiples = [1] * len(tensor.shape)
+        multiples[axis] = self.num_particles
+        return tf.tile(tensor, multiples)
+
+    def call(self, *args, **kwargs):
+        flat = keras.tree.flatten((args, kwargs))
+        tensors = iter(self.particle_inputs)
+        flat = [self._with_particles(x, next(tensors)) if _is_tensor(x) else x for x in flat]
+        args, kwargs = keras.tree.pack_sequence_as((args, kwargs), flat)
+        return self.layer(*args, **kwargs)
+
+    def get_config(self):
+        return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.layer),
+                "twins": {path: keras.saving.serialize_keras_object(t) for path, t in self.twins.items()},
+                "particle_inputs": self.particle_inputs, "num_particles": self.num_particles}
+
+
+def _is_tensor(x):
+    return isinstance(x, (tf.Tensor, tf.Variable, keras.KerasTensor)) or hasattr(x, "__array__") and hasattr(x, "shape")
