@@ -6,6 +6,8 @@ import ast
 import inspect
 import os
 import re
+import subprocess
+import sys
 
 import bayes_keras as bk
 
@@ -88,3 +90,11 @@ def test_nothing_shipped_points_outside_the_repository():
     pattern = re.compile(r"\.\./shared|shared/papers|DESIGN\.md")
     hits = [os.path.relpath(f, ROOT) for f in files if pattern.search(open(f, encoding="utf-8").read())]
     assert hits == []
+
+
+def test_import_does_not_need_keras_hub():
+    """keras-hub is an optional extra: `import bayes_keras` works where importing it fails."""
+    code = "import sys; sys.modules['keras_hub'] = None; import bayes_keras; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
