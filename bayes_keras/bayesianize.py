@@ -200,7 +200,7 @@ def _flat_layers(model):
 def _is_weight_layer(layer):
     """A layer with a kernel and a particle version (Dense, convolutions, Embedding, recurrent layers, attention),
     or a custom layer with such sublayers."""
-    return bool(layer.weights) and (type(layer) in _WEIGHT_TWINS or type(layer) is _L.Bidirectional
+    return bool(layer.weights) and (_weight_twin(layer) is not None or type(layer) is _L.Bidirectional
                                     or _is_custom(layer) and bool(_custom_sublayers(layer)))
 
 
@@ -236,7 +236,13 @@ def _sublayer_twin(layer):
     """The particle twin class of a Keras sublayer inside a custom layer, or None."""
     if type(layer) is _L.LayerNormalization:
         return particle_layers.LayerNormalization if mixing_guard.axes_of(layer.axis) == [-1] else None
-    return _WEIGHT_TWINS.get(type(layer)) if type(layer) is not _L.Bidirectional else None
+    return _weight_twin(layer)
+
+
+def _weight_twin(layer):
+    """The particle twin of a Keras weight layer or of a subclass of one (keras.layers.ReversibleEmbedding,
+    KerasHub's CachedMultiHeadAttention); a subclass is converted only if the twin computes what it does."""
+    return next((_WEIGHT_TWINS[cls] for cls in type(layer).__mro__ if cls in _WEIGHT_TWINS), None)
 
 
 def _has_twin(layer):
@@ -389,8 +395,8 @@ class _Conversion:
         elif not has_particles and layer.weights and not self.is_bayesian(layer):
             # before the particle axis: a Keras layer, run once per example (frozen parts stay frozen)
             result = self._keep(layer, flat, carries, args, kwargs)
-        elif type(layer) in _WEIGHT_TWINS:
-            result = self._twin(layer, _WEIGHT_TWINS[type(layer)], has_particles, args, kwargs)
+        elif _weight_twin(layer) is not None:
+            result = self._twin(layer, _weight_twin(layer), has_particles, args, kwargs)
         elif type(layer) is _L.Bidirectional:
             result = self._bidirectional(layer, has_particles, args, kwargs)
         elif type(layer) is _L.LayerNormalization and has_particles and _normalizes_last_axis(layer, flat):
@@ -475,6 +481,17 @@ class _Conversion:
             config["momentum"] = float(self.batch_norm_momentum)
         try:
             new = twin(**config)
+            if type(layer) not in _WEIGHT_TWINS and particle_twin:  # a subclass: its call may differ
+                flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
+                problem = _per_particle_mismatch(layer, new, [(layer, new)], flat,
+                                                 [id(t) in self.carrying for t in flat], args,
+                                                 _accepted_kwargs(layer, new, kwargs), self.num_particles)
+                if problem is not None:
+                    warnings.warn(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) subclasses "
+                                  f"{[c.__name__ for c in type(layer).__mro__ if c in _WEIGHT_TWINS][0]}, but as "
+                                  f"bayes_keras.layers.{twin.__name__} {problem}; it stays a shared point estimate.",
+                                  UserWarning, stacklevel=4)
+                    return self._keep(layer, flat, [id(t) in self.carrying for t in flat], args, kwargs)
             result = new(*args, **_accepted_kwargs(layer, new, kwargs))
         except ValueError as error:
             raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be converted to "
@@ -616,6 +633,11 @@ class _Conversion:
                                  "activations, which bayesianize cannot pass through; call it with tensors only.")
         result = new(*args, **kwargs)
         target = new.layer if isinstance(new, PerParticle) else new
+        if not layer.trainable:
+            # again, now that it is built, so that sublayers made in build() (KerasHub's) freeze too; via True, as
+            # setting the value it already has does not reach the sublayers (TensorFlow's attribute tracking)
+            target.trainable = True
+            target.trainable = False
         _copy_state(layer, target)
         return result
 

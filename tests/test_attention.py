@@ -358,3 +358,26 @@ def test_custom_layer_that_would_mix_particles_stays_shared_and_is_named():
                                np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (6, N, 2)), atol=1e-5)
     roles = {r.name: r.role for r in bk.conversion_report(model).rows}
     assert roles["pooling"] == "shared" and roles["first"] == "bayesian"
+
+
+def test_subclasses_of_converted_layers_convert_when_they_compute_the_same():
+    """keras.layers.ReversibleEmbedding (KerasHub's token embedding) converts as an Embedding; a Dense subclass
+    whose call differs stays a shared point estimate, with a warning."""
+
+    class Doubled(keras.layers.Dense):
+        def call(self, inputs):
+            return 2.0 * super().call(inputs)
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((6,), dtype="int32")
+    h = keras.layers.ReversibleEmbedding(20, 8, name="tokens")(tokens)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    h = Doubled(5, name="doubled")(h)
+    keras_model = keras.Model(tokens, keras.layers.Dense(3, activation="softmax", name="head")(h))
+    with pytest.warns(UserWarning, match="'doubled' .*subclasses Dense.*stays a shared point estimate"):
+        model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
+    roles = {r.name: r.role for r in bk.conversion_report(model).rows}
+    assert roles == {"tokens": "bayesian", "doubled": "shared", "head": "bayesian"}
+    x = np.random.default_rng(9).integers(0, 20, (5, 6))
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
+                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 3)), atol=1e-5)

@@ -120,16 +120,19 @@ def operation_refusal(op, shapes, carries):
             "applies it to each particle")
 
 
+UNKNOWN_LENGTH = 5  # the size the one-time checks give axes of unknown size
+
+
 def perturbed_outputs(layer, shapes, dtypes, batch, perturb):
     """Run `layer` (inference mode) on random inputs of `shapes` / `dtypes` with `batch` examples, then on
     `perturb(values)` (the same inputs with something changed); the two lists of numpy outputs, or None when
-    the shapes are not concrete or the layer does not run on such inputs. The shared core of the one-time
-    checks that a layer keeps particles apart (`mixing_found`) and examples apart (bayesianize)."""
-    if any(d is None for s in shapes for d in tuple(s)[1:]):
-        return None
+    the layer does not run on such inputs. Unknown axes (a sequence length) get UNKNOWN_LENGTH, the same in every
+    input. The shared core of the one-time checks that a layer keeps particles apart (`mixing_found`) and
+    examples apart (bayesianize)."""
+    shapes = [tuple(UNKNOWN_LENGTH if d is None else d for d in tuple(s)[1:]) for s in shapes]
     rng = np.random.default_rng(0)
-    values = [rng.standard_normal((batch,) + tuple(s)[1:]).astype(dtype) if "float" in dtype
-              else np.zeros((batch,) + tuple(s)[1:], dtype) for s, dtype in zip(shapes, dtypes)]
+    values = [rng.standard_normal((batch,) + s).astype(dtype) if "float" in dtype
+              else np.zeros((batch,) + s, dtype) for s, dtype in zip(shapes, dtypes)]
 
     def run(arrays):
         args = arrays[0] if len(arrays) == 1 else arrays
