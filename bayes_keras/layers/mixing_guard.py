@@ -66,8 +66,8 @@ REPLACEMENTS = {
     _L.SpatialDropout3D: _PER_PARTICLE.format("keras.layers.SpatialDropout3D"),
     _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle), or "
                            + _PER_PARTICLE.format("keras.layers.GroupNormalization"),
-    _L.MultiHeadAttention: "no particle attention yet: apply attention before the first particle layer, or "
-                           + _PER_PARTICLE.format("keras.layers.MultiHeadAttention") + " with shared weights",
+    _L.MultiHeadAttention: "bayes_keras.layers.MultiHeadAttention (attention over time for each particle)",
+    _L.EinsumDense: "bayes_keras.layers.EinsumDense",
 }
 
 
