@@ -33,6 +33,11 @@ _WEIGHT_TWINS = {
     _L.EinsumDense: particle_layers.EinsumDense,
     _L.MultiHeadAttention: particle_layers.MultiHeadAttention,
 }
+# keras.ops elementwise operations -> the Keras merge layer computing the same (for inputs with and without particles)
+_MERGE_LAYERS = {"Add": _L.Add, "Subtract": _L.Subtract, "Multiply": _L.Multiply, "Maximum": _L.Maximum,
+                 "Minimum": _L.Minimum}
+# Layers Bayesian LoRA adapts (with subclasses), and their LoRA twins.
+_LORA_TYPES = (_L.Dense, _L.EinsumDense, _L.Embedding, _L.MultiHeadAttention)
 # Twins made of particle sublayers: their weights are set sublayer by sublayer (`projections`, in weight order).
 _COMPOSITE_TWINS = (particle_layers.MultiHeadAttention,)
 # Layers whose particle version is needed only where the particle axis already exists.
@@ -54,7 +59,8 @@ _RESOLVED = {"data_format": "channels_last"}
 
 
 def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bias_prior=None, deterministic=(),
-                center=True, noise_std=0.1, seed=None, batch_norm_momentum=0.9, bayesian=None):
+                center=True, noise_std=0.1, seed=None, batch_norm_momentum=0.9, bayesian=None, lora_rank=None,
+                lora_alpha=None):
     """A BayesianModel with the architecture of the Keras `model`, its weight layers replaced by particle layers.
 
     The conversion is exact or refused: with `noise_std=0` every particle predicts as `model` does, in
@@ -98,6 +104,13 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         likelihood: for the BayesianModel; default from the output activation (softmax -> "categorical",
             sigmoid -> "bernoulli"), else required.
         kernel_prior, bias_prior: priors of every converted layer (default N(0, 1)).
+        lora_rank, lora_alpha: Bayesian LoRA. The Bayesian layers keep their weights frozen and stored once, and
+            get rank-`lora_rank` factors per particle (`layers.LoRAEinsumDense` for Dense and EinsumDense,
+            `layers.LoRAEmbedding`, and MultiHeadAttention's query and value projections), the update scaled
+            by lora_alpha / rank (default alpha: the rank) as in Keras' `enable_lora`. By default (bayesian=None)
+            the attention layers are adapted (every Dense / EinsumDense / Embedding if the model has none) and
+            the output layer, a head without pretrained weights to adapt, gets full particles. A layer on which
+            Keras' `enable_lora` was called is adapted with its own rank, its factors the particles' centre.
         deterministic: names of layers to keep as shared point estimates (hybrid nets), or a callable
             layer -> bool.
         bayesian: which layers carry particles (see above): None, layer names, an int k or a callable.
@@ -142,6 +155,13 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     # take them as the Keras model does
     functional = model if not isinstance(model, keras.Sequential) else keras.Model(
         inputs[0] if len(inputs) == 1 else inputs, outputs)
+    if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, (int, np.integer))
+                                  or lora_rank < 1):
+        raise ValueError(f"bayesianize: lora_rank must be a positive integer or None; got {lora_rank!r}.")
+    if lora_alpha is not None and (not is_real(lora_alpha) or not lora_alpha > 0):
+        raise ValueError(f"bayesianize: lora_alpha must be a positive number or None; got {lora_alpha!r}.")
+    if lora_rank is not None and bayesian is None:
+        bayesian = _default_lora_layers(functional)
     is_bayesian = _bayesian_selection(functional, bayesian, deterministic)
     output_layer = model.layers[-1]
     output_activation = _squashing_of(output_layer)
@@ -155,9 +175,11 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         raise ValueError(f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
                          f"got {batch_norm_momentum!r}.")
     conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_bayesian, output_layer,
-                             output_activation, batch_norm_momentum)
+                             output_activation, batch_norm_momentum, lora_rank, lora_alpha)
     clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
     bayesian = BayesianModel(clone.input, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
+    if lora_rank is not None or conversion.adapted:
+        _freeze_all_but_particles(bayesian)
     if conversion.shared:
         warnings.warn(f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
                       f"by all particles (point estimates). {conversion_report(bayesian).summary()}; "
@@ -166,6 +188,8 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         warnings.warn("bayesianize: the particle layers' priors replace these regularizers / constraints, which "
                       f"are dropped: {sorted(conversion.dropped)}.", UserWarning, stacklevel=2)
     rng = np.random.default_rng(seed)
+    for original, new in conversion.adapted:
+        _place_lora(original, new, noise_std if center else None, int(rng.integers(2**31)))
     for weights, new in conversion.converted:
         if new.weights and center:
             # every weight, trainable or not (a frozen layer's are all non-trainable); statistics such as
@@ -363,8 +387,10 @@ class _Conversion:
     """The call function of keras.models.clone_model: converts each layer call of the Keras model."""
 
     def __init__(self, num_particles, kernel_prior, bias_prior, is_bayesian, output_layer, output_activation,
-                 batch_norm_momentum=None):
+                 batch_norm_momentum=None, lora_rank=None, lora_alpha=None):
         self.num_particles = num_particles
+        self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
+        self.adapted = []  # (Keras layer, LoRA twin): frozen weights copied, factors placed (_place_lora)
         self.batch_norm_momentum = batch_norm_momentum
         self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
         self.is_bayesian = is_bayesian
@@ -426,6 +452,12 @@ class _Conversion:
 
     # -- operations ----------------------------------------------------------------------------
     def _operation(self, op, flat, carries, args, kwargs):
+        merge = _MERGE_LAYERS.get(type(op).__name__)
+        if merge is not None and any(carries) and not all(carries) and len(flat) == 2 and not kwargs and \
+                all(isinstance(a, keras.KerasTensor) for a in args):
+            # `h + attention(h)` where h comes from before the particle axis (LoRA's frozen embeddings): the Keras
+            # merge layer on each particle, h repeated for every particle
+            return PerParticle(merge(), particle_inputs=carries)(list(args))
         if any(carries):
             problem = mixing_guard.operation_refusal(op, [tuple(t.shape) for t in flat], carries)
             if problem is not None:
@@ -458,7 +490,68 @@ class _Conversion:
                                  f"(only the default {defaults[key]!r}).")
         return kept
 
+    def _lora(self, layer):
+        """The rank of `layer`'s LoRA twin, or None when it converts as usual: a Bayesian Dense / EinsumDense /
+        Embedding / attention layer under lora_rank (the output layer aside), or one Keras' enable_lora adapted."""
+        if _keras_lora_rank(layer) is not None:
+            return _keras_lora_rank(layer)
+        if self.lora_rank is None or layer is self.output_layer or not self.is_bayesian(layer):
+            return None
+        if not isinstance(layer, _LORA_TYPES):
+            raise ValueError(f"bayesianize: lora_rank adapts Dense, EinsumDense, Embedding and MultiHeadAttention "
+                             f"layers; '{layer.name}' ({type(layer).__name__}) was chosen Bayesian. Choose the "
+                             "adapted layers with bayesian=.")
+        return self.lora_rank
+
+    def _lora_layer(self, layer, rank, starts):
+        """`layer`'s Bayesian LoRA twin (not yet called): its weights frozen and shared, rank-`rank` factors per
+        particle; `starts`: its input has no particle axis."""
+        config = layer.get_config()
+        alpha = config.get("lora_alpha") if getattr(layer, "lora_enabled", False) else self.lora_alpha
+        common = dict(name=layer.name, dtype=config.get("dtype"), kernel_prior=self.kernel_prior)
+        start = {"num_particles": self.num_particles} if starts else {}
+        if isinstance(layer, _L.MultiHeadAttention):
+            twin_config = self._twin_config(layer, particle_layers.MultiHeadAttention)
+            enabled = [name for name, projection in zip(("query", "key", "value", "attention_output"),
+                                                        _projections_of(layer))
+                       if getattr(projection, "lora_enabled", False)]
+            alpha = next((p.lora_alpha for p in _projections_of(layer) if getattr(p, "lora_enabled", False)), alpha)
+            rank = next((p.lora_rank for p in _projections_of(layer) if getattr(p, "lora_enabled", False)), rank)
+            return particle_layers.MultiHeadAttention(**twin_config, lora_rank=rank, lora_alpha=alpha,
+                                                      lora_projections=enabled or ("query", "value"),
+                                                      kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
+                                                      **start)
+        if isinstance(layer, _L.Embedding):
+            return particle_layers.LoRAEmbedding(layer.input_dim, layer.output_dim, rank=rank, lora_alpha=alpha,
+                                                 mask_zero=layer.mask_zero, num_particles=self.num_particles,
+                                                 **common)
+        if isinstance(layer, _L.Dense):
+            equation, output_shape, bias_axes = "...b,bc->...c", layer.units, "c" if layer.use_bias else None
+        else:
+            equation, output_shape, bias_axes = layer.equation, layer.partial_output_shape, layer.bias_axes
+        return particle_layers.LoRAEinsumDense(equation, output_shape, rank=rank, lora_alpha=alpha,
+                                               activation=config.get("activation"), bias_axes=bias_axes, **common,
+                                               **start)
+
+    def _lora_twin(self, layer, rank, has_particles, args, kwargs):
+        new = self._lora_layer(layer, rank, starts=not has_particles)
+        try:
+            result = new(*args, **_accepted_kwargs(layer, new, kwargs))
+        except ValueError as error:
+            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be adapted with "
+                             f"LoRA: {error}") from error
+        if len(keras.tree.flatten(result)[0].shape) == IMAGE_RANK:
+            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has a rank-4 output, which "
+                             "with the particle axis would read as particle images; LoRA adapts layers of "
+                             "(batch, [time,] features) inputs.")
+        self.adapted += _lora_pairs(layer, new)
+        self.carrying.update(id(t) for t in keras.tree.flatten(result))
+        return result
+
     def _twin(self, layer, twin, has_particles, args, kwargs):
+        rank = self._lora(layer)
+        if rank is not None:
+            return self._lora_twin(layer, rank, has_particles, args, kwargs)
         config = self._twin_config(layer, twin)
         if twin is particle_layers.LayerNormalization:
             config["axis"] = -1  # converted only when it normalises the last axis
@@ -483,7 +576,7 @@ class _Conversion:
             new = twin(**config)
             if type(layer) not in _WEIGHT_TWINS and particle_twin:  # a subclass: its call may differ
                 flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
-                problem = _per_particle_mismatch(layer, new, [(layer, new)], flat,
+                problem = _per_particle_mismatch(layer, new, [(layer, new, "full")], flat,
                                                  [id(t) in self.carrying for t in flat], args,
                                                  _accepted_kwargs(layer, new, kwargs), self.num_particles)
                 if problem is not None:
@@ -544,8 +637,16 @@ class _Conversion:
                      (layer.__class__.from_config(layer.get_config()), []) for i, layer in enumerate(sublayer.layers)]
             return keras.Sequential([t for t, _ in inner], name=sublayer.name), [p for _, ps in inner for p in ps]
         twin = _sublayer_twin(sublayer)
+        lora = _keras_lora_rank(sublayer) or (self.lora_rank if isinstance(sublayer, _L.MultiHeadAttention) else None)
+        if bayesian and lora is not None:  # under LoRA, a custom layer's attention is adapted; the rest frozen
+            new = self._lora_layer(sublayer, lora, starts or isinstance(sublayer, _L.Embedding))
+            return new, [(sublayer, new, "lora")]
+        if self.lora_rank is not None:
+            bayesian = False
         config = self._twin_config(sublayer, twin)
         config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
+        if self.lora_rank is not None:
+            config["trainable"] = False
         if bayesian:
             config["trainable"] = True
             config.update(_particle_default_initializers(config))
@@ -554,7 +655,7 @@ class _Conversion:
         if starts or twin is particle_layers.Embedding:  # token ids have no particle axis
             config["num_particles"] = self.num_particles
         new = twin(**config)
-        return new, [(sublayer, new)]
+        return new, [(sublayer, new, "full")]
 
     def _custom(self, layer, flat, carries, args, kwargs):
         """A custom layer with weight sublayers that have twins: `particle_layers.Converted` around a fresh copy whose
@@ -584,12 +685,15 @@ class _Conversion:
                           f"shared by all particles: with particle twins, {problem}.", UserWarning, stacklevel=4)
             return self._keep(layer, flat, carries, args, kwargs)
         result = new(*args, **kwargs)
-        kept = [v.path for v in layer.weights if not any(v is w for s, _ in pairs for w in s.weights)]
+        kept = [v.path for v in layer.weights if not any(v is w for s, _, _ in pairs for w in s.weights)]
         if kept:  # weights of the custom layer itself, or of sublayers without a twin
             self.shared.add(f"{layer.name} ({', '.join(kept)})")
-        for original, twin in pairs:
-            self.converted.extend(_sublayer_weights(original, twin) if isinstance(twin, _COMPOSITE_TWINS)
-                                  else [(original.weights, twin)])
+        for original, twin, kind in pairs:
+            if kind == "lora":
+                self.adapted += _lora_pairs(original, twin)
+            else:
+                self.converted.extend(_sublayer_weights(original, twin) if isinstance(twin, _COMPOSITE_TWINS)
+                                      else [(original.weights, twin)])
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
@@ -705,6 +809,57 @@ def _same(value, default):
         return False
 
 
+def _keras_lora_rank(layer):
+    """The rank of Keras' enable_lora on `layer` (on an attention layer: on one of its projections), or None."""
+    if isinstance(layer, _L.MultiHeadAttention) and layer.built:
+        return next((p.lora_rank for p in (layer.query_dense, layer.key_dense, layer.value_dense,
+                                           layer.output_dense) if getattr(p, "lora_enabled", False)), None)
+    return layer.lora_rank if getattr(layer, "lora_enabled", False) else None
+
+
+def _freeze_all_but_particles(model):
+    """Under LoRA: every layer whose weights carry no particles is frozen (the pretrained weights stay as they
+    are; only the factors and the head's particles train)."""
+    for layer in model.layers:
+        if layer.weights and not any(getattr(v, "is_particle_variable", False) for v in layer.weights):
+            layer.trainable = True  # (setting the value a layer has does not reach sublayers made in build())
+            layer.trainable = False
+
+
+def _default_lora_layers(model):
+    """bayesianize's default Bayesian layers under LoRA: the attention layers (custom layers holding attention
+    count as attention), or every Dense / EinsumDense / Embedding of a model without attention; and the output
+    layer (a new head has no pretrained weights to adapt: it gets full particles)."""
+    layers = list(_flat_layers(model))
+
+    def has_attention(layer):
+        return isinstance(layer, _L.MultiHeadAttention) or _is_custom(layer) and any(
+            isinstance(sublayer, _L.MultiHeadAttention) for _, sublayer in _custom_sublayers(layer))
+
+    chosen = [layer for layer in layers if has_attention(layer)] or [
+        layer for layer in layers if isinstance(layer, _LORA_TYPES) and not isinstance(layer, _L.MultiHeadAttention)]
+    return [layer.name for layer in chosen if layer.trainable] + [model.layers[-1].name]
+
+
+def _place_lora(original, new, noise_std, seed, noise_floor=0.01):
+    """A LoRA twin's frozen weights from the Keras layer, exactly; its factors from the Keras layer's own
+    (enable_lora) plus the jitter (`initialize_particles`), or, without them, A as drawn per particle and B
+    (Keras' zeros) jittered: N(0, (noise_std * noise_floor)^2) per entry, so that noise_std=0 is exact."""
+    arrays = [v.numpy() for v in original.weights]  # a LoRA-enabled Keras layer: kernel, [bias,] A, B
+    factors = arrays[-2:] if getattr(original, "lora_enabled", False) else None
+    base = arrays[:-2] if factors else arrays
+    for variable, value in zip([v for v in new.weights if not getattr(v, "is_particle_variable", False)], base):
+        variable.assign(value)
+    if noise_std is None:
+        return
+    if factors is not None:
+        initialize_particles([new], factors, noise_std, seed=seed, noise_floor=noise_floor)
+        return
+    rng = np.random.default_rng(seed)
+    for variable in [v for v in new.weights if getattr(v, "is_particle_variable", False)][1::2]:  # each B
+        variable.assign((noise_std * noise_floor * rng.standard_normal(variable.shape)).astype(variable.dtype))
+
+
 def _is_integer(tensor):
     return "int" in str(getattr(tensor, "dtype", ""))
 
@@ -767,14 +922,24 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
             return np.take(value, particle, axis=particle_axis(value.ndim))
         return keras.tree.map_structure(one, structure)
 
+    drawn = []  # LoRA factors drawn by the twins (B near zero): zero during the check, then restored
     try:
         with warnings.catch_warnings():  # Keras' notes on building the custom layer's copy
             warnings.simplefilter("ignore")
             new(*bound(args), **bound(kwargs))  # builds the twins, whose weights are then set to the sublayers'
-        for sublayer, twin in pairs:
+        for sublayer, twin, kind in pairs:
+            if kind == "lora":
+                for keras_layer, target in _lora_pairs(sublayer, twin):
+                    _place_lora(keras_layer, target, 0.0, 0)
+                    if _keras_lora_rank(keras_layer) is None:
+                        drawn += [(v, v.numpy()) for v in target.weights if getattr(v, "is_particle_variable", False)
+                                  and "_b" in v.path.rsplit("/", 1)[-1]]
+                continue
             for weights, target in (_sublayer_weights(sublayer, twin) if isinstance(twin, _COMPOSITE_TWINS)
                                     else [(sublayer.weights, twin)]):
                 initialize_particles([target], [v.numpy() for v in weights], noise_std=0.0)
+        for variable, _ in drawn:
+            variable.assign(np.zeros(variable.shape, variable.dtype))
         got = keras.tree.flatten(new(*bound(args), **bound(kwargs)))
         for n in range(num_particles):
             expected = keras.tree.flatten(original(*bound(args, n), **bound(kwargs, n)))
@@ -786,7 +951,29 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
                             f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis")
     except Exception as error:  # noqa: BLE001 - any failure means the twins cannot stand in for the sublayers
         return f"its call fails ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+    finally:
+        for variable, value in drawn:
+            variable.assign(value)
     return None
+
+
+def _lora_pairs(layer, new):
+    """(Keras layer, twin) pairs whose weights `_place_lora` places: an attention layer's projections, one by one."""
+    if isinstance(new, _COMPOSITE_TWINS):
+        return list(zip(_projections_of(layer), new.projections))
+    return [(layer, new)]
+
+
+def _projections_of(attention):
+    """A Keras MultiHeadAttention's projections in the order of its weights (query, key, [gate,] value, output),
+    found by their weights: the gate has no public name."""
+    named = [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
+    ids = {id(v) for layer in named for v in layer.weights}
+    gate = [v for v in attention.weights if id(v) not in ids]
+    if gate:
+        raise ValueError(f"bayesianize: LoRA on '{attention.name}', an attention layer with use_gate=True, is not "
+                         "supported; adapt its other layers with bayesian=.")
+    return [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
 
 
 def _sublayer_weights(original, new):

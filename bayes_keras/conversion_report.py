@@ -94,7 +94,7 @@ def conversion_report(model):
             if not layer.weights:
                 continue
             if not isinstance(layer, ParticleLayer) and any(_is_particle(v) for v in layer.weights):
-                rows.extend(_composite_rows(layer, after_axis))  # attention, Bidirectional: per sublayer
+                rows.extend(_composite_rows(layer))  # attention, Bidirectional: per sublayer
             else:
                 rows.append(_row(layer, after_axis, n))
     return ConversionReport(model.name, n, rows)
@@ -134,7 +134,7 @@ def _is_particle(variable):
     return bool(getattr(variable, "is_particle_variable", False))
 
 
-def _composite_rows(layer, after_axis):
+def _composite_rows(layer):
     """A layer made of particle sublayers (MultiHeadAttention's projections, Bidirectional's directions, a
     converted custom layer's twins): one row per sublayer, named by its path ("attention/query", "block/att/key")."""
     groups = {}
@@ -144,7 +144,7 @@ def _composite_rows(layer, after_axis):
     for path, variables in groups.items():
         particle = any(_is_particle(v) for v in variables)
         per_network = sum(int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables)
-        role = BAYESIAN if particle else SHARED if after_axis else BEFORE_AXIS
+        role = BAYESIAN if particle else SHARED  # frozen parts of a layer that carries particles (LoRA's)
         kind = type(layer.layer if isinstance(layer, Converted) else layer).__name__  # the user's class
         rows.append(LayerRow(path, kind, role, any(v.trainable for v in variables), per_network,
                              sum(int(np.prod(v.shape)) for v in variables)))

@@ -21,7 +21,7 @@ CASES = {
     "distributed_lenet.py": (["--epochs", "1", "--particles", "2", "--cpu-devices", "2"], "on 2 replica(s)"),
     "resnet20_digits.py": (["--epochs", "1", "--particles", "2", "--hybrid"], "hybrid ResNet-20 (GPF, 2 particles)"),
     "transfer_digits.py": (["--pretrain-epochs", "1", "--epochs", "1", "--particles", "2", "--parts", "head",
-                            "--optimizers", "GPF"], "Bayesian head, GPF (2)"),
+                            "--optimizers", "GPF", "--variants", "keras", "bayesian"], "Bayesian head, GPF (2)"),
 }
 
 

@@ -85,6 +85,13 @@ CASES = [
     ("einsum_dense_deterministic", L.EinsumDense, {"equation": "abcd,cde->abe", "output_shape": (None, 3),
                                                    "bias_axes": "e", "deterministic": True}, (2, N, 5, 2, 4),
      (2, N, 5, 3), None),
+    ("lora_einsum_dense_first", L.LoRAEinsumDense, {"equation": "abc,cde->abde", "output_shape": (None, 2, 3),
+                                                    "bias_axes": "de", "rank": 2, "num_particles": N}, (2, 5, 4),
+     (2, N, 5, 2, 3), None),
+    ("lora_einsum_dense_later", L.LoRAEinsumDense, {"equation": "...b,bc->...c", "output_shape": 3, "rank": 2},
+     (2, N, 5, 4), (2, N, 5, 3), None),
+    ("lora_embedding", L.LoRAEmbedding, {"input_dim": 7, "output_dim": 3, "rank": 2, "num_particles": N}, (2, 5),
+     (2, N, 5, 3), "int32"),
     ("per_particle", L.PerParticle, {"layer": keras.layers.Softmax(axis=1)}, (2, N, 5, 1), (2, N, 5, 1), None),
 ]
 
@@ -108,6 +115,8 @@ ATTENTION_CASES = [  # (id, init kwargs, {query_shape, value_shape[, key_shape]}
      {"query_shape": (2, N, 5, 4), "value_shape": (2, N, 6, 4)}, (2, N, 5, 4)),
     ("multi_head_attention_cross", {"num_heads": 2, "key_dim": 3, "output_shape": 5},
      {"query_shape": (2, N, 5, 4), "value_shape": (2, 6, 4), "key_shape": (2, 6, 4)}, (2, N, 5, 5)),
+    ("multi_head_attention_lora", {"num_heads": 2, "key_dim": 3, "lora_rank": 2, "num_particles": N},
+     {"query_shape": (2, 5, 4), "value_shape": (2, 5, 4)}, (2, N, 5, 4)),
     ("multi_head_attention_deterministic", {"num_heads": 1, "key_dim": 3, "deterministic": True},
      {"query_shape": (2, N, 5, 4), "value_shape": (2, N, 5, 4)}, (2, N, 5, 4)),
 ]

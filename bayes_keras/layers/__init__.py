@@ -17,6 +17,8 @@ from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAve
                                                GlobalMaxPooling2D)
 from bayes_keras.layers.gru import GRU
 from bayes_keras.layers.layer_normalization import LayerNormalization
+from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
+from bayes_keras.layers.lora_embedding import LoRAEmbedding
 from bayes_keras.layers.lstm import LSTM
 from bayes_keras.layers.multi_head_attention import MultiHeadAttention
 from bayes_keras.layers.per_particle import PerParticle
@@ -27,4 +29,4 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
            "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
-           "EinsumDense", "MultiHeadAttention", "PerParticle"]
+           "EinsumDense", "MultiHeadAttention", "LoRAEinsumDense", "LoRAEmbedding", "PerParticle"]

@@ -8,10 +8,12 @@ from keras.src.backend import get_keras_mask, set_keras_mask
 
 from bayes_keras import priors as priors_lib
 from bayes_keras.layers.einsum_dense import EinsumDense
+from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 
 # the projections of keras.layers.MultiHeadAttention on (batch, time, features) inputs, written for one particle
 _PROJECTION = "abc,cde->abde"
 _OUTPUT = "abcd,cde->abe"
+_PROJECTIONS = ("query", "key", "value", "gate", "attention_output")
 
 
 def _large_negative(dtype):
@@ -40,6 +42,10 @@ class MultiHeadAttention(keras.layers.Layer):
             `output_shape` an int or a 1-tuple).
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
         num_particles, deterministic, kernel_prior, bias_prior: see `bayes_keras.layers.ParticleLayer`.
+        lora_rank, lora_alpha, lora_projections: Bayesian LoRA (`LoRAEinsumDense`): the projections named in
+            `lora_projections` (default query and value, as KerasHub adapts) get rank-`lora_rank` factors per
+            particle on frozen shared kernels; the others are frozen and shared, and a projection of an input
+            without the particle axis then computes once (the keys: the particle axis starts inside the attention).
 
     Example:
         >>> tokens = keras.Input((16, 32))
@@ -50,9 +56,14 @@ class MultiHeadAttention(keras.layers.Layer):
     def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_shape=None,
                  attention_axes=None, kernel_initializer="glorot_uniform", bias_initializer=None, use_gate=False,
                  sliding_window=None, seed=None, num_particles=None, deterministic=False, kernel_prior=None,
-                 bias_prior=None, **kwargs):
+                 bias_prior=None, lora_rank=None, lora_alpha=None, lora_projections=("query", "value"), **kwargs):
         super().__init__(**kwargs)
+        unknown = sorted(set(lora_projections) - set(_PROJECTIONS))
+        if unknown or (lora_rank is not None and not lora_projections):
+            raise ValueError(f"MultiHeadAttention lora_projections must name some of {_PROJECTIONS}; got "
+                             f"{tuple(lora_projections)!r}.")
         for name, value, optional in (("num_heads", num_heads, False), ("key_dim", key_dim, False),
+                                      ("lora_rank", lora_rank, True),
                                       ("value_dim", value_dim, True), ("sliding_window", sliding_window, True),
                                       ("num_particles", num_particles, True)):
             if (value is not None or not optional) and (
@@ -82,6 +93,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.num_particles = num_particles
         self.deterministic = bool(deterministic)
         self.kernel_prior, self.bias_prior = priors_lib.get(kernel_prior), priors_lib.get(bias_prior)
+        self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
+        self.lora_projections = tuple(lora_projections)
         self.supports_masking = True
         self._softmax = keras.layers.Softmax(axis=-1, dtype=self.dtype_policy)
         self._dropout_layer = keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
@@ -102,10 +115,24 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _projection(self, name, equation, output_shape, bias_axes, carries, activation=None):
         initializer = self.kernel_initializer.__class__.from_config(self.kernel_initializer.get_config())
-        return EinsumDense(equation, output_shape, activation=activation, bias_axes=bias_axes if self.use_bias else None,
-                           kernel_initializer=initializer, bias_initializer=self.bias_initializer, name=name,
-                           num_particles=None if carries else self.num_particles, deterministic=self.deterministic,
-                           kernel_prior=self.kernel_prior, bias_prior=self.bias_prior, dtype=self.dtype_policy)
+        common = dict(activation=activation, bias_axes=bias_axes if self.use_bias else None,
+                      kernel_initializer=initializer, name=name, dtype=self.dtype_policy)
+        if self.lora_rank is None:
+            return EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer,
+                               num_particles=None if carries else self.num_particles, deterministic=self.deterministic,
+                               kernel_prior=self.kernel_prior, bias_prior=self.bias_prior, **common)
+        if name in self.lora_projections:
+            return LoRAEinsumDense(equation, output_shape, rank=self.lora_rank, lora_alpha=self.lora_alpha,
+                                   num_particles=None if carries else self.num_particles,
+                                   deterministic=self.deterministic, kernel_prior=self.kernel_prior,
+                                   bias_initializer=self.bias_initializer or "zeros", **common)
+        # frozen and shared: on an input without the particle axis, Keras' layer (computed once)
+        if not carries:
+            return keras.layers.EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer or "zeros",
+                                            trainable=False, **common)
+        return EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer or "zeros",
+                           deterministic=True, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
+                           trainable=False, **common)
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -246,5 +273,6 @@ class MultiHeadAttention(keras.layers.Layer):
             "num_particles": self._given_num_particles, "deterministic": self.deterministic,
             "kernel_prior": priors_lib.serialize(self.kernel_prior),
             "bias_prior": priors_lib.serialize(self.bias_prior),
+            "lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha, "lora_projections": self.lora_projections,
         })
         return config
