@@ -25,7 +25,8 @@ from bayes_keras.curvature import preconditioners  # noqa: E402
 from bayes_keras import pfbr  # noqa: E402
 from bayes_keras.bayesianize import bayesianize  # noqa: E402
 from bayes_keras.conversion_report import ConversionReport, conversion_report  # noqa: E402
+from bayes_keras.adapters import load_adapters, save_adapters  # noqa: E402
 from bayes_keras import wrappers  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
 
-__all__ += ["bayesianize", "conversion_report", "ConversionReport", "wrappers", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]
+__all__ += ["bayesianize", "save_adapters", "load_adapters", "conversion_report", "ConversionReport", "wrappers", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]
