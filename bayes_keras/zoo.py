@@ -226,3 +226,110 @@ def keras_resnet20(input_shape=(32, 32, 3), num_classes=10):
     outputs = _resnet20_graph(inputs, num_classes, conv, keras.layers.BatchNormalization, keras.layers.Dense,
                               keras.layers.GlobalAveragePooling2D, deterministic=None)
     return keras.Model(inputs, outputs, name="resnet20")
+
+
+def _transformer_blocks(h, dim, depth, heads, mlp_dim, dropout, L):
+    """Pre-norm transformer encoder blocks (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762, as in ViT):
+    h + attention(norm(h)), then h + MLP(norm(h)); `L` is the namespace of layers (keras.layers or
+    bayes_keras.layers), so the Bayesian model and its Keras twin share one graph."""
+    for i in range(depth):
+        x = L.LayerNormalization(epsilon=1e-6, name=f"block{i}_norm1")(h)
+        x = L.MultiHeadAttention(heads, dim // heads, dropout=dropout, name=f"block{i}_attention")(x, x)
+        h = keras.layers.Add(name=f"block{i}_add1")([h, x])
+        x = L.LayerNormalization(epsilon=1e-6, name=f"block{i}_norm2")(h)
+        x = L.Dense(mlp_dim, activation="gelu", name=f"block{i}_mlp1")(x)
+        x = L.Dense(dim, name=f"block{i}_mlp2")(x)
+        h = keras.layers.Add(name=f"block{i}_add2")([h, x])
+    return L.LayerNormalization(epsilon=1e-6, name="norm")(h)
+
+
+def _patches(inputs, patch_size):
+    """(batch, H, W, C) images -> (batch, patches, patch_size^2 C + patches): flattened patches, each with a one-hot
+    code of its position, so that the first Dense both embeds the patch and adds a learned position embedding."""
+    height, width, channels = inputs.shape[1:]
+    if height % patch_size or width % patch_size:
+        raise ValueError(f"vision_transformer: patch_size {patch_size} must divide the image size {(height, width)}.")
+    rows, columns = height // patch_size, width // patch_size
+    h = keras.layers.Reshape((rows, patch_size, columns, patch_size, channels))(inputs)
+    h = keras.layers.Permute((1, 3, 2, 4, 5))(h)
+    h = keras.layers.Reshape((rows * columns, patch_size * patch_size * channels))(h)
+    positions = keras.ops.zeros_like(h[..., :1]) + keras.ops.eye(rows * columns)
+    return keras.layers.Concatenate(name="patches_and_positions")([h, positions])
+
+
+def _vision_transformer_graph(inputs, num_classes, patch_size, dim, depth, heads, mlp_dim, dropout, L, first):
+    h = L.Dense(dim, name="patch_embedding", **first)(_patches(inputs, patch_size))
+    h = _transformer_blocks(h, dim, depth, heads, mlp_dim, dropout, L)
+    return L.Dense(num_classes, name="head")(L.GlobalAveragePooling1D(name="pool")(h))
+
+
+def vision_transformer(input_shape=(8, 8, 1), num_classes=10, patch_size=2, dim=32, depth=2, heads=4, mlp_dim=64,
+                       dropout=0.0, num_particles=10, **model_kwargs):
+    """A small vision transformer (Dosovitskiy et al. 2021, https://arxiv.org/abs/2010.11929) from particle layers:
+    patch embedding with learned positions, `depth` pre-norm encoder blocks of particle attention and MLP, mean
+    pooling over patches, a linear head (logits; default likelihood "categorical"). The defaults fit the 8x8
+    digits: 16 patches of 2x2, 18k weights per particle.
+
+    Example:
+        >>> model = bayes_keras.zoo.vision_transformer((8, 8, 1), 10, num_particles=8)
+        >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow())
+    """
+    if dim % heads:
+        raise ValueError(f"vision_transformer: dim {dim} must be a multiple of heads {heads}.")
+    model_kwargs.setdefault("likelihood", "categorical")
+    inputs = keras.Input(input_shape)
+    outputs = _vision_transformer_graph(inputs, num_classes, patch_size, dim, depth, heads, mlp_dim, dropout, layers,
+                                        {"num_particles": num_particles})
+    return BayesianModel(inputs, outputs, name="bayesian_vision_transformer", **model_kwargs)
+
+
+def keras_vision_transformer(input_shape=(8, 8, 1), num_classes=10, patch_size=2, dim=32, depth=2, heads=4,
+                             mlp_dim=64, dropout=0.0):
+    """The same vision transformer from plain Keras layers (logits out): the network to pretrain and then convert
+    (`bayesianize`, also with `lora_rank`)."""
+    if dim % heads:
+        raise ValueError(f"vision_transformer: dim {dim} must be a multiple of heads {heads}.")
+    inputs = keras.Input(input_shape)
+    outputs = _vision_transformer_graph(inputs, num_classes, patch_size, dim, depth, heads, mlp_dim, dropout,
+                                        keras.layers, {})
+    return keras.Model(inputs, outputs, name="vision_transformer")
+
+
+def _text_transformer_graph(tokens, vocabulary_size, num_outputs, dim, depth, heads, mlp_dim, dropout, L, first):
+    length = tokens.shape[1]
+    h = L.Embedding(vocabulary_size + 1, dim, mask_zero=True, name="embedding", **first)(tokens)
+    positions = keras.ops.zeros_like(keras.ops.expand_dims(keras.ops.cast(tokens, "float32"), -1)) + keras.ops.eye(
+        length)
+    h = keras.layers.Add(name="add_positions")([h, L.Dense(dim, use_bias=False, name="positions", **first)(positions)])
+    h = _transformer_blocks(h, dim, depth, heads, mlp_dim, dropout, L)
+    return L.Dense(num_outputs, name="head")(L.GlobalAveragePooling1D(name="pool")(h))
+
+
+def text_transformer(vocabulary_size, num_outputs, length, dim=32, depth=1, heads=4, mlp_dim=64, dropout=0.0,
+                     num_particles=10, **model_kwargs):
+    """A small text transformer from particle layers: token embedding (id 0 is padding, masked in attention and
+    pooling) plus a learned position embedding, `depth` pre-norm encoder blocks, masked mean pooling, a linear head
+    (default likelihood "categorical", `num_outputs` classes). Input (batch, length) ids in 1..vocabulary_size.
+
+    Example:
+        >>> (x, y), _ = bayes_keras.datasets.load_digit_tokens()
+        >>> model = bayes_keras.zoo.text_transformer(bayes_keras.datasets.DIGIT_TOKENS, 10, x.shape[1])
+    """
+    if dim % heads:
+        raise ValueError(f"text_transformer: dim {dim} must be a multiple of heads {heads}.")
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 1:
+        raise ValueError(f"text_transformer length must be a positive integer (the padded sequence length); got "
+                         f"{length!r}.")
+    model_kwargs.setdefault("likelihood", "categorical")
+    tokens = keras.Input((int(length),), dtype="int32", name="tokens")
+    outputs = _text_transformer_graph(tokens, int(vocabulary_size), num_outputs, dim, depth, heads, mlp_dim, dropout,
+                                      layers, {"num_particles": num_particles})
+    return BayesianModel(tokens, outputs, name="bayesian_text_transformer", **model_kwargs)
+
+
+def keras_text_transformer(vocabulary_size, num_outputs, length, dim=32, depth=1, heads=4, mlp_dim=64, dropout=0.0):
+    """The same text transformer from plain Keras layers (logits out)."""
+    tokens = keras.Input((int(length),), dtype="int32", name="tokens")
+    outputs = _text_transformer_graph(tokens, int(vocabulary_size), num_outputs, dim, depth, heads, mlp_dim, dropout,
+                                      keras.layers, {})
+    return keras.Model(tokens, outputs, name="text_transformer")
