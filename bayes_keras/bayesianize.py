@@ -14,6 +14,7 @@ from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
 from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis
 from bayes_keras.layers.converted import get_sublayer, set_sublayer
+from bayes_keras.layers.get_item import encode_key
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
 from bayes_keras.particle_initialization import initialize_particles
@@ -458,6 +459,10 @@ class _Conversion:
             # `h + attention(h)` where h comes from before the particle axis (LoRA's frozen embeddings): the Keras
             # merge layer on each particle, h repeated for every particle
             return PerParticle(merge(), particle_inputs=carries)(list(args))
+        if type(op).__name__ == "GetItem" and carries and carries[0] and len(args) == 2 and not kwargs:
+            key = encode_key(args[1])
+            if key is not None:  # x[:, 0, :] of a (batch, T, F) tensor, on (batch, N, T, F)
+                return particle_layers.GetItem(key, name=op.name)(args[0])
         if any(carries):
             problem = mixing_guard.operation_refusal(op, [tuple(t.shape) for t in flat], carries)
             if problem is not None:
@@ -668,6 +673,7 @@ class _Conversion:
         floats = [not c and not _is_integer(t) for t, c in zip(flat, carries)]
         for repeat in (True, False) if any(floats) else (False,):
             copy = layer.__class__.from_config(layer.get_config())
+            built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
             for path, sublayer in _custom_sublayers(layer):
                 twin, placed = self._sublayer_twin_of(sublayer, bayesian, starts=path in batchless)
@@ -676,7 +682,7 @@ class _Conversion:
                 pairs += placed
             particle_inputs = [True if c else (False if f and repeat else None) for c, f in zip(carries, floats)]
             new = particle_layers.Converted(copy, twins, particle_inputs, self.num_particles, name=layer.name,
-                                            trainable=layer.trainable or bayesian)
+                                            trainable=layer.trainable or bayesian, built_parts=built_parts)
             problem = _per_particle_mismatch(layer, new, pairs, flat, carries, args, kwargs, self.num_particles)
             if problem is None:
                 break
@@ -826,6 +832,22 @@ def _freeze_all_but_particles(model):
             layer.trainable = False
 
 
+def _made_in_build(original, copy):
+    """What a custom layer makes in build() (KerasHub's TransformerEncoder makes its sublayers there), which a
+    fresh copy from its config lacks: {attribute: fresh sublayer, or a plain value}. Empty when __init__ makes
+    everything. With them the copy is complete without being built (its build would re-make the sublayers and
+    overwrite the twins)."""
+    parts = {}
+    for name, value in vars(original).items():
+        if name in vars(copy) or name == "_layers" or name.startswith("_self_") and not isinstance(value, _L.Layer):
+            continue  # TensorFlow's own tracking attributes (_self_update_uid, ...)
+        if isinstance(value, _L.Layer):
+            parts[name] = value.__class__.from_config(value.get_config())
+        elif isinstance(value, (bool, int, float, str, type(None))):
+            parts[name] = value
+    return parts
+
+
 def _default_lora_layers(model):
     """bayesianize's default Bayesian layers under LoRA: the attention layers (custom layers holding attention
     count as attention), or every Dense / EinsumDense / Embedding of a model without attention; and the output
@@ -838,7 +860,8 @@ def _default_lora_layers(model):
 
     chosen = [layer for layer in layers if has_attention(layer)] or [
         layer for layer in layers if isinstance(layer, _LORA_TYPES) and not isinstance(layer, _L.MultiHeadAttention)]
-    return [layer.name for layer in chosen if layer.trainable] + [model.layers[-1].name]
+    # frozen or not: LoRA adapts frozen weights (a backbone frozen for fine-tuning a head gets adapters too)
+    return [layer.name for layer in chosen] + [model.layers[-1].name]
 
 
 def _place_lora(original, new, noise_std, seed, noise_floor=0.01):

@@ -13,6 +13,7 @@ from bayes_keras.layers.dropout import Dropout
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.embedding import Embedding
 from bayes_keras.layers.flatten import Flatten
+from bayes_keras.layers.get_item import GetItem  # noqa: F401 (made by bayesianize)
 from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
                                                GlobalMaxPooling2D)
 from bayes_keras.layers.gru import GRU

@@ -65,14 +65,27 @@ class Converted(keras.layers.Layer):
         particle_inputs: one entry per tensor in the call's flattened arguments: True where it carries the
             particle axis, False where it is repeated for every particle, None where it is passed as it is.
         num_particles: N.
+        built_parts: what the custom layer's build() makes, which a copy from its config lacks ({attribute:
+            sublayer or plain value}): set on the copy, which is then never built (build would make its sublayers
+            again, over the twins).
     """
 
-    def __init__(self, layer, twins, particle_inputs, num_particles, **kwargs):
+    def __init__(self, layer, twins, particle_inputs, num_particles, built_parts=None, **kwargs):
         super().__init__(**kwargs)
         deserialize = keras.saving.deserialize_keras_object
         if isinstance(layer, dict):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
             layer = deserialize({k: v for k, v in layer.items() if k != "build_config"})
         self.layer = layer
+        # what the layer's build() makes (its sublayers, plain values): given here, so that build() never runs
+        # (it would make the sublayers again, over the twins); kept serialized, for get_config
+        top = {path.split(".")[0] for path in twins}
+        self.built_parts = {name: keras.saving.serialize_keras_object(v) if isinstance(v, keras.layers.Layer) else v
+                            for name, v in (built_parts or {}).items() if name not in top}
+        for name, value in self.built_parts.items():
+            setattr(self.layer, name, deserialize(value) if isinstance(value, dict) and "class_name" in value
+                    else value)
+        if built_parts:
+            self.layer.built = True
         self.twins = {path: deserialize(t) if isinstance(t, dict) else t for path, t in twins.items()}
         for path, twin in self.twins.items():
             set_sublayer(self.layer, path, twin)
@@ -102,7 +115,8 @@ class Converted(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.layer),
                 "twins": {path: keras.saving.serialize_keras_object(t) for path, t in self.twins.items()},
-                "particle_inputs": self.particle_inputs, "num_particles": self.num_particles}
+                "particle_inputs": self.particle_inputs, "num_particles": self.num_particles,
+                "built_parts": dict(self.built_parts)}
 
 
 def _is_tensor(x):
