@@ -177,6 +177,7 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
                          f"got {batch_norm_momentum!r}.")
     conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_bayesian, output_layer,
                              output_activation, batch_norm_momentum, lora_rank, lora_alpha)
+    conversion.head = ([layer for layer in _flat_layers(functional) if _has_twin(layer)] or [None])[-1]
     clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
     bayesian = BayesianModel(clone.input, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
     if lora_rank is not None or conversion.adapted:
@@ -391,6 +392,7 @@ class _Conversion:
                  batch_norm_momentum=None, lora_rank=None, lora_alpha=None):
         self.num_particles = num_particles
         self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
+        self.head = None  # the last weight layer: under LoRA it gets full particles (set by bayesianize)
         self.adapted = []  # (Keras layer, LoRA twin): frozen weights copied, factors placed (_place_lora)
         self.batch_norm_momentum = batch_norm_momentum
         self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
@@ -500,7 +502,7 @@ class _Conversion:
         Embedding / attention layer under lora_rank (the output layer aside), or one Keras' enable_lora adapted."""
         if _keras_lora_rank(layer) is not None:
             return _keras_lora_rank(layer)
-        if self.lora_rank is None or layer is self.output_layer or not self.is_bayesian(layer):
+        if self.lora_rank is None or layer is self.head or not self.is_bayesian(layer):
             return None
         if not isinstance(layer, _LORA_TYPES):
             raise ValueError(f"bayesianize: lora_rank adapts Dense, EinsumDense, Embedding and MultiHeadAttention "
@@ -861,7 +863,8 @@ def _default_lora_layers(model):
     chosen = [layer for layer in layers if has_attention(layer)] or [
         layer for layer in layers if isinstance(layer, _LORA_TYPES) and not isinstance(layer, _L.MultiHeadAttention)]
     # frozen or not: LoRA adapts frozen weights (a backbone frozen for fine-tuning a head gets adapters too)
-    return [layer.name for layer in chosen] + [model.layers[-1].name]
+    head = [layer for layer in layers if _has_twin(layer)][-1:]  # the last weight layer (a softmax may follow)
+    return [layer.name for layer in chosen] + [layer.name for layer in head if layer not in chosen]
 
 
 def _place_lora(original, new, noise_std, seed, noise_floor=0.01):

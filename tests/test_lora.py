@@ -210,3 +210,17 @@ def test_every_optimizer_trains_lora_with_its_defaults_or_refuses(optimizer):
         model.compile(optimizer=getattr(bk.optimizers, optimizer)(preconditioner="identity"))
         history = model.fit(x, y, epochs=3, batch_size=16, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_lora_on_the_zoo_vision_transformer():
+    """The particle axis starts inside the first attention; the residual adds after it mix a pre-axis tensor with
+    particle activations (repeated per particle), and the model-level guard follows the axis from the attention."""
+    keras.utils.set_random_seed(0)
+    vit = bk.zoo.keras_vision_transformer(num_classes=5)
+    keras_model = keras.Model(vit.input, keras.layers.Activation("softmax")(vit.output))
+    model = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
+    (x, _), _ = bk.datasets.load_digits()
+    np.testing.assert_allclose(tf.nn.softmax(model(x[:8])).numpy(),
+                               np.broadcast_to(keras_model(x[:8]).numpy()[:, None], (8, N, 5)), atol=1e-5)
+    assert {r.name.split("/")[0] for r in bk.conversion_report(model).rows if r.role == "bayesian"} == {
+        "block0_attention", "block1_attention", "head"}

@@ -170,6 +170,13 @@ def mixing_found(layer, inputs, carries, num_particles):
     return None
 
 
+def _starts_particles(layer):
+    """A bayes_keras layer made of particle sublayers (attention, a converted custom layer, Bidirectional) that
+    may start the particle axis: it holds particle weights or was given num_particles."""
+    return _is_particle_aware(layer) and (getattr(layer, "_given_num_particles", None) is not None or any(
+        getattr(v, "is_particle_variable", False) for v in layer.weights))
+
+
 def _is_particle_aware(layer):
     return type(layer).__module__.startswith("bayes_keras.")
 
@@ -202,7 +209,8 @@ def check_layers_keep_particles(layers, particle_layer_types):
                     raise ValueError(f"BayesianModel: {problem}.")
                 carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
             continue
-        if isinstance(layer, particle_layer_types) or (any(carries) and _is_particle_aware(layer)):
+        if isinstance(layer, particle_layer_types) or _starts_particles(layer) or (
+                any(carries) and _is_particle_aware(layer)):
             carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
             started = True
             continue
