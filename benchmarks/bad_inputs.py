@@ -31,9 +31,12 @@ BAD_VALUES = {"NaN": float("nan"), "+inf": float("inf"), "-inf": -float("inf"), 
 NOT_USER_INPUTS = {"StepInfo", "ParticleView", "DenseCurvature", "KFACCurvature", "ScaledIdentityCurvature",
                    "ParticleMixture", "Curvature", "KroneckerOperator", "StateWrites"}
 REQUIRED = {"units": 2, "filters": 2, "kernel_size": 2, "input_dim": 5, "output_dim": 2, "rate": 0.1,
-            "initial_learning_rate": 0.1, "tau": 10, "pool_size": 2, "activation": "relu"}
+            "initial_learning_rate": 0.1, "tau": 10, "pool_size": 2, "activation": "relu", "rank": 2, "num_heads": 2,
+            "key_dim": 2}
 EXTRA = {"Embedding": {"num_particles": 2}, "Bidirectional": {"layer": lambda: bk.layers.LSTM(2)},
-         "PerParticle": {"layer": lambda: keras.layers.Dense(2)}}
+         "PerParticle": {"layer": lambda: keras.layers.Dense(2)},
+         "EinsumDense": {"equation": "ab,bc->ac", "output_shape": 2},
+         "LoRAEinsumDense": {"equation": "ab,bc->ac", "output_shape": 2}, "LoRAEmbedding": {"num_particles": 2}}
 
 
 PUBLIC_MODULES = {"optimizers": bk.optimizers, "layers": bk.layers, "priors": bk.priors, "kernels": bk.kernels,
