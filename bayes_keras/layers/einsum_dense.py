@@ -73,7 +73,7 @@ def einsum_shapes(equation, bias_axes, input_shape, partial_output_shape):
     return kernel_shape, bias_shape, output_shape, input_axes, output_axes
 
 
-def _particle_equations(equation):
+def particle_equations(equation):
     """The equation on (batch, N, ...) inputs with (N, ...) kernels ("particles"), on (batch, N, ...) inputs
     with a shared kernel ("shared"), and on (batch, ...) inputs with (N, ...) kernels ("broadcast"): the
     particle letter follows the batch letter, and leads in the kernel."""
@@ -92,6 +92,43 @@ def _particle_equations(equation):
     x, y = f"{batch}{p}{input_spec[1:]}{tail}", f"{batch}{p}{output_spec[1:]}{tail}"
     return {"particles": f"{x},{p}{kernel_spec}->{y}", "shared": f"{x},{kernel_spec}->{y}",
             "broadcast": f"{input_spec}{tail},{p}{kernel_spec}->{y}"}
+
+
+def example_shape(layer, input_shape):
+    """The input shape of one particle's (Keras) layer: the particle axis (after the batch axis) removed."""
+    shape = tuple(input_shape)
+    return shape if layer.broadcasts else shape[:1] + shape[2:]
+
+
+def resolve_particle_input(layer, shape):
+    """For an einsum particle layer (`layer.equation`, `layer.broadcasts`): check the input's rank, read N from its
+    particle axis (axis 1 at every rank) and return one particle's input shape."""
+    input_spec, _, _, side = parse_equation(layer.equation)
+    rank = len(input_spec) + (0 if layer.broadcasts else 1)
+    if len(shape) < rank or (side is None and len(shape) != rank) or (not layer.broadcasts and shape[1] is None):
+        where = "(batch, ...)" if layer.broadcasts else "(batch, particles, ...) from a previous particle layer"
+        raise ValueError(f"{type(layer).__name__} '{layer.name}' with equation {layer.equation!r} expects {where} of "
+                         f"rank {rank}{' or more' if side else ''}; got shape {shape}."
+                         + ("" if layer.broadcasts else " If this is the first Bayesian layer, pass num_particles=N "
+                            "to it."))
+    if not layer.broadcasts:
+        layer.num_particles = int(shape[1])
+    return example_shape(layer, shape)
+
+
+def particle_output_shape(layer, input_shape):
+    """An einsum particle layer's output shape: Keras' for one particle, with the particle axis after the batch."""
+    shape = tuple(input_shape)
+    _, _, output, _, _ = einsum_shapes(layer.equation, layer.bias_axes, example_shape(layer, shape),
+                                       layer.partial_output_shape)
+    n = layer._given_num_particles if layer.broadcasts else shape[1]
+    return tuple(output[:1]) + (n,) + tuple(output[1:])
+
+
+def tile_particles(y, num_particles):
+    """A shared (batch, ...) result with the particle axis inserted after the batch axis."""
+    y = tf.expand_dims(y, 1)
+    return tf.tile(y, [1, num_particles] + [1] * (len(y.shape) - 2))
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -123,7 +160,7 @@ class EinsumDense(ParticleLayer):
     def __init__(self, equation, output_shape, activation=None, bias_axes=None, kernel_initializer="glorot_uniform",
                  bias_initializer=None, **kwargs):
         super().__init__(**kwargs)
-        self.equations = _particle_equations(equation)
+        self.equations = particle_equations(equation)
         self.equation = equation
         self.partial_output_shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
         self.bias_axes = bias_axes or None
@@ -131,26 +168,10 @@ class EinsumDense(ParticleLayer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
 
-    def _example_shape(self, input_shape):
-        """The input shape of one particle's (Keras) layer: the particle axis removed."""
-        shape = tuple(input_shape)
-        return shape if self.broadcasts else shape[:1] + shape[2:]
-
     def build(self, input_shape):
         shape = tuple(input_shape)
-        input_spec, _, _, side = parse_equation(self.equation)
-        rank = len(input_spec) + (0 if self.broadcasts else 1)
-        if len(shape) < rank or (side is None and len(shape) != rank) or (
-                not self.broadcasts and shape[1] is None):
-            where = "(batch, ...)" if self.broadcasts else "(batch, particles, ...) from a previous particle layer"
-            raise ValueError(f"EinsumDense '{self.name}' with equation {self.equation!r} expects {where} of rank "
-                             f"{rank}{' or more' if side else ''}; got shape {shape}."
-                             + ("" if self.broadcasts else " If this is the first Bayesian layer, pass "
-                                "num_particles=N to it."))
-        if not self.broadcasts:  # the particle axis follows the batch axis at every rank (module docstring)
-            self.num_particles = int(shape[1])
         kernel_shape, bias_shape, _, input_axes, output_axes = einsum_shapes(
-            self.equation, self.bias_axes, self._example_shape(shape), self.partial_output_shape)
+            self.equation, self.bias_axes, resolve_particle_input(self, shape), self.partial_output_shape)
         if None in kernel_shape or (bias_shape and None in bias_shape):
             raise ValueError(f"EinsumDense '{self.name}': the kernel's axes must be known; input {shape}, "
                              f"output_shape {self.partial_output_shape} give {kernel_shape}.")
@@ -173,7 +194,7 @@ class EinsumDense(ParticleLayer):
             if self.broadcasts:
                 y = tf.einsum(self.equation, x, self.kernel)
                 y = y if self.bias is None else y + self.bias
-                return self.activation(self._tile(y))
+                return self.activation(tile_particles(y, self._given_num_particles))
             y = tf.einsum(self.equations["shared"], x, self.kernel)
             return self.activation(y if self.bias is None else y + self.bias)
         y = tf.einsum(self.equations["broadcast" if self.broadcasts else "particles"], x, self.kernel)
@@ -183,17 +204,8 @@ class EinsumDense(ParticleLayer):
             y = y + bias
         return self.activation(y)
 
-    def _tile(self, y):
-        """A shared (batch, ...) result with the particle axis inserted after the batch axis."""
-        y = tf.expand_dims(y, 1)
-        return tf.tile(y, [1, self._given_num_particles] + [1] * (len(y.shape) - 2))
-
     def compute_output_shape(self, input_shape):
-        shape = tuple(input_shape)
-        example = self._example_shape(shape)
-        _, _, output, _, _ = einsum_shapes(self.equation, self.bias_axes, example, self.partial_output_shape)
-        n = self._given_num_particles if self.broadcasts else shape[1]
-        return tuple(output[:1]) + (n,) + tuple(output[1:])
+        return particle_output_shape(self, input_shape)
 
     def get_config(self):
         config = super().get_config()

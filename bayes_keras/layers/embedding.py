@@ -7,6 +7,18 @@ from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import ParticleLayer
 
 
+def checked_ids(layer, inputs):
+    """`inputs` as int32 token ids, asserted to lie in [0, layer.input_dim): an id outside the table would be a
+    GatherV2 error on CPU and a silent zero vector on GPU."""
+    ids = tf.cast(inputs, tf.int32)
+    name = f"{type(layer).__name__} '{layer.name}'"
+    with tf.control_dependencies([
+            tf.debugging.assert_non_negative(ids, message=f"{name}: token ids must be >= 0"),
+            tf.debugging.assert_less(ids, layer.input_dim, message=f"{name}: token ids must be "
+                                     f"< input_dim={layer.input_dim} (the vocabulary size, + 1 with mask_zero)")]):
+        return tf.identity(ids)
+
+
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class Embedding(ParticleLayer):
     """Token embedding whose table is an (N, input_dim, output_dim) stack of particles: integer inputs
@@ -51,13 +63,7 @@ class Embedding(ParticleLayer):
                                                    self.embeddings_initializer, self.kernel_prior, self.input_dim)
 
     def call(self, inputs):
-        ids = tf.cast(inputs, tf.int32)
-        # an id outside the table would be a GatherV2 error on CPU and a silent zero vector on GPU
-        with tf.control_dependencies([
-                tf.debugging.assert_non_negative(ids, message=f"Embedding '{self.name}': token ids must be >= 0"),
-                tf.debugging.assert_less(ids, self.input_dim, message=f"Embedding '{self.name}': token ids must be "
-                                         f"< input_dim={self.input_dim} (the vocabulary size, + 1 with mask_zero)")]):
-            ids = tf.identity(ids)
+        ids = checked_ids(self, inputs)
         if self.deterministic:
             out = tf.gather(self.embeddings, ids)  # (batch, ..., D)
             return self._broadcast_shared(out) if self.broadcasts else out

@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.base import ParticleLayer
-from bayes_keras.layers.einsum_dense import _particle_equations, einsum_shapes, parse_equation
+from bayes_keras.layers.einsum_dense import (particle_equations, einsum_shapes, parse_equation,
+                                              particle_output_shape, resolve_particle_input, tile_particles)
 
 _RANK = "R"  # the einsum letter of the adapter's rank axis (Keras' equations use lower-case letters)
 
@@ -63,7 +64,7 @@ class LoRAEinsumDense(ParticleLayer):
         if lora_alpha is not None and (isinstance(lora_alpha, bool) or not isinstance(lora_alpha, (int, float))
                                        or not lora_alpha > 0):
             raise ValueError(f"LoRAEinsumDense lora_alpha must be a positive number or None; got {lora_alpha!r}.")
-        self.equations = _particle_equations(equation)
+        self.equations = particle_equations(equation)
         self.equation = equation
         self.partial_output_shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
         self.rank = rank
@@ -82,25 +83,16 @@ class LoRAEinsumDense(ParticleLayer):
         self._factorized = last in output_spec
         if self._factorized:
             middle = output_spec.replace(last, _RANK)
-            self._a_equations = _particle_equations(_assemble(input_spec, kernel_spec[:-1] + _RANK, middle, side))
-            self._b_equation = _particle_equations(_assemble(middle, _RANK + last, output_spec, side))
+            self._a_equations = particle_equations(_assemble(input_spec, kernel_spec[:-1] + _RANK, middle, side))
+            self._b_equation = particle_equations(_assemble(middle, _RANK + last, output_spec, side))
 
     @property
     def scale(self):
         return self.lora_alpha / self.rank
 
     def build(self, input_shape):
-        shape = tuple(input_shape)
-        input_spec, _, _, side = parse_equation(self.equation)
-        rank = len(input_spec) + (0 if self.broadcasts else 1)
-        if len(shape) < rank or (side is None and len(shape) != rank) or (not self.broadcasts and shape[1] is None):
-            where = "(batch, ...)" if self.broadcasts else "(batch, particles, ...) from a previous particle layer"
-            raise ValueError(f"LoRAEinsumDense '{self.name}' with equation {self.equation!r} expects {where} of rank "
-                             f"{rank}{' or more' if side else ''}; got shape {shape}.")
-        if not self.broadcasts:
-            self.num_particles = int(shape[1])
-        example = shape if self.broadcasts else shape[:1] + shape[2:]
-        kernel_shape, bias_shape, _, _, _ = einsum_shapes(self.equation, self.bias_axes, example,
+        kernel_shape, bias_shape, _, _, _ = einsum_shapes(self.equation, self.bias_axes,
+                                                          resolve_particle_input(self, tuple(input_shape)),
                                                           self.partial_output_shape)
         self.kernel = self.add_weight(name="kernel", shape=tuple(kernel_shape), initializer=self.kernel_initializer,
                                       trainable=False)
@@ -122,7 +114,7 @@ class LoRAEinsumDense(ParticleLayer):
         if self.deterministic:
             update = self._update(x, self.lora_kernel_a, self.lora_kernel_b, shared=True, carries=carries)
             y = y + scale * update
-            return self.activation(y if carries else self._tile(y))
+            return self.activation(y if carries else tile_particles(y, self._given_num_particles))
         update = self._update(x, self.lora_kernel_a, self.lora_kernel_b, shared=False, carries=carries)
         if not carries:
             y = tf.expand_dims(y, 1)  # the shared product, computed once, broadcast over the particles
@@ -139,16 +131,8 @@ class LoRAEinsumDense(ParticleLayer):
             return tf.einsum(self.equations[mode], x, kernels)
         return tf.einsum(self._b_equation["particles"], tf.einsum(self._a_equations[mode], x, a), b)
 
-    def _tile(self, y):
-        y = tf.expand_dims(y, 1)
-        return tf.tile(y, [1, self._given_num_particles] + [1] * (len(y.shape) - 2))
-
     def compute_output_shape(self, input_shape):
-        shape = tuple(input_shape)
-        example = shape if self.broadcasts else shape[:1] + shape[2:]
-        _, _, output, _, _ = einsum_shapes(self.equation, self.bias_axes, example, self.partial_output_shape)
-        n = self._given_num_particles if self.broadcasts else shape[1]
-        return tuple(output[:1]) + (n,) + tuple(output[1:])
+        return particle_output_shape(self, input_shape)
 
     def get_config(self):
         config = super().get_config()

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.embedding import checked_ids
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -61,12 +62,7 @@ class LoRAEmbedding(ParticleLayer):
                                                           self.b_initializer, self.kernel_prior, self.rank)
 
     def call(self, inputs):
-        ids = tf.cast(inputs, tf.int32)
-        with tf.control_dependencies([
-                tf.debugging.assert_non_negative(ids, message=f"LoRAEmbedding '{self.name}': token ids must be >= 0"),
-                tf.debugging.assert_less(ids, self.input_dim, message=f"LoRAEmbedding '{self.name}': token ids must "
-                                         f"be < input_dim={self.input_dim}")]):
-            ids = tf.identity(ids)
+        ids = checked_ids(self, inputs)
         base = tf.gather(self.embeddings, ids)  # (batch, ..., D), once
         scale = tf.cast(self.scale, base.dtype)
         if self.deterministic:
