@@ -52,6 +52,8 @@ _LAYOUT_TWINS = {
     _L.Flatten: particle_layers.Flatten,
     _L.BatchNormalization: particle_layers.BatchNormalization,
 }
+# The Keras classes themselves (their subclasses are checked particle by particle before conversion).
+_TWINNED = set(_WEIGHT_TWINS) | set(_LAYOUT_TWINS)
 _SQUASHING = {keras.activations.softmax: "categorical", keras.activations.sigmoid: "bernoulli"}
 # Arguments a particle twin drops on purpose: the prior takes the place of regularizers and constraints.
 _REPLACED_BY_PRIOR = ("regularizer", "constraint")
@@ -271,10 +273,18 @@ def _weight_twin(layer):
     return next((_WEIGHT_TWINS[cls] for cls in type(layer).__mro__ if cls in _WEIGHT_TWINS), None)
 
 
+def _layout_twin(layer):
+    """The particle twin of a Keras pooling, flattening or BatchNormalization layer, or of a BatchNormalization
+    subclass (converted only if the twin computes what it does; any other subclass runs as it is, per particle)."""
+    if isinstance(layer, _L.BatchNormalization):
+        return particle_layers.BatchNormalization
+    return _LAYOUT_TWINS.get(type(layer))
+
+
 def _has_twin(layer):
     """Whether `layer` has weights and a particle version (the layers `bayesian=` can choose)."""
     return _is_weight_layer(layer) or bool(layer.weights) and (
-        type(layer) in _LAYOUT_TWINS or type(layer) is _L.LayerNormalization)
+        _layout_twin(layer) is not None or type(layer) is _L.LayerNormalization)
 
 
 def _listed(names, limit=12):
@@ -430,8 +440,8 @@ class _Conversion:
             result = self._bidirectional(layer, has_particles, args, kwargs)
         elif type(layer) is _L.LayerNormalization and has_particles and _normalizes_last_axis(layer, flat):
             result = self._twin(layer, particle_layers.LayerNormalization, True, args, kwargs)
-        elif type(layer) in _LAYOUT_TWINS and has_particles:
-            result = self._twin(layer, _LAYOUT_TWINS[type(layer)], True, args, kwargs)
+        elif _layout_twin(layer) is not None and has_particles:
+            result = self._twin(layer, _layout_twin(layer), True, args, kwargs)
         elif _is_custom(layer) and self.is_bayesian(layer):
             result = self._custom(layer, flat, carries, args, kwargs)
         else:
@@ -581,14 +591,18 @@ class _Conversion:
             config["momentum"] = float(self.batch_norm_momentum)
         try:
             new = twin(**config)
-            if type(layer) not in _WEIGHT_TWINS and particle_twin:  # a subclass: its call may differ
+            if type(layer) not in _TWINNED and particle_twin:  # a subclass: its call may differ
                 flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
                 problem = _per_particle_mismatch(layer, new, [(layer, new, "full")], flat,
                                                  [id(t) in self.carrying for t in flat], args,
                                                  _accepted_kwargs(layer, new, kwargs), self.num_particles)
+                if problem is not None and twin is particle_layers.BatchNormalization:
+                    raise ValueError(f"its call differs from BatchNormalization's on particle activations: {problem}; "
+                                     "kept as it is, its batch statistics would mix the particles. Apply it before "
+                                     "the first weight layer, or build the BayesianModel by hand.")
                 if problem is not None:
                     warnings.warn(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) subclasses "
-                                  f"{[c.__name__ for c in type(layer).__mro__ if c in _WEIGHT_TWINS][0]}, but as "
+                                  f"{[c.__name__ for c in type(layer).__mro__ if c in _TWINNED][0]}, but as "
                                   f"bayes_keras.layers.{twin.__name__} {problem}; it stays a shared point estimate.",
                                   UserWarning, stacklevel=4)
                     return self._keep(layer, flat, [id(t) in self.carrying for t in flat], args, kwargs)

@@ -361,12 +361,29 @@ def test_custom_layer_that_would_mix_particles_stays_shared_and_is_named():
 
 
 def test_subclasses_of_converted_layers_convert_when_they_compute_the_same():
-    """keras.layers.ReversibleEmbedding (KerasHub's token embedding) converts as an Embedding; a Dense subclass
-    whose call differs stays a shared point estimate, with a warning."""
+    """keras.layers.ReversibleEmbedding (KerasHub's token embedding) converts as an Embedding, and so does a
+    BatchNormalization subclass that computes as BatchNormalization; a Dense subclass whose call differs stays a
+    shared point estimate, with a warning; a BatchNormalization subclass whose call differs is refused (kept, its
+    batch statistics would mix the particles)."""
 
     class Doubled(keras.layers.Dense):
         def call(self, inputs):
             return 2.0 * super().call(inputs)
+
+    class Renamed(keras.layers.BatchNormalization):
+        pass
+
+    class Shifted(keras.layers.BatchNormalization):
+        def call(self, inputs, training=None, mask=None):
+            return super().call(inputs, training=training) + 1.0
+
+    inputs = keras.Input((4,))
+    h = Renamed(name="renamed")(keras.layers.Dense(8, name="first")(inputs))
+    renamed = bk.bayesianize(keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N)
+    assert isinstance(renamed.get_layer("renamed"), bk.layers.BatchNormalization)
+    h = Shifted(name="shifted")(keras.layers.Dense(8)(inputs))
+    with pytest.raises(ValueError, match="'shifted' .*its call differs from BatchNormalization's"):
+        bk.bayesianize(keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N)
 
     keras.utils.set_random_seed(0)
     tokens = keras.Input((6,), dtype="int32")
