@@ -61,8 +61,8 @@ def initialize_particles(particle_layers, center, noise_std=0.1, seed=None, nois
             if tuple(a.shape) != tuple(variable.shape[1:]):
                 raise ValueError(f"initialize_particles: {variable.path} needs per-particle shape "
                                  f"{tuple(variable.shape[1:])}, got {a.shape}.")
-            value = np.broadcast_to(a[None], tuple(variable.shape)).astype(np.float32)
-            if id(variable) in jittered:
+            value = np.broadcast_to(a[None], tuple(variable.shape))
+            if id(variable) in jittered and noise_std > 0:
                 scale = max(float(np.sqrt(np.mean(np.square(a)))) if a.size else 0.0, noise_floor)
                 value = value + (noise_std * scale) * rng.standard_normal(tuple(variable.shape)).astype(np.float32)
         else:

@@ -42,9 +42,10 @@ def _default_bias_initializer(bias_initializer, deterministic):
 def _particle_initializer(initializer, num_particles):
     """Initializer for an (N, ...) stack: N independent draws of `initializer` on the per-particle shape.
 
-    Keras' fan-based initializers (Glorot, He) would read the particle axis as a receptive field,
-    so each particle is drawn on its own shape with its own seed (derived from Python's `random`,
-    which `keras.utils.set_random_seed` seeds).
+    Keras' random initializers are drawn for all particles in one call on the stacked shape (a fan-based one,
+    Glorot / He / LeCun, with its scale corrected so that the particle axis does not count as a receptive
+    field); other initializers with a seed (Orthogonal, Identity, custom ones) particle by particle on the
+    per-particle shape. Seeds derive from Python's `random`, which `keras.utils.set_random_seed` seeds.
     """
     initializer = keras.initializers.get(initializer)
     config = initializer.get_config()
@@ -54,12 +55,16 @@ def _particle_initializer(initializer, num_particles):
         if "seed" not in config:
             value = initializer(per_particle, dtype=dtype)
             return tf.tile(tf.expand_dims(value, 0), [num_particles] + [1] * len(per_particle))
-        base = config["seed"] if config["seed"] is not None else random.randint(0, 2**30)
+        base = int(config["seed"] if config["seed"] is not None else random.randint(0, 2**30))
+        if isinstance(initializer, _STACKABLE) and type(initializer).__module__.startswith("keras."):
+            return _stacked_draw(initializer, config, base, num_particles, per_particle, dtype)
         if num_particles > _LOOP_LIMIT:
-            return _stacked_draw(initializer, config, int(base), num_particles, per_particle, dtype)
+            raise ValueError(f"{num_particles} particles with the {type(initializer).__name__} initializer would be "
+                             f"drawn one by one; use at most {_LOOP_LIMIT} particles, or a Keras random / "
+                             "variance-scaling initializer.")
         draws = []
         for i in range(num_particles):
-            clone = initializer.__class__.from_config({**config, "seed": int(base) + 7919 * i})
+            clone = initializer.__class__.from_config({**config, "seed": base + 7919 * i})
             draws.append(clone(per_particle, dtype=dtype))
         return tf.stack(draws, axis=0)
 
@@ -67,23 +72,23 @@ def _particle_initializer(initializer, num_particles):
 
 
 DRAW_HEADROOM = 3  # bytes held while a particle weight is drawn, per byte of the weight
-_LOOP_LIMIT = 4096  # more particles than this are drawn in one call (a Python loop of 1e8 draws never ends)
+_LOOP_LIMIT = 4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
+# Initializers whose draws on the stacked (N, ...) shape are N independent per-particle draws (VarianceScaling
+# once its scale is corrected for the fans; Keras' own classes, not subclasses): one call for all particles.
+_STACKABLE = (keras.initializers.VarianceScaling, keras.initializers.RandomNormal, keras.initializers.RandomUniform,
+              keras.initializers.TruncatedNormal)
 
 
 def _stacked_draw(initializer, config, seed, num_particles, per_particle, dtype):
     """All particles' draws in one call of `initializer` on the stacked shape: exact for initializers whose
     distribution does not depend on the shape; a fan-based one (Glorot, He, LeCun: VarianceScaling) reads
     the particle axis as part of its fans, so its scale is multiplied by stacked fan / per-particle fan, which
-    gives every particle the per-particle distribution. Other shape-dependent initializers are refused."""
+    gives every particle the per-particle distribution."""
     stacked = (num_particles,) + per_particle
     if isinstance(initializer, keras.initializers.VarianceScaling):
         fans = [_fan(shape, initializer.mode) for shape in (per_particle, stacked)]
         return keras.initializers.VarianceScaling(initializer.scale * fans[1] / fans[0], initializer.mode,
                                                   initializer.distribution, seed=seed)(stacked, dtype=dtype)
-    if isinstance(initializer, keras.initializers.Orthogonal) or type(initializer).__module__.split(".")[0] != "keras":
-        raise ValueError(f"{num_particles} particles with the {type(initializer).__name__} initializer would be drawn "
-                         f"one by one; use at most {_LOOP_LIMIT} particles, or a Keras random / variance-scaling "
-                         "initializer.")
     return initializer.__class__.from_config({**config, "seed": seed})(stacked, dtype=dtype)
 
 
@@ -113,14 +118,23 @@ def particle_axis(rank):
 def merge_particle_channels(x, num_particles):
     """Particle images (B, H, W, N, C) -> their (B, H, W, N*C) view (channel block n is particle n): a reshape,
     no copy. The view particle convolutions, pooling and batch normalization run on."""
+    if all_known(x.shape[1:3]):  # a static target shape: one op in eager code, not five
+        return tf.reshape(x, (-1, x.shape[1], x.shape[2], num_particles * x.shape[-1]))
     shape = tf.shape(x)
     return tf.reshape(x, tf.stack([shape[0], shape[1], shape[2], num_particles * x.shape[-1]]))
 
 
 def split_particle_channels(y, num_particles, channels):
     """Inverse of `merge_particle_channels`: (B, H, W, N*C) -> (B, H, W, N, C), a reshape, no copy."""
+    if all_known(y.shape[1:3]):
+        return tf.reshape(y, (-1, y.shape[1], y.shape[2], num_particles, channels))
     shape = tf.shape(y)
     return tf.reshape(y, tf.stack([shape[0], shape[1], shape[2], num_particles, channels]))
+
+
+def all_known(dims):
+    """Whether every dimension is known and nonzero (so that a -1 batch dimension is determined)."""
+    return all(d is not None and d > 0 for d in dims)
 
 
 def per_particle_shape(rank, num_particles, channels):

@@ -10,7 +10,7 @@ from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras._config import check_number
 from bayes_keras.curvature import capture, rules
-from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, merge_particle_channels, particle_axis,
+from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, all_known, merge_particle_channels, particle_axis,
                                      per_particle_shape)
 
 _BATCH_STATISTICS_PASS = threading.local()
@@ -141,7 +141,7 @@ class BatchNormalization(ParticleLayer):
     def _fused_image(self, x):
         """Training on images (B, H, W, N, C): one FusedBatchNorm over the N*C channels of the (B, H, W, N*C) view."""
         n, c = self.num_particles, x.shape[-1]
-        shape = tf.shape(x)
+        shape = tuple(x.shape) if all_known(x.shape) else tf.shape(x)
         grouped = merge_particle_channels(x, n)
         scale = self._channel_blocks(self.gamma) if self.gamma is not None else tf.ones((n * c,), tf.float32)
         offset = self._channel_blocks(self.beta) if self.beta is not None else tf.zeros((n * c,), tf.float32)

@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras.src.backend import set_keras_mask
 
-from bayes_keras.layers.base import IMAGE_RANK, particle_axis
+from bayes_keras.layers.base import IMAGE_RANK, all_known, particle_axis
 
 
 def fold_particles(x):
@@ -14,6 +14,8 @@ def fold_particles(x):
     (B*N, ...) (row b*N + n is particle n of example b); images (B, H, W, N, C) -> (B*N, H, W, C)."""
     if len(x.shape) == IMAGE_RANK:
         x = tf.transpose(x, [0, 3, 1, 2, 4])
+    if all_known(x.shape[1:]):  # a static target shape: one op in eager code
+        return tf.reshape(x, (-1,) + tuple(x.shape[2:]))
     shape = tf.shape(x)
     return tf.reshape(x, tf.concat([[shape[0] * shape[1]], shape[2:]], 0))
 
@@ -21,8 +23,11 @@ def fold_particles(x):
 def unfold_particles(y, num_particles):
     """Inverse of `fold_particles` for a result of the folded batch: (B*N, ...) -> (B, N, ...), and to the
     image layout (B, H, W, N, C) when the per-example result is an image (B*N, H, W, C)."""
-    shape = tf.shape(y)
-    y = tf.reshape(y, tf.concat([[shape[0] // num_particles, num_particles], shape[1:]], 0))
+    if all_known(y.shape[1:]):
+        y = tf.reshape(y, (-1, num_particles) + tuple(y.shape[1:]))
+    else:
+        shape = tf.shape(y)
+        y = tf.reshape(y, tf.concat([[shape[0] // num_particles, num_particles], shape[1:]], 0))
     if len(y.shape) == IMAGE_RANK:
         y = tf.transpose(y, [0, 2, 3, 1, 4])
     return y
