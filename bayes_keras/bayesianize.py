@@ -273,6 +273,17 @@ def _weight_twin(layer):
     return next((_WEIGHT_TWINS[cls] for cls in type(layer).__mro__ if cls in _WEIGHT_TWINS), None)
 
 
+def _copy_of(layer):
+    """A fresh instance of a layer kept as it is, from its config (as keras.models.clone_model makes it)."""
+    try:
+        return layer.__class__.from_config(layer.get_config())
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be re-created from its "
+                         f"own get_config(), so no converted model (nor keras.models.clone_model, nor a .keras file "
+                         f"holding it) can: {str(error).splitlines()[-1][:300]} A frozen backbone called as one layer "
+                         "(`backbone(inputs)`) with nothing converted inside it is kept whole.") from error
+
+
 def _layout_twin(layer):
     """The particle twin of a Keras pooling, flattening or BatchNormalization layer, or of a BatchNormalization
     subclass (converted only if the twin computes what it does; any other subclass runs as it is, per particle)."""
@@ -688,7 +699,7 @@ class _Conversion:
         # call adds to particle activations), unless that fails the check (floating-point token ids).
         floats = [not c and not _is_integer(t) for t, c in zip(flat, carries)]
         for repeat in (True, False) if any(floats) else (False,):
-            copy = layer.__class__.from_config(layer.get_config())
+            copy = _copy_of(layer)
             built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
             for path, sublayer in _custom_sublayers(layer):
@@ -731,7 +742,7 @@ class _Conversion:
         if isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
         else:
-            new = layer.__class__.from_config(layer.get_config())
+            new = _copy_of(layer)
             if not layer.trainable:
                 # A nested model's config holds its layers' flags but not its own: a frozen backbone came back
                 # trainable with frozen layers, and `backbone.trainable = True` then changed nothing.
@@ -941,7 +952,8 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
     rng = np.random.default_rng(0)
     concrete = []
     for tensor, carries_particles in zip(flat, carries):
-        shape = [2] + [3 if d is None else d for d in tensor.shape[1 + carries_particles:]]
+        shape = [2] + [mixing_guard.probe_length(num_particles) if d is None else d
+                       for d in tensor.shape[1 + carries_particles:]]
         # in [0, 2): valid token ids of any table once cast to integers, as the Keras Embedding does
         value = rng.integers(0, 2, shape) if _is_integer(tensor) else rng.uniform(0.0, 1.5, shape)
         value = value.astype(str(tensor.dtype))

@@ -22,6 +22,14 @@ def get_sublayer(root, path):
 
 def set_sublayer(root, path, value):
     node, key = _parent_and_key(root, path)
+    old = node[int(key)] if key.isdigit() else getattr(node, key, None)
+    tracker = getattr(node, "_tracker", None)  # Keras' attribute tracker (no public API reaches it)
+    if tracker is not None and tracker.locked and isinstance(old, keras.layers.Layer) and tracker.is_in_store(
+            "layers", old):
+        # a layer built in its constructor (KerasHub's TransformerDecoder, given its input shapes) refuses new
+        # sublayers: the twin takes the old one's place in the tracker (and so in the weight order), as Keras' own
+        # layers change their state after build (enable_lora unlocks the tracker)
+        tracker.replace_tracked_value("layers", old, value)
     if key.isdigit():
         node[int(key)] = value
     else:

@@ -123,13 +123,19 @@ def operation_refusal(op, shapes, carries):
 UNKNOWN_LENGTH = 5  # the size the one-time checks give axes of unknown size
 
 
-def perturbed_outputs(layer, shapes, dtypes, batch, perturb):
+def probe_length(num_particles):
+    """The size the one-time checks give axes of unknown size (a sequence length): never the number of particles,
+    so that a layer that reads the particle axis as its time axis cannot pass them by coincidence."""
+    return UNKNOWN_LENGTH + (num_particles == UNKNOWN_LENGTH)
+
+
+def perturbed_outputs(layer, shapes, dtypes, batch, perturb, length=UNKNOWN_LENGTH):
     """Run `layer` (inference mode) on random inputs of `shapes` / `dtypes` with `batch` examples, then on
     `perturb(values)` (the same inputs with something changed); the two lists of numpy outputs, or None when
-    the layer does not run on such inputs. Unknown axes (a sequence length) get UNKNOWN_LENGTH, the same in every
+    the layer does not run on such inputs. Unknown axes (a sequence length) get `length`, the same in every
     input. The shared core of the one-time checks that a layer keeps particles apart (`mixing_found`) and
     examples apart (bayesianize)."""
-    shapes = [tuple(UNKNOWN_LENGTH if d is None else d for d in tuple(s)[1:]) for s in shapes]
+    shapes = [tuple(length if d is None else d for d in tuple(s)[1:]) for s in shapes]
     rng = np.random.default_rng(0)
     values = [rng.standard_normal((batch,) + s).astype(dtype) if "float" in dtype
               else np.zeros((batch,) + s, dtype) for s, dtype in zip(shapes, dtypes)]
@@ -158,7 +164,8 @@ def mixing_found(layer, inputs, carries, num_particles):
         return values
 
     outputs = perturbed_outputs(layer, [tuple(t.shape) for t in inputs],
-                                [keras.backend.standardize_dtype(t.dtype) for t in inputs], 2, first_particle_moved)
+                                [keras.backend.standardize_dtype(t.dtype) for t in inputs], 2, first_particle_moved,
+                                probe_length(num_particles))
     if outputs is None:
         return None
     for a, b in zip(*outputs):

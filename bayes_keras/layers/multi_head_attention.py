@@ -195,7 +195,10 @@ class MultiHeadAttention(keras.layers.Layer):
         return self._output_dense
 
     def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None, attention_mask=None,
-             return_attention_scores=False, training=None, use_causal_mask=False):
+             return_attention_scores=False, training=None, use_causal_mask=False, cache=None, cache_update_index=None):
+        if cache is not None or cache_update_index is not None:  # KerasHub's CachedMultiHeadAttention arguments
+            raise ValueError(f"MultiHeadAttention '{self.name}': cached decoding (cache=, cache_update_index=) is not "
+                             "supported; call it with cache=None, as in training and scoring.")
         key = value if key is None else key
         query_mask = get_keras_mask(query) if get_keras_mask(query) is not None else query_mask
         for tensor in (query, value, key):  # the masks act here, not in the projections
