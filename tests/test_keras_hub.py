@@ -31,6 +31,17 @@ def _inputs(n=8):
             "padding_mask": padding}
 
 
+def _trains_saves_and_exports(model, optimizer, x, y, tmp_path):
+    """Two epochs of fit, then the .keras round trip and the exported SavedModel predict as the model does."""
+    model.compile(optimizer=optimizer)
+    model.fit(x, y, epochs=2, batch_size=4, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+    served = tf.saved_model.load(model.export(tmp_path / "exported", verbose=False))
+    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5)
+
+
 def test_bert_with_a_bayesian_head(tmp_path):
     keras_model = _bert_classifier()
     x, y = _inputs(), np.arange(8) % 3
@@ -39,13 +50,7 @@ def test_bert_with_a_bayesian_head(tmp_path):
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
     assert [r.name for r in bk.conversion_report(model).rows if r.role == "bayesian"] == ["head"]
     assert [v.path for v in model.trainable_variables] == ["head/kernel", "head/bias"]
-    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
-    model.fit(x, y, epochs=2, batch_size=4, verbose=0)
-    model.save(tmp_path / "m.keras")
-    loaded = keras.models.load_model(tmp_path / "m.keras")
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
-    served = tf.saved_model.load(model.export(tmp_path / "exported", verbose=False))
-    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5)
+    _trains_saves_and_exports(model, bk.optimizers.GaussianParticleFlow(), x, y, tmp_path)
 
 
 @pytest.mark.slow
@@ -103,13 +108,7 @@ def test_vit_with_a_bayesian_head(tmp_path):
     expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (8, N, 3))
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
     assert [v.path for v in model.trainable_variables] == ["head/kernel", "head/bias"]
-    model.compile(optimizer=bk.optimizers.MGVBP())
-    model.fit(x, np.arange(8) % 3, epochs=2, batch_size=4, verbose=0)
-    model.save(tmp_path / "m.keras")
-    loaded = keras.models.load_model(tmp_path / "m.keras")
-    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
-    served = tf.saved_model.load(model.export(tmp_path / "exported", verbose=False))
-    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5)
+    _trains_saves_and_exports(model, bk.optimizers.MGVBP(), x, np.arange(8) % 3, tmp_path)
 
 
 @pytest.mark.slow
