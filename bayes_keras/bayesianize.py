@@ -666,7 +666,7 @@ class _Conversion:
         the (Keras weights, particle layer) pairs that place its particles."""
         if isinstance(sublayer, keras.Sequential):
             inner = [self._sublayer_twin_of(layer, bayesian, starts and i == 0) if _sublayer_twin(layer) else
-                     (layer.__class__.from_config(layer.get_config()), []) for i, layer in enumerate(sublayer.layers)]
+                     (_copy_of(layer), []) for i, layer in enumerate(sublayer.layers)]
             return keras.Sequential([t for t, _ in inner], name=sublayer.name), [p for _, ps in inner for p in ps]
         twin = _sublayer_twin(sublayer)
         lora = _keras_lora_rank(sublayer) or (self.lora_rank if isinstance(sublayer, _L.MultiHeadAttention) else None)
