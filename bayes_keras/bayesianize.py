@@ -692,13 +692,16 @@ class _Conversion:
     def _custom(self, layer, flat, carries, args, kwargs):
         """A custom layer with weight sublayers that have twins: `particle_layers.Converted` around a fresh copy whose
         sublayers are the twins, accepted when each particle computes what the layer computes on that particle's
-        input (checked on random inputs); otherwise the layer is kept, and its weights are named as shared."""
+        input (checked on random inputs); when it does not, the same folded (the layer's own operations see every
+        particle as an example, for layers that read the particle axis as one of theirs: a causal mask from axis 1);
+        otherwise the layer is kept, and its weights are named as shared."""
         bayesian = bool(self.is_bayesian(layer))
         batchless = _batchless_paths(layer)
         # Floating-point inputs without the particle axis are repeated for every particle (activations that the
         # call adds to particle activations), unless that fails the check (floating-point token ids).
         floats = [not c and not _is_integer(t) for t, c in zip(flat, carries)]
-        for repeat in (True, False) if any(floats) else (False,):
+        attempts = [(True, False), (False, False)] if any(floats) else [(False, False)]
+        for repeat, folded in attempts + [(False, True)]:
             copy = _copy_of(layer)
             built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
@@ -709,7 +712,8 @@ class _Conversion:
                 pairs += placed
             particle_inputs = [True if c else (False if f and repeat else None) for c, f in zip(carries, floats)]
             new = particle_layers.Converted(copy, twins, particle_inputs, self.num_particles, name=layer.name,
-                                            trainable=layer.trainable or bayesian, built_parts=built_parts)
+                                            trainable=layer.trainable or bayesian, built_parts=built_parts,
+                                            folded=folded)
             problem = _per_particle_mismatch(layer, new, pairs, flat, carries, args, kwargs, self.num_particles)
             if problem is None:
                 break
@@ -1000,7 +1004,8 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
                 e = np.asarray(e)
                 if g.shape != e.shape or not np.allclose(g, e, atol=1e-4 * (1.0 + np.max(np.abs(e), initial=0.0))):
                     return (f"particle {n}'s output is not the layer's output on that particle's input (shapes "
-                            f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis")
+                            f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis, or a "
+                            "sublayer computes other than its particle twin")
     except Exception as error:  # noqa: BLE001 - any failure means the twins cannot stand in for the sublayers
         return f"its call fails ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
     finally:

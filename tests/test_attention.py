@@ -334,30 +334,87 @@ def test_keras_io_transformer_with_custom_layers_converts_exactly(tmp_path):
 
 
 @keras.saving.register_keras_serializable(package="test_attention")
-class TimePooling(keras.layers.Layer):
-    """A custom layer whose call averages axis 1 (time): on particle activations that axis is the particles'."""
+class Doubled(keras.layers.Dense):
+    """A Dense subclass whose call differs from Dense's (so a particle Dense cannot stand in for it)."""
+
+    def call(self, x):
+        return 2.0 * super().call(x)
+
+
+@keras.saving.register_keras_serializable(package="test_attention")
+class Holder(keras.layers.Layer):
+    """A custom layer over such a sublayer."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.dense = keras.layers.Dense(4)
+        self.dense = Doubled(4)
 
     def call(self, x):
-        return self.dense(keras.ops.mean(x, axis=1))
+        return self.dense(x)
 
 
-def test_custom_layer_that_would_mix_particles_stays_shared_and_is_named():
+def test_custom_layer_whose_twins_differ_stays_shared_and_is_named():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((5, 3))
-    h = TimePooling(name="pooling")(keras.layers.Dense(4, name="first")(inputs))
+    h = Holder(name="holder")(keras.layers.Dense(4, name="first")(inputs))
+    h = keras.layers.GlobalAveragePooling1D()(h)
     keras_model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
-    with pytest.warns(UserWarning, match="'pooling' .*stay shared.*mixes particles") as caught:
+    with pytest.warns(UserWarning, match="'holder' .*stay shared.*computes other than its particle twin") as caught:
         model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
-    assert any("pooling" in str(w.message) and "shared by all particles" in str(w.message) for w in caught)
+    assert any("holder" in str(w.message) and "shared by all particles" in str(w.message) for w in caught)
     x = np.random.default_rng(8).standard_normal((6, 5, 3)).astype("float32")
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
                                np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (6, N, 2)), atol=1e-5)
     roles = {r.name: r.role for r in bk.conversion_report(model).rows}
-    assert roles["pooling"] == "shared" and roles["first"] == "bayesian"
+    assert roles["holder"] == "shared" and roles["first"] == "bayesian"
+
+
+@keras.saving.register_keras_serializable(package="test_attention")
+class CausalBlock(keras.layers.Layer):
+    """A decoder block that makes its causal mask from the length of axis 1 and averages over axis 1, as KerasHub's
+    TransformerDecoder and pooling layers do: in the particle layout axis 1 is the particle axis."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = keras.layers.MultiHeadAttention(2, 4)
+        self.norm = keras.layers.LayerNormalization()
+
+    def call(self, x):
+        steps = keras.ops.arange(keras.ops.shape(x)[1])
+        causal = keras.ops.expand_dims(steps[:, None] >= steps[None, :], 0)
+        h = self.norm(x + self.attention(x, x, attention_mask=causal))
+        return keras.ops.mean(h, axis=1)
+
+
+def _causal_model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6, 3))
+    h = CausalBlock(name="block")(keras.layers.Dense(8, name="first")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
+
+
+def test_custom_layer_that_reads_axis_one_converts_folded(tmp_path):
+    """Its call runs on the batch of B*N examples and the twins unfold: exact at noise 0 (all particles, and LoRA),
+    after .keras too, with nothing left shared, and perturbing one particle's attention changes only its output."""
+    keras_model = _causal_model()
+    x = np.random.default_rng(9).standard_normal((5, 6, 3)).astype("float32")
+    expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left shared, so nothing is warned
+        model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
+        lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
+    assert model.get_layer("block").folded
+    assert bk.conversion_report(model).bayesian_fraction == 1.0
+    for converted in (model, lora):
+        np.testing.assert_allclose(tf.nn.softmax(converted(x)).numpy(), expected, atol=1e-5)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), expected, atol=1e-5)
+    for variable in model.get_layer("block").trainable_variables:
+        if "attention" in variable.path:
+            variable.assign(variable.numpy() + np.eye(N)[1].reshape((N,) + (1,) * (variable.ndim - 1)))
+    changed = np.abs(tf.nn.softmax(model(x)).numpy() - expected).max(axis=(0, 2))
+    assert changed[1] > 1e-3 and changed[0] < 1e-6 and changed[2] < 1e-6, changed
 
 
 def test_subclasses_of_converted_layers_convert_when_they_compute_the_same():

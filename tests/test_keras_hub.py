@@ -2,6 +2,8 @@
 trains, saves and exports (default); Bayesian LoRA inside its TransformerEncoder layers (-m slow). keras-hub is
 the optional extra 'hub' (scripts/setup.sh installs it)."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -112,11 +114,11 @@ def test_vit_with_a_bayesian_head(tmp_path):
 
 
 @pytest.mark.slow
-def test_gpt2_head_converts_and_its_decoder_blocks_are_checked():
+def test_gpt2_with_a_bayesian_head_and_with_bayesian_lora(tmp_path):
     """GPT2Backbone with a Bayesian head converts exactly. Under LoRA its TransformerDecoder blocks (KerasHub builds
     them in the constructor, and their causal mask reads the sequence length from axis 1, which in the particle
-    layout is the particle axis) fail the per-particle check, so they stay shared, with a warning, and the model
-    still predicts as the Keras one."""
+    layout is the particle axis) convert folded: exact at noise 0, only the query / value factors and the head
+    train, and the model fits, round-trips through .keras and its adapters, and exports."""
     keras.utils.set_random_seed(0)
     backbone = keras_hub.models.GPT2Backbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
                                              intermediate_dim=32, max_sequence_length=12)
@@ -124,10 +126,21 @@ def test_gpt2_head_converts_and_its_decoder_blocks_are_checked():
     pooled = keras.layers.GlobalAveragePooling1D()(backbone.output)
     keras_model = keras.Model(backbone.input, keras.layers.Dense(3, activation="softmax", name="head")(pooled))
     rng = np.random.default_rng(0)
-    x = {"token_ids": rng.integers(1, 50, (8, 12)).astype("int32"), "padding_mask": np.ones((8, 12), "int32")}
+    padding = np.ones((8, 12), "int32")
+    padding[:4, 9:] = 0
+    x = {"token_ids": rng.integers(1, 50, (8, 12)).astype("int32"), "padding_mask": padding}
     expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (8, N, 3))
     model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
-    with pytest.warns(UserWarning, match="'transformer_layer_0' \\(TransformerDecoder\\) stay shared"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no layer left shared
         lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
     np.testing.assert_allclose(tf.nn.softmax(lora(x)).numpy(), expected, atol=1e-5)
+    trained = [v.path.rsplit("/", 2)[-2:] for v in lora.trainable_variables]
+    assert trained == 2 * [["query", "lora_kernel_a"], ["query", "lora_kernel_b"], ["value", "lora_kernel_a"],
+                           ["value", "lora_kernel_b"]] + [["head", "kernel"], ["head", "bias"]]
+    lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=0)
+    _trains_saves_and_exports(lora, bk.optimizers.GaussianParticleFlow(), x, np.arange(8) % 3, tmp_path)
+    fresh = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=1)
+    bk.load_adapters(fresh, bk.save_adapters(lora, tmp_path / "adapters.npz"))
+    np.testing.assert_allclose(fresh.predict(x, verbose=0), lora.predict(x, verbose=0), atol=1e-6)

@@ -2,8 +2,16 @@
 
 import keras
 import tensorflow as tf
+from keras.src.backend import get_keras_mask, set_keras_mask
 
 from bayes_keras.layers.base import particle_axis
+from bayes_keras.layers.einsum_dense import EinsumDense
+from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
+from bayes_keras.layers.multi_head_attention import MultiHeadAttention
+from bayes_keras.layers.per_particle import fold_particles, repeat_examples, unfold_particles
+
+# twins whose particle axis follows the batch axis at every rank (einsum equations), not only below image rank
+_LEADING_PARTICLES = (EinsumDense, LoRAEinsumDense, MultiHeadAttention)
 
 
 def _parent_and_key(root, path):
@@ -67,6 +75,11 @@ class Converted(keras.layers.Layer):
     embedding twins as they are); `twins` maps attribute paths ("att", "ffn", "blocks.1") to the twin
     layers, which replace the custom layer's own sublayers of those names, also when the model is loaded.
 
+    A custom layer whose own operations read the particle axis as one of its axes (KerasHub's TransformerDecoder
+    takes the sequence length from axis 1 for its causal mask) runs `folded`: its call sees every particle as an
+    example of one batch of B*N ((B, N, T, F) -> (B*N, T, F), inputs without particles repeated), and each twin
+    unfolds its arguments to the particle layout, computes every particle at once, and folds its result again.
+
     Args:
         layer: the custom layer (an instance, or its serialized form).
         twins: {attribute path: particle layer (or its serialized form)}.
@@ -76,9 +89,10 @@ class Converted(keras.layers.Layer):
         built_parts: what the custom layer's build() makes, which a copy from its config lacks ({attribute:
             sublayer or plain value}): set on the copy, which is then never built (build would make its sublayers
             again, over the twins).
+        folded: run the custom layer's call on the folded batch (above).
     """
 
-    def __init__(self, layer, twins, particle_inputs, num_particles, built_parts=None, **kwargs):
+    def __init__(self, layer, twins, particle_inputs, num_particles, built_parts=None, folded=False, **kwargs):
         super().__init__(**kwargs)
         deserialize = keras.saving.deserialize_keras_object
         if isinstance(layer, dict):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
@@ -95,10 +109,11 @@ class Converted(keras.layers.Layer):
         if built_parts:
             self.layer.built = True
         self.twins = {path: deserialize(t) if isinstance(t, dict) else t for path, t in twins.items()}
-        for path, twin in self.twins.items():
-            set_sublayer(self.layer, path, twin)
         self.particle_inputs = list(particle_inputs)
         self.num_particles = int(num_particles)
+        self.folded = bool(folded)
+        for path, twin in self.twins.items():
+            set_sublayer(self.layer, path, _Unfolding(twin, self.num_particles) if self.folded else twin)
 
     def build(self, *args, **kwargs):
         pass  # the twins build on their first call, inside the custom layer's call
@@ -113,18 +128,72 @@ class Converted(keras.layers.Layer):
         multiples[axis] = self.num_particles
         return tf.tile(tensor, multiples)
 
+    def _folded(self, tensor, carries):
+        if carries:
+            return fold_particles(tensor)
+        return repeat_examples(tf.convert_to_tensor(tensor), self.num_particles)
+
     def call(self, *args, **kwargs):
         flat = keras.tree.flatten((args, kwargs))
         tensors = iter(self.particle_inputs)
-        flat = [self._with_particles(x, next(tensors)) if _is_tensor(x) else x for x in flat]
+        prepare = self._folded if self.folded else self._with_particles
+        flat = [prepare(x, next(tensors)) if _is_tensor(x) else x for x in flat]
         args, kwargs = keras.tree.pack_sequence_as((args, kwargs), flat)
-        return self.layer(*args, **kwargs)
+        outputs = self.layer(*args, **kwargs)
+        if not self.folded:
+            return outputs
+        return keras.tree.map_structure(lambda y: unfold_particles(y, self.num_particles) if _is_tensor(y) else y,
+                                        outputs)
 
     def get_config(self):
         return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.layer),
                 "twins": {path: keras.saving.serialize_keras_object(t) for path, t in self.twins.items()},
                 "particle_inputs": self.particle_inputs, "num_particles": self.num_particles,
-                "built_parts": dict(self.built_parts)}
+                "built_parts": dict(self.built_parts), "folded": self.folded}
+
+
+class _Unfolding(keras.layers.Layer):
+    """A twin inside a folded Converted layer: its tensor arguments (B*N, ...) (and their Keras masks) are unfolded
+    to the particle layout, the twin computes every particle at once, and its results are folded back."""
+
+    def __init__(self, layer, num_particles, **kwargs):
+        super().__init__(name=f"{layer.name}_unfolding", dtype=layer.dtype_policy, **kwargs)
+        self.layer = layer
+        self.num_particles = num_particles
+
+    def __getattr__(self, name):
+        # the custom layer's call may read its sublayer's attributes (`self.attention.num_heads`): the twin's
+        layer = self.__dict__.get("layer")
+        if layer is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(layer, name)
+
+    def _unfold(self, x):
+        if not _is_tensor(x):
+            return x
+        mask = get_keras_mask(x)
+        x = tf.convert_to_tensor(x)
+        if not x.shape.rank or (x.shape[0] == 1 and self.num_particles > 1):
+            return x  # a scalar, or one row that broadcasts over the batch (a causal mask (1, T, T))
+        if isinstance(self.layer, _LEADING_PARTICLES):
+            y = tf.reshape(x, tf.concat([[-1, self.num_particles], tf.shape(x)[1:]], 0))
+            y.set_shape([None, self.num_particles] + list(x.shape[1:]))
+        else:
+            y = unfold_particles(x, self.num_particles)
+        if mask is not None:
+            set_keras_mask(y, self._unfold(mask))
+        return y
+
+    def _fold(self, y):
+        if not _is_tensor(y):
+            return y
+        if isinstance(self.layer, _LEADING_PARTICLES):
+            return tf.reshape(y, tf.concat([[-1], tf.shape(y)[2:]], 0))
+        return fold_particles(y)
+
+    def call(self, *args, **kwargs):
+        args, kwargs = keras.tree.map_structure(self._unfold, (args, kwargs))
+        return keras.tree.map_structure(self._fold, self.layer(*args, **kwargs))
 
 
 def _is_tensor(x):

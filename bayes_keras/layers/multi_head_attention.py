@@ -210,8 +210,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q = q * tf.cast(1.0 / math.sqrt(float(self.key_dim)), q.dtype)
         scores = tf.einsum("bnthd,bnshd->bnhts" if len(k.shape) == 5 else "bnthd,bshd->bnhts", q, k)
         explicit = self.dropout > 0.0 or return_attention_scores  # Keras zeroes fully masked rows only here
-        if mask is not None:
-            mask = mask[:, None, None]  # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head
+        if mask is not None:  # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head; (batch, N, T, S) of
+            # a folded custom layer (each particle's own) -> (batch, N, 1, T, S)
+            mask = mask[:, None, None] if len(mask.shape) == 3 else mask[:, :, None]
             scores = tf.where(mask, scores, tf.cast(_large_negative(scores.dtype), scores.dtype))
         probabilities = tf.nn.softmax(scores, axis=-1)
         if mask is not None and explicit:
@@ -227,7 +228,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attention_mask(self, query, value, query_mask, value_mask, key_mask, attention_mask, use_causal_mask):
         """Keras' attention mask (batch or 1, T, S) from the padding masks, `attention_mask`, the causal and the
-        sliding-window masks, or None."""
+        sliding-window masks, or None; (batch, N, T, S) when a mask given has a particle axis ((batch, N, T) padding
+        masks, a (batch, N, T, S) attention mask: the twin inside a folded custom layer)."""
         t, s = tf.shape(query)[-2], tf.shape(value)[-2]
         masks = []
         for given, axis in ((query_mask, -1), (value_mask, -2), (key_mask, -2)):
@@ -242,6 +244,8 @@ class MultiHeadAttention(keras.layers.Layer):
             masks.append(tf.cast(attention_mask, tf.bool))
         if not masks:
             return None
+        if any(len(m.shape) == 4 for m in masks):
+            masks = [m if len(m.shape) == 4 else m[:, None] for m in masks]
         combined = masks[0]
         for m in masks[1:]:
             combined = tf.logical_and(combined, m)

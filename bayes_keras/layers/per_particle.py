@@ -33,7 +33,7 @@ def unfold_particles(y, num_particles):
     return y
 
 
-def _repeat_examples(x, num_particles):
+def repeat_examples(x, num_particles):
     """An input without the particle axis, (B, ...), as the folded batch sees it: each row N times."""
     return tf.repeat(x, num_particles, axis=0)
 
@@ -105,7 +105,7 @@ class PerParticle(keras.layers.Layer):
         flat = keras.tree.flatten(inputs)
         flags = self._flags(flat)
         n = self._num_particles([x.shape for x in flat], flags)
-        folded = [fold_particles(x) if f else _repeat_examples(x, n) for x, f in zip(flat, flags)]
+        folded = [fold_particles(x) if f else repeat_examples(x, n) for x, f in zip(flat, flags)]
         kwargs = {}
         if "training" in self._parameters:
             kwargs["training"] = training
@@ -133,7 +133,7 @@ class PerParticle(keras.layers.Layer):
         # an Embedding before the particle layers) is the same for every particle.
         if carries and len(x.shape) != IMAGE_RANK and len(mask.shape) == len(x.shape) - 1 and mask.shape[1] == n:
             return fold_particles(mask)
-        return _repeat_examples(mask, n)
+        return repeat_examples(mask, n)
 
     def compute_mask(self, inputs, mask=None):
         if mask is None or not self.layer.supports_masking:
