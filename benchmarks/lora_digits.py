@@ -9,8 +9,8 @@ digits 5-9 (the main job's 75/25 split restricted to 5-9), everything else froze
                            rate (of 1e-3, 3e-3, 1e-2) with the best NLL on the last 20% when trained on the first 80%
   LoRA + temperature       the same trained on the first 80%, its temperature fitted on the last 20%
   LoRA + MC dropout        Dropout(0.2) before the head, mean of 10 stochastic forwards
-  LoRA ensemble            bayesianize(lora_rank=4, num_particles=8) with IndependentParticles() (8 LoRA fine-tunes
-                           and heads in one model)
+  LoRA ensemble            bayesianize(lora_rank=4, num_particles=8) with IndependentParticles at the tuned Adam
+                           rate (8 LoRA fine-tunes and heads in one model)
   Bayesian LoRA            bayesianize(lora_rank=4, num_particles=8) with MGVBP(structure="diagonal"), SVGD(),
                            GaussianParticleFlow(): their defaults
 
@@ -19,8 +19,9 @@ the test digits 0-4 as out-of-distribution inputs; mean +- sd over seeds. Then t
 (harness.interleaved_microseconds, one fixed batch of 64 and one of 512, each variant's compiled train function;
 the larger batch shows the compute-bound regime, where the shared part is only what runs before the particle
 axis: the patch embedding, the first norm and the first block's key projection, about 9% of a forward): the fit step
-of one Keras LoRA model, of Bayesian LoRA (GPF, N = 8), and of 8 separate Keras LoRA models stepped one after
-another (8 LoRA fine-tunes), with the trainable bytes of each.
+of one Keras LoRA model, of Bayesian LoRA (GPF, N = 8), of 8 separate Keras LoRA models stepped one after another
+(8 LoRA fine-tunes), and of one Keras LoRA model on a batch 8 times larger (the same arithmetic as the 8 fine-tunes in
+one step: the floor of any N-model method without shared work), with the trainable bytes of each.
 
     python benchmarks/lora_digits.py [--seeds 0 1 2] [--epochs 30] [--particles 8] [--rank 4]
 Writes benchmarks/results/lora_digits.{json,md}.
@@ -45,10 +46,12 @@ import bayes_keras as bk  # noqa: E402
 from transfer_digits import entropy, fit_temperature  # noqa: E402
 
 METRICS = ("accuracy", "nll", "ece", "ood_auroc")
-BAYESIAN = {"LoRA ensemble (IndependentParticles)": lambda: bk.optimizers.IndependentParticles(),
-            "Bayesian LoRA, MGVBP diagonal": lambda: bk.optimizers.MGVBP(structure="diagonal"),
-            "Bayesian LoRA, SVGD": lambda: bk.optimizers.SVGD(),
-            "Bayesian LoRA, GPF": lambda: bk.optimizers.GaussianParticleFlow()}
+# the ensemble's Adam gets the learning rate tuned for Keras' LoRA (the same baseline, N times); the Bayesian
+# methods run with their defaults
+BAYESIAN = {"LoRA ensemble (IndependentParticles)": lambda rate: bk.optimizers.IndependentParticles(rate),
+            "Bayesian LoRA, MGVBP diagonal": lambda rate: bk.optimizers.MGVBP(structure="diagonal"),
+            "Bayesian LoRA, SVGD": lambda rate: bk.optimizers.SVGD(),
+            "Bayesian LoRA, GPF": lambda rate: bk.optimizers.GaussianParticleFlow()}
 
 
 def split():
@@ -138,7 +141,7 @@ def run_seed(vit, data, seed, args):
     for name, optimizer in BAYESIAN.items():
         keras.utils.set_random_seed(seed)
         model = bk.bayesianize(fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=seed)
-        model.compile(optimizer=optimizer())
+        model.compile(optimizer=optimizer(found["learning_rate"]))
         model.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
         found[name] = scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
     return found
@@ -159,26 +162,31 @@ def run_seeds(vit, data, args, start):
 def cost(vit, args, batch):
     """Fit step time and trainable bytes: one Keras LoRA, Bayesian LoRA (GPF, N particles), N Keras LoRA models."""
     rng = np.random.default_rng(0)
-    x = rng.uniform(size=(batch, 8, 8, 1)).astype("float32")
-    y = rng.integers(0, 5, batch)
-    iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+    x = rng.uniform(size=(args.particles * batch, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 5, args.particles * batch)
+    iterator = iter(tf.data.Dataset.from_tensors((x[:batch], y[:batch])).repeat())
+    larger = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
 
     def stepper(model):
         model.make_train_function()
         return model.train_function
 
     single = keras_lora(vit, args.rank)
+    same_arithmetic = keras_lora(vit, args.rank)
     separate = [keras_lora(vit, args.rank) for _ in range(args.particles)]
     bayesian = bk.bayesianize(fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=0)
     bayesian.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=1000)
-    steps = {"one LoRA": stepper(single), "Bayesian LoRA": stepper(bayesian)}
+    steps = {"one LoRA": stepper(single), "Bayesian LoRA": stepper(bayesian),
+             f"one LoRA on a {args.particles}x batch": stepper(same_arithmetic)}
     separate_steps = [stepper(m) for m in separate]
     fns = {"one LoRA": lambda: [steps["one LoRA"](iterator)["loss"]],
            "Bayesian LoRA": lambda: [steps["Bayesian LoRA"](iterator)["loss"]],
+           f"one LoRA on a {args.particles}x batch": lambda: [steps[f"one LoRA on a {args.particles}x batch"](larger)["loss"]],
            f"{args.particles} LoRA fine-tunes": lambda: [s(iterator)["loss"] for s in separate_steps]}
     times = harness.interleaved_microseconds(fns, args.rounds, args.steps, np.random.default_rng(0))
     nbytes = lambda model: sum(v.numpy().nbytes for v in model.trainable_variables)  # noqa: E731
     trainable = {"one LoRA": nbytes(single), "Bayesian LoRA": nbytes(bayesian),
+                 f"one LoRA on a {args.particles}x batch": nbytes(single),
                  f"{args.particles} LoRA fine-tunes": args.particles * nbytes(single)}
     return [{"variant": name, "batch": batch, "ms_per_step": float(np.median(t)) / 1e3,
              "ratio_to_separate": harness.paired_ratio(times, name, f"{args.particles} LoRA fine-tunes"),

@@ -387,9 +387,10 @@ class CausalBlock(keras.layers.Layer):
 
 
 def _causal_model():
+    """Padded tokens: the Embedding's mask reaches the block's attention as its query mask."""
     keras.utils.set_random_seed(0)
-    inputs = keras.Input((6, 3))
-    h = CausalBlock(name="block")(keras.layers.Dense(8, name="first")(inputs))
+    inputs = keras.Input((6,), dtype="int32")
+    h = CausalBlock(name="block")(keras.layers.Embedding(10, 8, mask_zero=True, name="first")(inputs))
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
 
 
@@ -397,10 +398,11 @@ def test_custom_layer_that_reads_axis_one_converts_folded(tmp_path):
     """Its call runs on the batch of B*N examples and the twins unfold: exact at noise 0 (all particles, and LoRA),
     after .keras too, with nothing left shared, and perturbing one particle's attention changes only its output."""
     keras_model = _causal_model()
-    x = np.random.default_rng(9).standard_normal((5, 6, 3)).astype("float32")
+    x = np.random.default_rng(9).integers(1, 10, (5, 6)).astype("int32")
+    x[:2, 4:] = 0
     expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 2))
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing is left shared, so nothing is warned
+        warnings.filterwarnings("error", message="bayesianize")  # nothing is left shared, so nothing is warned
         model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
         lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
     assert model.get_layer("block").folded

@@ -1,7 +1,8 @@
 """Training under tf.distribute equals training on one device (docs/distributed.md).
 
 Every optimizer trains a model with a synchronized particle BatchNormalization, or an LSTM with input
-and recurrent dropout and a synchronized BatchNormalization, for 2 epochs of 3 global batches, with
+and recurrent dropout and a synchronized BatchNormalization (GPF also a Bayesian-LoRA transformer converted by
+bayesianize), for 2 epochs of 3 global batches, with
 fit and with the documented custom loop (bayesian_gradients + apply under strategy.run), on one device
 and under a MirroredStrategy over 2 logical CPU devices. The CPU is split before TensorFlow starts, so
 the runs happen in one subprocess (tests/scripts/distributed_check.py), whose results the tests read.

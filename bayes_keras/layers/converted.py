@@ -8,7 +8,7 @@ from bayes_keras.layers.base import particle_axis
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 from bayes_keras.layers.multi_head_attention import MultiHeadAttention
-from bayes_keras.layers.per_particle import fold_particles, repeat_examples, unfold_particles
+from bayes_keras.layers.per_particle import fold_mask, fold_particles, repeat_examples, unfold_particles
 
 # twins whose particle axis follows the batch axis at every rank (einsum equations), not only below image rank
 _LEADING_PARTICLES = (EinsumDense, LoRAEinsumDense, MultiHeadAttention)
@@ -112,6 +112,7 @@ class Converted(keras.layers.Layer):
         self.particle_inputs = list(particle_inputs)
         self.num_particles = int(num_particles)
         self.folded = bool(folded)
+        self.supports_masking = self.layer.supports_masking  # its inputs' masks pass on as the custom layer's do
         for path, twin in self.twins.items():
             set_sublayer(self.layer, path, _Unfolding(twin, self.num_particles) if self.folded else twin)
 
@@ -129,9 +130,12 @@ class Converted(keras.layers.Layer):
         return tf.tile(tensor, multiples)
 
     def _folded(self, tensor, carries):
-        if carries:
-            return fold_particles(tensor)
-        return repeat_examples(tf.convert_to_tensor(tensor), self.num_particles)
+        mask = get_keras_mask(tensor)
+        folded = fold_particles(tensor) if carries else repeat_examples(tf.convert_to_tensor(tensor),
+                                                                         self.num_particles)
+        if mask is not None:  # the padding mask an Embedding set, which the custom layer's sublayers read
+            set_keras_mask(folded, fold_mask(mask, tensor, carries, self.num_particles))
+        return folded
 
     def call(self, *args, **kwargs):
         flat = keras.tree.flatten((args, kwargs))
@@ -187,9 +191,15 @@ class _Unfolding(keras.layers.Layer):
     def _fold(self, y):
         if not _is_tensor(y):
             return y
+        mask = get_keras_mask(y)
         if isinstance(self.layer, _LEADING_PARTICLES):
-            return tf.reshape(y, tf.concat([[-1], tf.shape(y)[2:]], 0))
-        return fold_particles(y)
+            folded = tf.reshape(y, tf.concat([[-1], tf.shape(y)[2:]], 0))
+        else:
+            folded = fold_particles(y)
+        if mask is not None:  # the twin's output mask (attention keeps its query's), on the folded batch
+            set_keras_mask(folded, self._fold(mask) if len(mask.shape) == len(y.shape) - 1 else
+                           repeat_examples(mask, self.num_particles))
+        return folded
 
     def call(self, *args, **kwargs):
         args, kwargs = keras.tree.map_structure(self._unfold, (args, kwargs))

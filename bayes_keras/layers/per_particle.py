@@ -38,6 +38,16 @@ def repeat_examples(x, num_particles):
     return tf.repeat(x, num_particles, axis=0)
 
 
+def fold_mask(mask, x, carries, num_particles):
+    """The Keras mask of input `x` as the folded batch sees it. A mask with the particle axis is (B, N, T) for a
+    (B, N, T, F) input; one without it ((B, T), from an Embedding before the particle layers) is the same for
+    every particle."""
+    if carries and len(x.shape) != IMAGE_RANK and len(mask.shape) == len(x.shape) - 1 and \
+            mask.shape[1] == num_particles:
+        return fold_particles(mask)
+    return repeat_examples(mask, num_particles)
+
+
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class PerParticle(keras.layers.Layer):
     """Applies a Keras layer to every particle's activations as if they were separate examples.
@@ -112,7 +122,7 @@ class PerParticle(keras.layers.Layer):
         several = isinstance(inputs, (list, tuple))
         masks = list(mask) if isinstance(mask, (list, tuple)) else [mask]
         if any(m is not None for m in masks):
-            masks = [None if m is None else self._fold_mask(m, x, f, n) for m, x, f in zip(masks, flat, flags)]
+            masks = [None if m is None else fold_mask(m, x, f, n) for m, x, f in zip(masks, flat, flags)]
             if "mask" in self._parameters:
                 kwargs["mask"] = masks if several else masks[0]
             for name, m in zip(("query_mask", "value_mask", "key_mask"), masks):  # attention layers
@@ -126,14 +136,6 @@ class PerParticle(keras.layers.Layer):
         else:
             outputs = self.layer(keras.tree.pack_sequence_as(inputs, folded) if several else folded[0], **kwargs)
         return keras.tree.map_structure(lambda y: unfold_particles(y, n), outputs)
-
-    @staticmethod
-    def _fold_mask(mask, x, carries, n):
-        # A mask with the particle axis is (B, N, T) for a (B, N, T, F) input; one without it ((B, T), from
-        # an Embedding before the particle layers) is the same for every particle.
-        if carries and len(x.shape) != IMAGE_RANK and len(mask.shape) == len(x.shape) - 1 and mask.shape[1] == n:
-            return fold_particles(mask)
-        return repeat_examples(mask, n)
 
     def compute_mask(self, inputs, mask=None):
         if mask is None or not self.layer.supports_masking:

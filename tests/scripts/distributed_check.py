@@ -38,6 +38,17 @@ def image_model(likelihood, outputs, normalization=True, n=N):
     return bk.BayesianModel(inputs, bk.layers.Dense(outputs)(h), likelihood=likelihood)
 
 
+def lora_model(likelihood, outputs, n=N):
+    """Bayesian LoRA converted from a Keras transformer: a frozen Dense before the particle axis (run once per
+    example), rank-2 particle factors on the attention's query / value, a particle head."""
+    inputs = keras.Input((5, 4))
+    h = keras.layers.Dense(8, name="embed")(inputs)
+    h = h + keras.layers.MultiHeadAttention(2, 4, name="attention")(h, h)
+    h = keras.layers.GlobalAveragePooling1D()(h)
+    keras_model = keras.Model(inputs, keras.layers.Dense(outputs, name="head")(h))
+    return bk.bayesianize(keras_model, num_particles=n, lora_rank=2, likelihood=likelihood, seed=3)
+
+
 def kfac():
     return bk.preconditioners.KFACPreconditioner(damping=1e-2, inversion_period=2)
 
@@ -76,6 +87,10 @@ RUNS = {
     "independent_particles_particle_parallel": ("image", "categorical",
                                                 lambda: bk.optimizers.IndependentParticles(1e-2), ["accuracy"],
                                                 {"parallel": "particles", "particles": 4}),
+    # Bayesian LoRA of a converted transformer (frozen prefix, the particle axis starting inside the attention)
+    "gpf_lora": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
+    "gpf_lora_particle_parallel": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+                                   ["accuracy"], {"parallel": "particles", "particles": 4}),
     # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
     "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
                           ["accuracy"], {"policy": "mixed_float16"}),
@@ -88,7 +103,7 @@ def options(name):
 
 def data(model_kind, likelihood, count=BATCH * STEPS):
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(count, 5, 4) if model_kind == "sequence" else (count, 6, 6, 1)).astype("float32")
+    x = rng.normal(size=(count, 6, 6, 1) if model_kind == "image" else (count, 5, 4)).astype("float32")
     if likelihood == "categorical":
         y = rng.integers(0, 3, count)
     elif likelihood == "bernoulli":
@@ -105,6 +120,8 @@ def build(name):
     n = options(name).get("particles", N)
     if kind == "sequence":
         model = sequence_model(likelihood, outputs, n=n)
+    elif kind == "lora":
+        model = lora_model(likelihood, outputs, n=n)
     else:
         model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True), n=n)
     metrics = [m() if callable(m) else m for m in metrics]
