@@ -222,7 +222,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--particles", type=int, default=8)
     parser.add_argument("--rank", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--keras-rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2],
                         help="Adam learning rates tried for Keras' LoRA (the best validation NLL is used)")
