@@ -5,7 +5,8 @@ computations as TensorFlow graphs, so `tf.saved_model.load(path)` (or TF-Serving
 where bayes_keras is not installed.
 
 An export over an existing one is written beside it and swapped in: after a crash the path holds the old
-or the new export, or, if it is missing, `path + ".backup"` holds the old one.
+or the new export, or, if it is missing, `bayes_keras.atomic_files.backups(path)[0]` holds the old one. An
+existing directory that is not an export (a SavedModel) is refused, not replaced.
 
 Endpoints (each takes the model's input batch `inputs`; documented in `export_predictive`):
     serving_default / serve   everything below except particle_outputs and quantiles, as one dict
@@ -81,7 +82,7 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
         archive.add_endpoint("quantiles", quantiles,
                              input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")])
     # Written beside the target, then swapped in: after a crash `filepath` holds the old or the new export, or
-    # (if it is missing) filepath + ".backup" holds the old one (bayes_keras/atomic_files.py).
+    # (if it is missing) its hidden backup holds the old one (bayes_keras/atomic_files.py).
     # Keras' own message would name the temporary directory, so it is ours that names the target.
     result = atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary,
                                                                                                  verbose=False))

@@ -50,6 +50,10 @@ def _versions(weights):
     return values.pop()
 
 
+def _hidden(directory):
+    return sorted(name for name in os.listdir(directory) if name.startswith("."))
+
+
 def _check_saves(tmp_path, kills):
     target = str(tmp_path / "model.keras")
     seen = []
@@ -57,6 +61,9 @@ def _check_saves(tmp_path, kills):
         model = keras.saving.load_model(target)  # never "File is not a zip file"
         seen.append(_versions(model.get_weights()))
     assert all(v >= 1 for v in seen)
+    _model(9).save(target)  # the next save removes what the killed ones left
+    assert _hidden(tmp_path) == []
+    assert _versions(keras.saving.load_model(target).get_weights()) == 9.0
 
 
 def test_save_killed_at_random_moments_leaves_a_loadable_file(tmp_path):
@@ -71,10 +78,12 @@ def test_save_killed_twenty_times_leaves_a_loadable_file(tmp_path):
 def test_export_killed_at_random_moments_leaves_a_loadable_export(tmp_path):
     target = str(tmp_path / "served")
     for _ in _kill_during_saves("export", target, kills=3, seed=0):
-        path = target if os.path.isdir(target) else target + atomic_files.BACKUP_SUFFIX
+        path = target if os.path.isdir(target) else atomic_files.backups(target)[0]
         served = tf.saved_model.load(path)  # the export, or the documented backup of the previous one
         probs = served.predictive(tf.zeros((2, 4)))["probabilities"].numpy()
         np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+    _model(9).export(target, verbose=False)  # the next export removes the killed ones' temporaries and backups
+    assert _hidden(tmp_path) == []
 
 
 def _model(version):
@@ -127,3 +136,33 @@ def test_save_and_export_still_replace_what_is_there(tmp_path):
     _model(1).export(served, verbose=False)
     _model(2).export(served, verbose=False)
     assert sorted(os.listdir(tmp_path)) == ["model.keras", "served"]
+
+
+def test_export_keeps_a_users_directory_and_backup(tmp_path):
+    """An export replaces only an export: a directory of the user's files is refused before any work, and a
+    `served.backup` the user made beside the target is never touched."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in ("a.csv", "b.txt", "notes.md"):
+        (results / name).write_text(name)
+    with pytest.raises(ValueError, match="'.*results'.*holds files of its own \\(a.csv, b.txt, notes.md\\)"):
+        _model(1).export(str(results), verbose=False)
+    assert sorted(os.listdir(results)) == ["a.csv", "b.txt", "notes.md"]
+    assert sorted(os.listdir(tmp_path)) == ["results"]
+    mine = tmp_path / "served.backup"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    served = str(tmp_path / "served")
+    _model(1).export(served, verbose=False)
+    _model(2).export(served, verbose=False)  # over the earlier export: replaced
+    assert (mine / "keep.txt").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["results", "served", "served.backup"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _model(1).export(str(empty), verbose=False)  # an empty directory is taken
+    tf.saved_model.load(str(empty))
+
+
+def test_save_to_a_directory_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="Cannot save to .*: it is a directory"):
+        _model(1).save(str(tmp_path))
