@@ -290,6 +290,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                              "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
         _check_batch_size(batch_size)
         _check_sample_weight(kwargs.get("sample_weight"))
+        _check_class_weight(kwargs.get("class_weight"))
         _check_not_empty(x, "fit")
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
@@ -416,7 +417,8 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
         if steps:
             warnings.warn(
                 f"BayesianModel: {steps} training step(s) skipped because the loss or a gradient "
-                "was NaN/Inf; the particles were left unchanged. Check the data and lower the learning rate.",
+                "was NaN/Inf (a NaN or Inf in the batch, a negative sample weight, or too large a learning rate); the "
+                "particles were left unchanged. Check the data and lower the learning rate.",
                 RuntimeWarning, stacklevel=2)
         updates -= steps  # a step refused for its loss is also refused by the optimizer's guard
         if updates > 0:
@@ -485,6 +487,19 @@ def _check_sample_weight(sample_weight):
     if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
         raise ValueError("sample_weight must be finite and non-negative (a negative weight would train on a negative "
                          f"loss); got values in [{np.nanmin(weights):.4g}, {np.nanmax(weights):.4g}].")
+
+
+def _check_class_weight(class_weight):
+    if class_weight is None:
+        return
+    if not isinstance(class_weight, dict):
+        raise ValueError(f"fit: class_weight must be a dict {{class index: weight}}; got {type(class_weight).__name__}.")
+    bad = {k: v for k, v in class_weight.items()
+           if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v)
+           or v < 0}
+    if bad:
+        raise ValueError("fit: class_weight values must be finite and non-negative (a negative weight would train "
+                         f"towards the wrong labels); got {bad}.")
 
 
 def _check_not_empty(x, what):

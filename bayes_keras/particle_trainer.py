@@ -46,7 +46,10 @@ class ParticleTrainer:
         """`global_batch`: the number of examples of the step over all replicas (default: this batch's)."""
         loglik = self.likelihood.log_prob(y, outputs)  # (batch, N)
         if sample_weight is not None:
-            loglik = loglik * tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
+            weight = tf.cast(tf.reshape(sample_weight, (-1, 1)), loglik.dtype)
+            # a negative weight would train towards the wrong labels: its loss is NaN, so that a training step
+            # is skipped and warned like a corrupt batch (arrays and class_weight are refused before fit)
+            loglik = loglik * tf.where(weight < 0, tf.constant(float("nan"), loglik.dtype), weight)
         batch = tf.cast(tf.shape(loglik)[0] if global_batch is None else global_batch, loglik.dtype)
         scale = float(self.dataset_size) / batch
         particle_prior, shared_prior = self.log_prior()
