@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.models.functional import Functional
 
-from bayes_keras import distribute
+from bayes_keras import call_checks, distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.batch_norm_refresh import DEFAULT_MAX_EXAMPLES, batch_norm_layers, refresh_batch_norm
@@ -288,10 +288,14 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if not getattr(self, "compiled", False):
             raise ValueError("You must call compile() before fit(): e.g. "
                              "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
-        _check_batch_size(batch_size)
-        _check_sample_weight(kwargs.get("sample_weight"))
-        _check_class_weight(kwargs.get("class_weight"))
-        _check_not_empty(x, "fit")
+        call_checks.batch_size(batch_size)
+        call_checks.epochs(epochs, kwargs.get("initial_epoch", 0))
+        call_checks.validation_split(kwargs.get("validation_split"))
+        call_checks.sample_weight(kwargs.get("sample_weight"))
+        call_checks.class_weight(kwargs.get("class_weight"))
+        call_checks.not_empty(x, "fit")
+        call_checks.targets(x, y, "fit")
+        call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
             self._dataset_size_given = True
@@ -333,16 +337,19 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
     def predict(self, x, batch_size=None, *args, **kwargs):
         """As keras.Model.predict: the posterior predictive summary (probabilities for classification; the
         mean and sd for regression)."""
-        _check_batch_size(batch_size)
-        _check_not_empty(x, "predict")
+        call_checks.batch_size(batch_size)
+        call_checks.not_empty(x, "predict")
+        call_checks.steps(x, kwargs.get("steps"), "predict")
         return super().predict(x, batch_size, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """As keras.Model.evaluate. Before the training-set size is known (no fit, no dataset_size=), "loss"
         takes the evaluated data as the training set (its size scales the prior term) for this call."""
-        _check_batch_size(kwargs.get("batch_size", args[0] if args else None))
-        _check_sample_weight(kwargs.get("sample_weight"))
-        _check_not_empty(x, "evaluate")
+        call_checks.batch_size(kwargs.get("batch_size", args[0] if args else None))
+        call_checks.sample_weight(kwargs.get("sample_weight"))
+        call_checks.not_empty(x, "evaluate")
+        call_checks.targets(x, y, "evaluate")
+        call_checks.steps(x, kwargs.get("steps"), "evaluate")
         if self.dataset_size is not None:
             return super().evaluate(x, y, *args, **kwargs)
         self.set_dataset_size(_infer_dataset_size(x))
@@ -472,40 +479,6 @@ def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
         return _nonempty(_training_rows(n, validation_split))
     raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
                      "or compile().")
-
-
-def _check_batch_size(batch_size):
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                   or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}.")
-
-
-def _check_sample_weight(sample_weight):
-    if sample_weight is None or isinstance(sample_weight, (tf.data.Dataset, dict)):
-        return
-    weights = np.asarray(sample_weight, dtype=np.float64)
-    if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
-        raise ValueError("sample_weight must be finite and non-negative (a negative weight would train on a negative "
-                         f"loss); got values in [{np.nanmin(weights):.4g}, {np.nanmax(weights):.4g}].")
-
-
-def _check_class_weight(class_weight):
-    if class_weight is None:
-        return
-    if not isinstance(class_weight, dict):
-        raise ValueError(f"fit: class_weight must be a dict {{class index: weight}}; got {type(class_weight).__name__}.")
-    bad = {k: v for k, v in class_weight.items()
-           if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v)
-           or v < 0}
-    if bad:
-        raise ValueError("fit: class_weight values must be finite and non-negative (a negative weight would train "
-                         f"towards the wrong labels); got {bad}.")
-
-
-def _check_not_empty(x, what):
-    leaves = [] if x is None or isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) else tf.nest.flatten(x)
-    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0 and leaves[0].shape[0] == 0:
-        raise ValueError(f"{what} got no examples: x has 0 rows.")
 
 
 def _batch_size(batch):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.trainers import data_adapters
 
-from bayes_keras import distribute
+from bayes_keras import call_checks, distribute
 from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo, step_is_finite
 from bayes_keras.curvature import capture
 
@@ -366,6 +366,9 @@ class ParticleTrainer:
         if x is None:
             raise ValueError("predict_particles needs inputs x (arrays, a tf.data.Dataset, a PyDataset or a "
                              "generator); got None.")
+        call_checks.batch_size(batch_size)
+        call_checks.not_empty(x, "predict_particles")
+        call_checks.steps(x, steps, "predict_particles")
         adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
                                                  steps_per_epoch=steps, shuffle=False)
         function = particle_function(self)

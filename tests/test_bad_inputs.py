@@ -45,6 +45,31 @@ CASES = {
                               "class_weight values must be finite and non-negative.*1: -1.0"),
     "class_weight as a list": (lambda: _model().fit(X, Y, class_weight=[1.0, 2.0], verbose=0), ValueError,
                                "class_weight must be a dict"),
+    # trained nothing, silently
+    "fit(epochs=-1)": (lambda: _model().fit(X, Y, epochs=-1, verbose=0), ValueError, "epochs must be an integer >= 0"),
+    "fit(epochs=2.5)": (lambda: _model().fit(X, Y, epochs=2.5, verbose=0), ValueError, "epochs.*got 2.5"),
+    "fit(initial_epoch > epochs)": (lambda: _model().fit(X, Y, epochs=2, initial_epoch=3, verbose=0), ValueError,
+                                    "initial_epoch \\(3\\) must not exceed epochs \\(2\\)"),
+    # was an error after a whole epoch
+    "fit(validation_split=-0.1)": (lambda: _model().fit(X, Y, validation_split=-0.1, verbose=0), ValueError,
+                                   "validation_split must be a fraction"),
+    # was a graph error inside the loss
+    "fit(y=None) on arrays": (lambda: _model().fit(X, verbose=0), ValueError, "y is None, but x is ndarray"),
+    "evaluate(y=None) on arrays": (lambda: _model().evaluate(X, verbose=0), ValueError, "y is None"),
+    # hung for ever (memory growing)
+    "predict on an infinite dataset": (lambda: _model().predict(tf.data.Dataset.from_tensors(X).repeat(), verbose=0),
+                                       ValueError, "infinite tf.data.Dataset.*pass steps="),
+    "predict_particles on an infinite dataset": (
+        lambda: _model().predict_particles(tf.data.Dataset.from_tensors(X).repeat()), ValueError, "infinite"),
+    "uncertainty on an infinite dataset": (lambda: _model().uncertainty(tf.data.Dataset.from_tensors(X).repeat()),
+                                           ValueError, "infinite"),
+    "evaluate on an infinite dataset": (
+        lambda: _model().evaluate(tf.data.Dataset.from_tensors((X, Y)).repeat(), verbose=0), ValueError, "infinite"),
+    "predict(steps=0)": (lambda: _model().predict(X, steps=0, verbose=0), ValueError, "steps must be an integer >= 1"),
+    # was "Invalid value in tensor used for shape"
+    "predict_particles(batch_size=-2)": (lambda: _model().predict_particles(X, batch_size=-2), ValueError,
+                                         "batch_size"),
+    "uncertainty(batch_size=-2)": (lambda: _model().uncertainty(X, batch_size=-2), ValueError, "batch_size"),
     # was ZeroDivisionError / a graph error at fit
     "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
     "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),
@@ -66,6 +91,16 @@ def test_bad_input_is_refused_clearly(name):
     call, error, match = CASES[name]
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_generator_without_steps_is_warned_and_still_predicted():
+    def batches():
+        yield (X[:10],)
+        yield (X[10:],)
+
+    with pytest.warns(UserWarning, match="predict_particles: x is a generator without a known length"):
+        outputs = _model().predict_particles(batches())
+    assert outputs.shape == (20, 2, 2)
 
 
 def test_negative_weights_in_a_dataset_skip_their_step_with_a_warning():

@@ -1,0 +1,88 @@
+"""Checks at the door of fit / evaluate / predict and the prediction methods: a bad argument is refused before
+any work, with a message naming the argument and the value (or warned, where Keras accepts it and a user may mean
+it), instead of an obscure error deep in TensorFlow, a hang, or a silently wrong result."""
+
+import numbers
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def batch_size(value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"batch_size must be a positive integer or None; got {value!r}.")
+
+
+def sample_weight(value):
+    if value is None or isinstance(value, (tf.data.Dataset, dict)):
+        return
+    weights = np.asarray(value, dtype=np.float64)
+    if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
+        raise ValueError("sample_weight must be finite and non-negative (a negative weight would train on a negative "
+                         f"loss); got values in [{np.nanmin(weights):.4g}, {np.nanmax(weights):.4g}].")
+
+
+def class_weight(value):
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"fit: class_weight must be a dict {{class index: weight}}; got {type(value).__name__}.")
+    bad = {k: v for k, v in value.items()
+           if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0}
+    if bad:
+        raise ValueError("fit: class_weight values must be finite and non-negative (a negative weight would train "
+                         f"towards the wrong labels); got {bad}.")
+
+
+def not_empty(x, what):
+    leaves = [] if x is None or isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) else tf.nest.flatten(x)
+    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0 and leaves[0].shape[0] == 0:
+        raise ValueError(f"{what} got no examples: x has 0 rows.")
+
+
+def _count(value, name, what, minimum):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum):
+        raise ValueError(f"{what}: {name} must be an integer >= {minimum}; got {value!r}.")
+
+
+def epochs(value, initial_epoch):
+    """fit's epochs and initial_epoch: integers >= 0, initial_epoch <= epochs (Keras silently trains nothing)."""
+    _count(value, "epochs", "fit", 0)
+    _count(initial_epoch, "initial_epoch", "fit", 0)
+    if value is not None and initial_epoch is not None and initial_epoch > value:
+        raise ValueError(f"fit: initial_epoch ({initial_epoch}) must not exceed epochs ({value}): fit trains epochs "
+                         f"initial_epoch + 1 .. epochs (epochs is the last epoch's number, not a count).")
+
+
+def validation_split(value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"fit: validation_split must be a fraction in [0, 1); got {value!r}.")
+
+
+def targets(x, y, what):
+    """Arrays (or a dict / list of arrays) as x need y: without it Keras fails deep in the loss."""
+    if y is None and x is not None and not isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) and \
+            not hasattr(x, "__next__"):
+        raise ValueError(f"{what}: y is None, but x is {type(x).__name__}: pass the targets as y (or give a "
+                         "tf.data.Dataset / PyDataset / generator of (x, y) batches).")
+
+
+def steps(x, value, what, name="steps", warn_unknown=True):
+    """`steps` (or steps_per_epoch) of a call over `x`: a positive integer; required for an infinite tf.data
+    dataset, which would otherwise never end; warned for a generator or a PyDataset without a length, whose end
+    only the data knows (`warn_unknown`)."""
+    _count(value, name, what, 1)
+    if value is not None:
+        return
+    if isinstance(x, tf.data.Dataset) and int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+        raise ValueError(f"{what}: x is an infinite tf.data.Dataset (it repeats without end), so the call would "
+                         f"never return: pass {name}= (the number of batches), or give a finite dataset.")
+    if warn_unknown and (hasattr(x, "__next__") and not isinstance(x, tf.data.Dataset)) or (
+            isinstance(x, keras.utils.PyDataset) and x.num_batches is None):
+        warnings.warn(f"{what}: x is a {type(x).__name__} without a known length and no steps= was given: the call "
+                      f"runs until it is exhausted (forever, if it never is). Pass {name}= to bound it.", UserWarning,
+                      stacklevel=3)
