@@ -46,6 +46,7 @@ class ModelSerialization:
             model.temperature = check_number(own["temperature"], "temperature")
             if own["dataset_size"] is not None:
                 model.set_dataset_size(own["dataset_size"])
+            refreeze(model)
             return model
         return cls(**config, **own)
 
@@ -94,3 +95,15 @@ class ModelSerialization:
             return export_predictive(self, filepath, input_signature=input_signature,
                                      verbose=True if verbose is None else verbose)
         return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
+
+
+def refreeze(model):
+    """Set every frozen layer's flag again, down to its sublayers. A layer's config brings its own flag back, but a
+    layer that makes its sublayers itself (a KerasHub backbone's TransformerEncoder, a custom layer before the
+    particle axis) makes them trainable after that: the reloaded model would train what was frozen, and could not
+    load its optimizer's state."""
+    for layer in model._flatten_layers(include_self=False):
+        if not layer.trainable:
+            # via True: setting the value a layer already has does not reach the sublayers made since
+            layer.trainable = True
+            layer.trainable = False

@@ -310,6 +310,26 @@ def _keras_io_transformer():
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(x))
 
 
+def test_frozen_custom_layers_stay_frozen_after_a_round_trip(tmp_path):
+    """Under LoRA the keras.io token + position embedding (a custom layer) is frozen before the particle axis; its
+    config rebuilds its Embeddings trainable, so the model restores the flags on load: the same trainable variables,
+    and the optimizer's state loads."""
+    keras_model = _keras_io_transformer()
+    x = np.random.default_rng(7).integers(0, 20, (16, 8)).astype("float32")
+    model = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=0)
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, np.arange(16) % 2, epochs=1, batch_size=8, verbose=0)
+    model.save(tmp_path / "m.keras")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*Skipping variable loading")
+        loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert [v.path.rsplit("/", 3)[-3:] for v in loaded.trainable_variables] == \
+        [v.path.rsplit("/", 3)[-3:] for v in model.trainable_variables]
+    assert not any("embedding" in v.path for v in loaded.trainable_variables)
+    assert int(loaded.optimizer.iterations) == 2
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+
+
 def test_keras_io_transformer_with_custom_layers_converts_exactly(tmp_path):
     """Custom layers' weight sublayers (two embeddings, one looked up without a batch axis; attention; a Sequential
     feed-forward; LayerNormalization) become particle twins: exact at noise 0, in memory and after .keras, and
