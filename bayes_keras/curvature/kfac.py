@@ -223,9 +223,11 @@ def candidate_specs(variables):
             or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
         raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
                          f"({', '.join(SUPPORTED_LAYERS)}: a kernel, an optional recurrent_kernel and an optional "
-                         "bias). For other layers (attention, EinsumDense, LoRA factors) use preconditioner="
-                         "'identity' (MatrixSVGD / PreconditionedParticles), or an optimizer without curvature: "
-                         "GaussianParticleFlow, SVGD, MGVBP, IndependentParticles.")
+                         "bias). For other layers (attention, EinsumDense, LoRA factors) use an optimizer without "
+                         "curvature, which trains them with its defaults: GaussianParticleFlow, SVGD, MGVBP, "
+                         "IndependentParticles. (preconditioner='identity' makes MatrixSVGD / PreconditionedParticles "
+                         "take plain gradient steps on the dataset-scaled log posterior: their learning rate must then "
+                         "be set to that scale, about 1 / dataset_size.)")
     kernel, bias = names["kernel"][0], names.get("bias", [None])[0]
     if "recurrent_kernel" not in names:
         kind = {3: "Dense", 4: "Conv1D", 5: "Conv2D"}.get(len(kernel.shape))
