@@ -163,6 +163,11 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         raise ValueError(f"bayesianize: lora_rank must be a positive integer or None; got {lora_rank!r}.")
     if lora_alpha is not None and (not is_real(lora_alpha) or not lora_alpha > 0):
         raise ValueError(f"bayesianize: lora_alpha must be a positive number or None; got {lora_alpha!r}.")
+    if lora_alpha is not None and lora_rank is None:
+        raise ValueError(f"bayesianize: lora_alpha={lora_alpha!r} scales LoRA factors, and there are none without "
+                         "lora_rank: pass lora_rank=r as well (or leave lora_alpha out).")
+    lora_rank = None if lora_rank is None else int(lora_rank)  # np.int64 too
+    lora_alpha = None if lora_alpha is None else float(lora_alpha)
     if lora_rank is not None and bayesian is None:
         bayesian = _default_lora_layers(functional)
     is_bayesian = _bayesian_selection(functional, bayesian, deterministic)
@@ -661,15 +666,16 @@ class _Conversion:
         return result
 
     # -- custom layers -------------------------------------------------------------------------
-    def _sublayer_twin_of(self, sublayer, bayesian, starts):
+    def _sublayer_twin_of(self, sublayer, bayesian, starts, adapted=(_L.MultiHeadAttention,)):
         """A particle twin of a Keras sublayer of a custom layer, its particles set to the sublayer's weights, and
-        the (Keras weights, particle layer) pairs that place its particles."""
+        the (Keras weights, particle layer) pairs that place its particles. Under LoRA, sublayers of the `adapted`
+        types get factors."""
         if isinstance(sublayer, keras.Sequential):
-            inner = [self._sublayer_twin_of(layer, bayesian, starts and i == 0) if _sublayer_twin(layer) else
+            inner = [self._sublayer_twin_of(layer, bayesian, starts and i == 0, adapted) if _sublayer_twin(layer) else
                      (_copy_of(layer), []) for i, layer in enumerate(sublayer.layers)]
             return keras.Sequential([t for t, _ in inner], name=sublayer.name), [p for _, ps in inner for p in ps]
         twin = _sublayer_twin(sublayer)
-        lora = _keras_lora_rank(sublayer) or (self.lora_rank if isinstance(sublayer, _L.MultiHeadAttention) else None)
+        lora = _keras_lora_rank(sublayer) or (self.lora_rank if isinstance(sublayer, adapted) else None)
         if bayesian and lora is not None:  # under LoRA, a custom layer's attention is adapted; the rest frozen
             new = self._lora_layer(sublayer, lora, starts or isinstance(sublayer, _L.Embedding))
             return new, [(sublayer, new, "lora")]
@@ -705,8 +711,14 @@ class _Conversion:
             copy = _copy_of(layer)
             built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
-            for path, sublayer in _custom_sublayers(layer):
-                twin, placed = self._sublayer_twin_of(sublayer, bayesian, starts=path in batchless)
+            sublayers = _custom_sublayers(layer)
+            # under LoRA a selected custom layer's attention is adapted; one without attention, its weight layers
+            # (as a model without attention is)
+            has_attention = any(isinstance(s, _L.MultiHeadAttention) or isinstance(s, keras.Sequential) and any(
+                isinstance(inner, _L.MultiHeadAttention) for inner in s.layers) for _, s in sublayers)
+            adapted = (_L.MultiHeadAttention,) if has_attention else (_L.Dense, _L.EinsumDense, _L.Embedding)
+            for path, sublayer in sublayers:
+                twin, placed = self._sublayer_twin_of(sublayer, bayesian, path in batchless, adapted)
                 twins[path] = particle_layers.Batchless(twin, name=f"{twin.name}_batchless") if path in batchless \
                     else twin
                 pairs += placed
@@ -752,7 +764,7 @@ class _Conversion:
                 # trainable with frozen layers, and `backbone.trainable = True` then changed nothing.
                 new.trainable = False
         if any(carries):
-            self._check_per_example(layer, flat)
+            self._check_per_example(layer, flat, carries)
             if not self._acts_per_particle_as_is(layer, flat, carries):
                 new = PerParticle(new, particle_inputs=None if all(carries) else carries, name=layer.name)
             elif isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)) and layer.axis not in (-1, [-1]):
@@ -782,8 +794,9 @@ class _Conversion:
         _copy_state(layer, target)
         return result
 
-    def _check_per_example(self, layer, flat):
-        """Refuse layers that cannot act on each particle as on an ordinary batch."""
+    def _check_per_example(self, layer, flat, carries):
+        """Refuse layers that cannot act on each particle as on an ordinary batch (checked on the shapes the Keras
+        layer takes: PerParticle folds the particle axis into the batch)."""
         name = f"bayesianize: layer '{layer.name}' ({type(layer).__name__})"
         if isinstance(layer, _L.BatchNormalization):
             raise ValueError(f"{name}: bayes_keras.layers.BatchNormalization normalises the last axis only; this "
@@ -796,7 +809,9 @@ class _Conversion:
                              "share; use stateful=False.")
         if type(layer).__module__.startswith("keras.") and not isinstance(layer, _L.Lambda):
             return  # Keras' layers treat the examples of a batch independently (BatchNormalization aside)
-        if not _treats_examples_independently(layer, [t.shape for t in flat]):
+        shapes = [tuple(t.shape[:particle_axis(len(t.shape))]) + tuple(t.shape[particle_axis(len(t.shape)) + 1:])
+                  if c else tuple(t.shape) for t, c in zip(flat, carries)]
+        if not _treats_examples_independently(layer, shapes):
             raise ValueError(
                 f"{name} receives particle activations and is a Lambda or not a Keras layer, and bayes_keras could not confirm "
                 "that it treats the examples of a batch independently (its input shapes are not concrete, or one "

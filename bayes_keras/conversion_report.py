@@ -88,7 +88,8 @@ def conversion_report(model):
             continue
         inputs = _tensors(operation, "input")
         after_axis = isinstance(operation, ParticleLayer) or any(id(t) in carrying for t in inputs)
-        if after_axis:
+        starts = any(_is_particle(v) for layer in _with_nested(operation) for v in layer.weights)  # a custom layer's
+        if after_axis or starts:  # twins can start the axis (the keras.io token and position embedding)
             carrying.update(id(t) for t in _tensors(operation, "output"))
         for layer in _with_nested(operation):
             if not layer.weights:

@@ -310,6 +310,23 @@ def _keras_io_transformer():
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(x))
 
 
+def test_custom_layers_named_or_not_in_bayesian(tmp_path):
+    """bayesian= picks custom layers too. A custom layer after the particle axis that is not picked runs per particle
+    with shared weights (was refused as "not a Keras layer": the per-example check ran the Keras layer on particle
+    shapes); under LoRA a picked custom layer without attention gets its Embeddings adapted (was left frozen)."""
+    keras_model = _keras_io_transformer()
+    x = np.random.default_rng(7).integers(0, 20, (16, 8)).astype("float32")
+    expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (16, N, 2))
+    model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0, bayesian=["embedding"])
+    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
+    roles = {r.name: r.role for r in bk.conversion_report(model).rows}
+    assert roles["embedding/token_emb"] == roles["embedding/pos_emb"] == "bayesian" and roles["block"] == "shared", roles
+    lora = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0, lora_rank=2, bayesian=["embedding", "head"])
+    np.testing.assert_allclose(tf.nn.softmax(lora(x)).numpy(), expected, atol=1e-5)
+    assert [v.path.rsplit("/", 1)[-1] for v in lora.trainable_variables] == 2 * [
+        "lora_embeddings_a", "lora_embeddings_b"] + ["kernel", "bias"]
+
+
 def test_frozen_custom_layers_stay_frozen_after_a_round_trip(tmp_path):
     """Under LoRA the keras.io token + position embedding (a custom layer) is frozen before the particle axis; its
     config rebuilds its Embeddings trainable, so the model restores the flags on load: the same trainable variables,

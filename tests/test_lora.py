@@ -175,6 +175,8 @@ def test_lora_refuses_what_it_cannot_adapt():
         bk.bayesianize(keras_model, lora_rank=2, bayesian=["conv", "head"])
     with pytest.raises(ValueError, match="lora_rank must be a positive integer"):
         bk.bayesianize(keras_model, lora_rank=0)
+    with pytest.raises(ValueError, match="lora_alpha=4.0 scales LoRA factors.*pass lora_rank"):
+        bk.bayesianize(keras_model, lora_alpha=4.0)  # was ignored
 
 
 def test_adapters_save_and_load_alone(tmp_path):
@@ -185,7 +187,7 @@ def test_adapters_save_and_load_alone(tmp_path):
     model.fit(x, np.arange(len(x)) % 3, epochs=2, batch_size=8, verbose=0)
     path = bk.save_adapters(model, tmp_path / "adapters.npz")
     with np.load(path) as stored:  # the trainable weights alone: factors and the head's particles
-        assert len(stored.files) == len(model.trainable_variables) + 1 < len(model.weights)
+        assert len(stored.files) == len(model.trainable_variables) + 2 < len(model.weights)  # + paths, scales
     fresh = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=1)
     assert not np.allclose(fresh.predict_particles(x), model.predict_particles(x))
     bk.load_adapters(fresh, path)
@@ -193,6 +195,12 @@ def test_adapters_save_and_load_alone(tmp_path):
     other = bk.bayesianize(keras_model, num_particles=N + 1, lora_rank=2)
     with pytest.raises(ValueError, match="another rank or number of particles"):
         bk.load_adapters(other, path)
+    other = bk.bayesianize(keras_model, num_particles=N, lora_rank=np.int64(2), lora_alpha=8.0)  # loaded silently
+    with pytest.raises(ValueError, match="lora_alpha / rank = \\[1.0\\].*scales them by \\[4.0\\]"):
+        bk.load_adapters(other, path)
+    (tmp_path / "notes.npz").write_text("not an archive")
+    with pytest.raises(ValueError, match="is not a file written by save_adapters"):  # was numpy's pickle advice
+        bk.load_adapters(fresh, tmp_path / "notes.npz")
 
 
 @pytest.mark.parametrize("optimizer", ["GaussianParticleFlow", "SVGD", "MatrixSVGD", "MGVBP", "IndependentParticles",
