@@ -37,15 +37,21 @@ def check_finite_entries(owner, variables, what):
                              "run that diverged; it was not loaded into a usable model.")
 
 
-def check_bounded_entry(owner, variable, what, quantity, positive=False):
+def check_bounded_entry(owner, variable, what, quantity, positive=False, within=None):
     """Raise a ValueError naming the entry if a loaded variable has a negative value (or, with `positive`, a
-    value that is not positive): step counts and second moments are never negative, precisions positive."""
+    value that is not positive; with `within=(low, high)`, one outside it): step counts and second moments are
+    never negative, precisions positive."""
     value = np.asarray(variable.numpy())
-    bad = ~(value > 0) if positive else ~(value >= 0)
+    if within is not None:
+        bad, kind = ~((value >= within[0]) & (value <= within[1])), f"value(s) outside [{within[0]:g}, {within[1]:g}]"
+    elif positive:
+        bad, kind = ~(value > 0), "value(s) that are not positive"
+    else:
+        bad, kind = ~(value >= 0), "negative value(s)"
     if value.size and np.any(bad):
-        kind = "value(s) that are not positive" if positive else "negative value(s)"
+        shown = value[bad].reshape(-1)[0]
         raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
-                         f"{int(np.sum(bad))} {kind} (smallest {float(np.min(value)):.3g}).")
+                         f"{int(np.sum(bad))} {kind} (e.g. {float(shown):.3g}).")
 
 
 def check_positive_definite_entry(owner, variable, what, quantity):

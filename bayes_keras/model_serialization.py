@@ -13,6 +13,7 @@ from bayes_keras import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
 from bayes_keras.export import export_predictive
+from bayes_keras.loaded_state import check_bounded_entry, remembered_refusal
 
 
 class ModelSerialization:
@@ -49,6 +50,16 @@ class ModelSerialization:
             refreeze(model)
             return model
         return cls(**config, **own)
+
+    def load_own_variables(self, store):
+        """Keras' loading of the model's own state (the likelihood's noise scale and target standardisation, the
+        skipped-step count), then a check that it is state the model could hold: a NaN or out-of-range noise scale, a
+        non-positive target scale or a negative count is refused, naming the entry."""
+        with remembered_refusal(self, store):
+            super().load_own_variables(store)
+            if self.likelihood is not None:
+                self.likelihood.check_loaded_state(self.name)
+            check_bounded_entry(self.name, self._skipped, "model", "skipped steps")
 
     def get_compile_config(self):
         """Keras' compile config plus the likelihood and temperature, so keras.models.clone_model of a

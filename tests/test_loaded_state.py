@@ -121,3 +121,27 @@ def test_a_negative_second_moment_or_step_count_is_refused(tmp_path):
     backwards = _tampered(path, f"optimizer/vars/{counter}", lambda a: np.full_like(a, -5), tmp_path)
     with pytest.raises(ValueError, match=r"is invalid: .*iteration \(a step count\) has 1 negative"):
         keras.models.load_model(backwards)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("likelihood_log_scale", lambda a: np.full_like(a, np.nan), r"likelihood_log_scale\) holds 1 NaN / Inf"),
+    ("likelihood_log_scale", lambda a: np.full_like(a, 200.0), r"log noise scale\) has 1 value\(s\) outside \[-50, 50\]"),
+    ("likelihood_target_scale", lambda a: np.full_like(a, -1.0), r"target scale\) has 1 value\(s\) that are not positive"),
+    ("likelihood_adapted", lambda a: np.full_like(a, 7.0), r"adapted flag\) has 1 value\(s\) outside \[0, 1\]"),
+    ("skipped_steps", lambda a: np.full_like(a, -5), r"skipped steps\) has 1 negative"),
+])
+def test_invalid_regression_state_is_refused(name, change, message, tmp_path):
+    """A Normal likelihood's saved noise scale and target standardisation, and the skipped-step count, loaded
+    silently when invalid (every predictive sd NaN or infinite, inverted intervals); refused naming the entry."""
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = bk.zoo.mlp(4, 1, (5,), num_particles=3, likelihood="normal")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, 2.0 * x[:, 0] + 1.0, epochs=1, verbose=0)
+    path = str(tmp_path / "good.keras")
+    model.save(path)
+    keras.models.load_model(path)  # the untouched file loads
+    own = model._trainable_variables + model._non_trainable_variables  # Keras' order of the model's own entries
+    index = next(i for i, v in enumerate(own) if v.path.endswith(name))
+    with pytest.raises(ValueError, match=message):
+        keras.models.load_model(_tampered(path, f"vars/{index}", change, tmp_path))

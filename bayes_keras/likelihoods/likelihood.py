@@ -38,6 +38,10 @@ class Likelihood(Configurable):
     def variables(self):
         return []
 
+    def check_loaded_state(self, owner):
+        """Raise a ValueError naming the entry if state read back from a file is one this likelihood never holds
+        (a NaN noise scale, a negative target scale). Likelihoods without state have nothing to check."""
+
     @property
     def adapt_pending(self):
         """Whether `adapt` still needs the training targets (BayesianModel.fit then calls it)."""

@@ -10,6 +10,7 @@ import tensorflow_probability as tfp
 from bayes_keras._config import check_number
 from bayes_keras.likelihoods.likelihood import LOG_2PI, Likelihood, shape_text, target_matrix
 from bayes_keras.likelihoods.particle_mixture import ParticleMixture
+from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries
 
 tfd = tfp.distributions
 
@@ -82,6 +83,17 @@ class Normal(Likelihood):
     @property
     def variables(self):
         return [self._log_scale] if self._log_scale is not None else []
+
+    def check_loaded_state(self, owner):
+        """The noise scale's log finite and within +-50 (exp(+-88) leaves float32), the target shift finite, the
+        target scale finite and positive, the adapted flag 0 or 1."""
+        what = "the likelihood of model"
+        check_finite_entries(owner, [v for v in (self._log_scale, self._shift, self._spread) if v is not None], what)
+        if self._log_scale is not None:
+            check_bounded_entry(owner, self._log_scale, what, "log noise scale", within=(-50.0, 50.0))
+        if self._spread is not None:
+            check_bounded_entry(owner, self._spread, what, "target scale", positive=True)
+            check_bounded_entry(owner, self._adapted, what, "adapted flag", within=(0.0, 1.0))
 
     @property
     def adapt_pending(self):
