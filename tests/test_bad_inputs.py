@@ -25,6 +25,11 @@ def _token_model():
     return bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
 
 
+def _predictive():
+    logits = np.random.default_rng(1).standard_normal((32, 3)).astype("float32")
+    return bk.likelihoods.Categorical().predictive(logits[:, None, :])
+
+
 CASES = {
     # was UnboundLocalError inside Keras
     "predict on no examples": (lambda: _model().predict(X[:0], verbose=0), ValueError, "no examples"),
@@ -70,6 +75,20 @@ CASES = {
     "predict_particles(batch_size=-2)": (lambda: _model().predict_particles(X, batch_size=-2), ValueError,
                                          "batch_size"),
     "uncertainty(batch_size=-2)": (lambda: _model().uncertainty(X, batch_size=-2), ValueError, "batch_size"),
+    # plausible wrong numbers: one label broadcast over 32 predictions gave -2.164 (right: -1.294), a (32, 32)
+    # matrix of labels -2.923, labels 2.7 were truncated to class 2
+    "log_likelihood with one label": (lambda: bk.metrics.log_likelihood(_predictive(), np.array([1])), ValueError,
+                                      "targets must have the predictive's shape \\(32,\\).*got \\(1,\\)"),
+    "log_likelihood with a matrix": (lambda: bk.metrics.log_likelihood(_predictive(), np.zeros((32, 32))),
+                                     ValueError, "got \\(32, 32\\)"),
+    "log_likelihood with labels 2.7": (lambda: bk.metrics.log_likelihood(_predictive(), np.full(32, 2.7)),
+                                       ValueError, "integer class labels.*2.7"),
+    "interval_width with upper < lower": (lambda: bk.metrics.interval_width(np.ones(4), np.zeros(4)), ValueError,
+                                          "upper bounds are below"),
+    # took 3.3 GB
+    "calibration_curve(num_bins=10**9)": (lambda: bk.metrics.calibration_curve(np.full((4, 2), 0.5), np.zeros(4),
+                                                                               num_bins=10**9),
+                                          ValueError, "num_bins must be an integer in \\[1, 10000\\]"),
     # was ZeroDivisionError / a graph error at fit
     "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
     "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),

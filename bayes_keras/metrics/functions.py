@@ -115,6 +115,16 @@ def log_likelihood(predictive, targets):
         targets = targets.reshape(-1, *event)
     if targets.ndim == 2 and targets.shape[1] == 1 and not event:
         targets = targets[:, 0]
+    expected = tuple(predictive.batch_shape) + event
+    if targets.shape != expected:  # log_prob would broadcast one label over every example, or a matrix of them
+        raise ValueError(f"log_likelihood: targets must have the predictive's shape {expected} (batch "
+                         f"{tuple(predictive.batch_shape)}, event {event}); got {targets.shape}.")
+    if targets.size and not np.all(np.isfinite(targets.astype(np.float64))):
+        raise ValueError("log_likelihood: targets contain NaN or Inf.")
+    if isinstance(predictive, (tfp.distributions.Categorical, tfp.distributions.Bernoulli)) and targets.size and not np.all(
+            targets == np.round(targets)):  # a cast would truncate 2.7 to class 2
+        raise ValueError("log_likelihood: a classification predictive takes integer class labels; got non-integer "
+                         f"values (e.g. {targets[targets != np.round(targets)].reshape(-1)[0]!r}).")
     return float(np.mean(predictive.log_prob(tf.cast(targets, predictive.dtype)).numpy()))
 
 
@@ -130,6 +140,9 @@ def interval_coverage(lower, upper, targets):
 def interval_width(lower, upper):
     """Mean width of the intervals [lower, upper]."""
     lower, upper = _same_shape(lower, upper, "lower")
+    if np.any(upper < lower):
+        raise ValueError("interval_width: some upper bounds are below their lower bounds (the width would count "
+                         "them negative).")
     return float(np.mean(upper - lower))
 
 
@@ -180,6 +193,9 @@ def _same_shape(a, b, name):
     return a, b
 
 
+MAX_BINS = 10_000  # three arrays of this many float64 bins; more resolve nothing on any test set
+
+
 def _check_bins(num_bins):
-    if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer; got {num_bins!r}.")
+    if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or not 1 <= num_bins <= MAX_BINS:
+        raise ValueError(f"num_bins must be an integer in [1, {MAX_BINS}]; got {num_bins!r}.")
