@@ -6,6 +6,7 @@ reads the model's likelihood, particle count, dataset size and temperature, whic
 """
 
 import os
+import sys
 
 import keras
 
@@ -89,7 +90,14 @@ class ModelSerialization:
                              "serving, model.export(path) writes a SavedModel of the predictive.")
         if not isinstance(filepath, (str, os.PathLike)) or kwargs.get("zipped") is False or args:
             return super().save(filepath, *args, **kwargs)
+        if not str(filepath).endswith(".keras"):  # (the temporary file's name would have satisfied Keras' check)
+            raise ValueError(f"BayesianModel.save writes the Keras format: give a path ending in '.keras' (got "
+                             f"{str(filepath)!r}; keras.models.load_model refuses other names). For serving, "
+                             "model.export(path) writes a SavedModel of the predictive.")
         if os.path.exists(filepath) and not kwargs.get("overwrite", True):
+            if not (sys.stdin and sys.stdin.isatty()):  # Keras would ask on a terminal, and fail (EOFError) elsewhere
+                raise FileExistsError(f"BayesianModel.save: {str(filepath)!r} exists and overwrite=False; pass "
+                                      "overwrite=True to replace it, or another path.")
             return super().save(filepath, **kwargs)  # Keras asks whether to overwrite
         kwargs["overwrite"] = True  # the temporary file is new; the rename replaces the target
         # Written beside the target, then renamed over it: a crash or a full disk leaves the old file or the

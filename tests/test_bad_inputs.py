@@ -1,6 +1,9 @@
 """Bad input to the public API gets a clear ValueError saying what was expected, not an obscure error from
 deep inside Keras or TensorFlow, and not a silent wrong answer."""
 
+import os
+import tempfile
+
 import keras
 import numpy as np
 import pytest
@@ -23,6 +26,15 @@ def _token_model():
     inputs = keras.Input((5,), dtype="int32")
     h = bk.layers.GlobalAveragePooling1D()(bk.layers.Embedding(5, 3, num_particles=2)(inputs))
     return bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
+
+
+def _scratch(name):
+    return os.path.join(tempfile.mkdtemp(), name)
+
+
+def _twice(path):
+    _model().save(path)
+    _model().save(path, overwrite=False)
 
 
 def _predictive():
@@ -89,6 +101,11 @@ CASES = {
     "calibration_curve(num_bins=10**9)": (lambda: bk.metrics.calibration_curve(np.full((4, 2), 0.5), np.zeros(4),
                                                                                num_bins=10**9),
                                           ValueError, "num_bins must be an integer in \\[1, 10000\\]"),
+    # wrote a file that load_model refuses
+    "save without .keras": (lambda: _model().save(_scratch("m")), ValueError, "path ending in '.keras'.*'.*m'"),
+    # was EOFError from Keras' overwrite prompt without a terminal
+    "save(overwrite=False) over a file": (lambda: _twice(_scratch("m.keras")), FileExistsError,
+                                          "exists and overwrite=False"),
     # was ZeroDivisionError / a graph error at fit
     "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
     "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),
