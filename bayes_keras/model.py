@@ -302,6 +302,15 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         elif not self._dataset_size_given:  # this fit's data, not an earlier fit's
             self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0),
                                                       kwargs.get("steps_per_epoch")))
+        arrays = x is not None and not isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) and not hasattr(
+            x, "__next__")
+        if self._dataset_size_given and arrays:
+            rows = _training_rows(int(np.shape(tf.nest.flatten(x)[0])[0]), kwargs.get("validation_split", 0.0))
+            if self.dataset_size < rows:
+                warnings.warn(f"fit: dataset_size={self.dataset_size} is below the {rows} training examples given: the "
+                              "likelihood is scaled as if there were fewer examples than it sees, so the prior weighs "
+                              "more than the data warrant. If that is meant (tempering), temperature= says it "
+                              "directly; otherwise leave dataset_size out (it is inferred).", UserWarning, stacklevel=2)
         if self.likelihood is not None and self.likelihood.adapt_pending:
             self.likelihood.adapt(_training_targets(x, y, kwargs.get("validation_split", 0.0),
                                                     kwargs.get("steps_per_epoch")))

@@ -129,6 +129,11 @@ def test_bad_input_is_refused_clearly(name):
         call()
 
 
+def test_a_dataset_size_below_the_rows_given_is_warned():
+    with pytest.warns(UserWarning, match="dataset_size=10 is below the 20 training examples given"):
+        _model().fit(X, Y, dataset_size=10, epochs=1, verbose=0)
+
+
 def test_a_generator_without_steps_is_warned_and_still_predicted():
     def batches():
         yield (X[:10],)
