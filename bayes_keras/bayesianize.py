@@ -9,6 +9,7 @@ from keras.src.models.functional import Functional  # no public name for "a grap
 from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
+from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import is_real
 from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
@@ -179,6 +180,16 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
             raise ValueError("bayesianize: pass likelihood= ('categorical', 'bernoulli', 'normal' or a "
                              "bayes_keras.likelihoods object); the output layer has no softmax / sigmoid to infer it "
                              "from.")
+    elif output_activation is not None:
+        # the squashing is dropped for the likelihood to apply to the particles' logits: only one that applies it
+        squashes = type(likelihoods_lib.get(_SQUASHING[output_activation]))
+        if type(likelihoods_lib.get(likelihood)) is not squashes:
+            raise ValueError(f"bayesianize: the output layer '{output_layer.name}' applies "
+                             f"{output_activation.__name__}, which only the {_SQUASHING[output_activation]!r} "
+                             f"likelihood applies to the particles' logits; with likelihood={likelihood!r} the "
+                             "converted model would not compute what the Keras model computes. Leave likelihood= "
+                             f"out (it is {_SQUASHING[output_activation]!r}), or end the Keras model without "
+                             f"{output_activation.__name__}.")
     if batch_norm_momentum is not None and (not is_real(batch_norm_momentum) or not 0.0 <= batch_norm_momentum < 1.0):
         raise ValueError(f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
                          f"got {batch_norm_momentum!r}.")

@@ -37,6 +37,11 @@ def _twice(path):
     _model().save(path, overwrite=False)
 
 
+def _softmax_model():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(inputs))
+
+
 def _predictive():
     logits = np.random.default_rng(1).standard_normal((32, 3)).astype("float32")
     return bk.likelihoods.Categorical().predictive(logits[:, None, :])
@@ -106,6 +111,10 @@ CASES = {
     # was EOFError from Keras' overwrite prompt without a terminal
     "save(overwrite=False) over a file": (lambda: _twice(_scratch("m.keras")), FileExistsError,
                                           "exists and overwrite=False"),
+    # predicted logits where the Keras model predicts probabilities (the softmax was dropped for a Normal likelihood)
+    "bayesianize(softmax model, likelihood='normal')": (
+        lambda: bk.bayesianize(_softmax_model(), likelihood="normal", noise_std=0.0), ValueError,
+        "applies softmax, which only the 'categorical' likelihood applies"),
     # was ZeroDivisionError / a graph error at fit
     "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
     "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),
