@@ -86,3 +86,33 @@ def steps(x, value, what, name="steps", warn_unknown=True):
         warnings.warn(f"{what}: x is a {type(x).__name__} without a known length and no steps= was given: the call "
                       f"runs until it is exhausted (forever, if it never is). Pass {name}= to bound it.", UserWarning,
                       stacklevel=3)
+
+
+def inputs(model, x, what):
+    """Inputs of a one-input functional model: an array with a batch axis and the model's per-example shape (a wrong
+    feature count failed in a MatMul deep in the graph; a list of lists or a scalar in the training-set count)."""
+    if x is None or isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or hasattr(x, "__next__"):
+        return
+    try:
+        model_inputs = list(model.inputs or [])
+    except (AttributeError, ValueError):  # a subclassed model: its inputs are what its call takes
+        return
+    if len(model_inputs) != 1:
+        return
+    if isinstance(x, (list, tuple)) and x and not hasattr(x[0], "shape"):
+        raise ValueError(f"{what}: x is a Python {type(x).__name__} of {type(x[0]).__name__}s; pass an array "
+                         "(np.asarray(x)) with one row per example.")
+    if not hasattr(x, "shape"):
+        return
+    shape, expected = tuple(x.shape), tuple(model_inputs[0].shape)
+    if len(shape) == 0:
+        raise ValueError(f"{what}: x is a scalar; pass an array with one row per example, of shape (batch,) + "
+                         f"{expected[1:]}.")
+    if len(shape) + 1 == len(expected) and expected[-1] == 1:  # Keras adds the trailing axis of 1, as it removes one
+        shape = shape + (1,)
+    elif len(shape) == len(expected) + 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    if len(shape) != len(expected) or any(e is not None and s != e for s, e in zip(shape[1:], expected[1:])):
+        shape = tuple(x.shape)
+        raise ValueError(f"{what}: x has shape {shape}, the model takes (batch,) + {expected[1:]} (one example's "
+                         f"shape {expected[1:]}, got {shape[1:]}).")

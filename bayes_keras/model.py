@@ -294,6 +294,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.sample_weight(kwargs.get("sample_weight"))
         call_checks.class_weight(kwargs.get("class_weight"))
         call_checks.not_empty(x, "fit")
+        call_checks.inputs(self, x, "fit")
         call_checks.targets(x, y, "fit")
         call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
         if dataset_size is not None:
@@ -348,6 +349,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         mean and sd for regression)."""
         call_checks.batch_size(batch_size)
         call_checks.not_empty(x, "predict")
+        call_checks.inputs(self, x, "predict")
         call_checks.steps(x, kwargs.get("steps"), "predict")
         return super().predict(x, batch_size, *args, **kwargs)
 
@@ -357,6 +359,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.batch_size(kwargs.get("batch_size", args[0] if args else None))
         call_checks.sample_weight(kwargs.get("sample_weight"))
         call_checks.not_empty(x, "evaluate")
+        call_checks.inputs(self, x, "evaluate")
         call_checks.targets(x, y, "evaluate")
         call_checks.steps(x, kwargs.get("steps"), "evaluate")
         if self.dataset_size is not None:

@@ -368,6 +368,7 @@ class ParticleTrainer:
                              "generator); got None.")
         call_checks.batch_size(batch_size)
         call_checks.not_empty(x, "predict_particles")
+        call_checks.inputs(self, x, "predict_particles")
         call_checks.steps(x, steps, "predict_particles")
         adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
                                                  steps_per_epoch=steps, shuffle=False)

@@ -115,6 +115,15 @@ CASES = {
     "bayesianize(softmax model, likelihood='normal')": (
         lambda: bk.bayesianize(_softmax_model(), likelihood="normal", noise_std=0.0), ValueError,
         "applies softmax, which only the 'categorical' likelihood applies"),
+    # a MatMul error deep in the graph
+    "fit with 5 features for 4": (lambda: _model().fit(np.ones((20, 5)), Y, verbose=0), ValueError,
+                                  "x has shape \\(20, 5\\), the model takes \\(batch,\\) \\+ \\(4,\\)"),
+    "predict_particles with 5 features": (lambda: _model().predict_particles(np.ones((3, 5))), ValueError,
+                                          "the model takes"),
+    # "Cannot infer the training-set size from list"
+    "fit on a list of lists": (lambda: _model().fit(X.tolist(), Y, verbose=0), ValueError,
+                               "Python list of lists; pass an array"),
+    "predict on a scalar": (lambda: _model().predict(np.float32(1.0), verbose=0), ValueError, "x is a scalar"),
     # was ZeroDivisionError / a graph error at fit
     "Conv2D(strides=0)": (lambda: bk.layers.Conv2D(2, 3, strides=0), ValueError, "strides"),
     "Conv2D(kernel_size=0)": (lambda: bk.layers.Conv2D(2, 0), ValueError, "kernel_size"),
