@@ -116,3 +116,15 @@ def inputs(model, x, what):
         shape = tuple(x.shape)
         raise ValueError(f"{what}: x has shape {shape}, the model takes (batch,) + {expected[1:]} (one example's "
                          f"shape {expected[1:]}, got {shape[1:]}).")
+
+
+def count_non_finite(inputs):
+    """The NaN / Inf entries of a batch's floating-point inputs (one reduction per input, beside the forward)."""
+    return sum(int(tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)))
+               for t in tf.nest.flatten(inputs) if t.dtype.is_floating)
+
+
+def warn_non_finite(count, what):
+    if count:
+        warnings.warn(f"{what}: the inputs hold {count} NaN / Inf value(s); the predictions of the examples holding "
+                      "them are NaN or meaningless.", RuntimeWarning, stacklevel=3)

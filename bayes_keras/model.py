@@ -351,7 +351,14 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.not_empty(x, "predict")
         call_checks.inputs(self, x, "predict")
         call_checks.steps(x, kwargs.get("steps"), "predict")
-        return super().predict(x, batch_size, *args, **kwargs)
+        predictions = super().predict(x, batch_size, *args, **kwargs)
+        # NaN / Inf inputs give NaN predictions: counted on the result, so the compiled predict step is Keras' own
+        if any(np.isnan(p).any() for p in tf.nest.flatten(predictions) if np.issubdtype(np.asarray(p).dtype,
+                                                                                        np.floating)):
+            warnings.warn("predict: some predictions are NaN (NaN / Inf in the inputs, or weights that are not "
+                          "finite); predict_particles counts the inputs' NaN / Inf values.", RuntimeWarning,
+                          stacklevel=2)
+        return predictions
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """As keras.Model.evaluate. Before the training-set size is known (no fit, no dataset_size=), "loss"

@@ -373,14 +373,16 @@ class ParticleTrainer:
         adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
                                                  steps_per_epoch=steps, shuffle=False)
         function = particle_function(self)
-        outputs = []
+        outputs, non_finite = [], 0
         for step, batch in enumerate(adapter.get_tf_dataset()):
             if steps is not None and step >= steps:
                 break
             inputs, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
+            non_finite += call_checks.count_non_finite(inputs)
             outputs.append(function(inputs).numpy())
         if not outputs:
             raise ValueError("predict_particles got no examples (an empty x or dataset).")
+        call_checks.warn_non_finite(non_finite, "predict_particles")
         return np.concatenate(outputs, axis=0)
 
     def predictive(self, x, batch_size=None):

@@ -147,6 +147,19 @@ def test_bad_input_is_refused_clearly(name):
         call()
 
 
+def test_non_finite_inputs_to_prediction_are_warned():
+    """They returned NaN without a word."""
+    x = X.copy()
+    x[3, 1], x[7, 0] = np.nan, np.inf
+    model = _model()
+    with pytest.warns(RuntimeWarning, match="predict_particles: the inputs hold 2 NaN / Inf"):
+        model.predict_particles(x)
+    with pytest.warns(RuntimeWarning, match="predict_particles: the inputs hold 2 NaN / Inf"):
+        model.uncertainty(x)
+    with pytest.warns(RuntimeWarning, match="predict: some predictions are NaN"):
+        model.predict(x, verbose=0)
+
+
 def test_a_dataset_size_below_the_rows_given_is_warned():
     with pytest.warns(UserWarning, match="dataset_size=10 is below the 20 training examples given"):
         _model().fit(X, Y, dataset_size=10, epochs=1, verbose=0)
