@@ -10,6 +10,11 @@ import numpy as np
 import tensorflow as tf
 
 
+def in_memory(x):
+    """Whether x is arrays (or a structure of them), not a tf.data.Dataset, a PyDataset or a generator."""
+    return x is not None and not isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) and not hasattr(x, "__next__")
+
+
 def batch_size(value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {value!r}.")
@@ -65,8 +70,7 @@ def validation_split(value):
 
 def targets(x, y, what):
     """Arrays (or a dict / list of arrays) as x need y: without it Keras fails deep in the loss."""
-    if y is None and x is not None and not isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) and \
-            not hasattr(x, "__next__"):
+    if y is None and in_memory(x):
         raise ValueError(f"{what}: y is None, but x is {type(x).__name__}: pass the targets as y (or give a "
                          "tf.data.Dataset / PyDataset / generator of (x, y) batches).")
 
@@ -81,8 +85,8 @@ def steps(x, value, what, name="steps", warn_unknown=True):
     if isinstance(x, tf.data.Dataset) and int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
         raise ValueError(f"{what}: x is an infinite tf.data.Dataset (it repeats without end), so the call would "
                          f"never return: pass {name}= (the number of batches), or give a finite dataset.")
-    if warn_unknown and (hasattr(x, "__next__") and not isinstance(x, tf.data.Dataset)) or (
-            isinstance(x, keras.utils.PyDataset) and x.num_batches is None):
+    if warn_unknown and ((hasattr(x, "__next__") and not isinstance(x, tf.data.Dataset)) or (
+            isinstance(x, keras.utils.PyDataset) and x.num_batches is None)):
         warnings.warn(f"{what}: x is a {type(x).__name__} without a known length and no steps= was given: the call "
                       f"runs until it is exhausted (forever, if it never is). Pass {name}= to bound it.", UserWarning,
                       stacklevel=3)
@@ -91,7 +95,7 @@ def steps(x, value, what, name="steps", warn_unknown=True):
 def inputs(model, x, what):
     """Inputs of a one-input functional model: an array with a batch axis and the model's per-example shape (a wrong
     feature count failed in a MatMul deep in the graph; a list of lists or a scalar in the training-set count)."""
-    if x is None or isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or hasattr(x, "__next__"):
+    if not in_memory(x):
         return
     try:
         model_inputs = list(model.inputs or [])

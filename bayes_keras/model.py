@@ -303,9 +303,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         elif not self._dataset_size_given:  # this fit's data, not an earlier fit's
             self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0),
                                                       kwargs.get("steps_per_epoch")))
-        arrays = x is not None and not isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) and not hasattr(
-            x, "__next__")
-        if self._dataset_size_given and arrays:
+        if self._dataset_size_given and call_checks.in_memory(x):
             rows = _training_rows(int(np.shape(tf.nest.flatten(x)[0])[0]), kwargs.get("validation_split", 0.0))
             if self.dataset_size < rows:
                 warnings.warn(f"fit: dataset_size={self.dataset_size} is below the {rows} training examples given: the "
