@@ -18,6 +18,7 @@ from bayes_keras.layers.converted import get_sublayer, set_sublayer
 from bayes_keras.layers.get_item import encode_key
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
+from bayes_keras.model_serialization import freeze
 from bayes_keras.particle_initialization import initialize_particles
 
 _L = keras.layers
@@ -718,16 +719,16 @@ class _Conversion:
         # call adds to particle activations), unless that fails the check (floating-point token ids).
         floats = [not c and not _is_integer(t) for t, c in zip(flat, carries)]
         attempts = [(True, False), (False, False)] if any(floats) else [(False, False)]
+        sublayers = _custom_sublayers(layer)
+        # under LoRA a selected custom layer's attention is adapted; one without attention, its weight layers (as a
+        # model without attention is)
+        has_attention = any(isinstance(s, _L.MultiHeadAttention) or isinstance(s, keras.Sequential) and any(
+            isinstance(inner, _L.MultiHeadAttention) for inner in s.layers) for _, s in sublayers)
+        adapted = (_L.MultiHeadAttention,) if has_attention else (_L.Dense, _L.EinsumDense, _L.Embedding)
         for repeat, folded in attempts + [(False, True)]:
             copy = _copy_of(layer)
             built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
-            sublayers = _custom_sublayers(layer)
-            # under LoRA a selected custom layer's attention is adapted; one without attention, its weight layers
-            # (as a model without attention is)
-            has_attention = any(isinstance(s, _L.MultiHeadAttention) or isinstance(s, keras.Sequential) and any(
-                isinstance(inner, _L.MultiHeadAttention) for inner in s.layers) for _, s in sublayers)
-            adapted = (_L.MultiHeadAttention,) if has_attention else (_L.Dense, _L.EinsumDense, _L.Embedding)
             for path, sublayer in sublayers:
                 twin, placed = self._sublayer_twin_of(sublayer, bayesian, path in batchless, adapted)
                 twins[path] = particle_layers.Batchless(twin, name=f"{twin.name}_batchless") if path in batchless \
@@ -798,10 +799,8 @@ class _Conversion:
         result = new(*args, **kwargs)
         target = new.layer if isinstance(new, PerParticle) else new
         if not layer.trainable:
-            # again, now that it is built, so that sublayers made in build() (KerasHub's) freeze too; via True, as
-            # setting the value it already has does not reach the sublayers (TensorFlow's attribute tracking)
-            target.trainable = True
-            target.trainable = False
+            # again, now that it is built, so that sublayers made in build() (KerasHub's) freeze too
+            freeze(target)
         _copy_state(layer, target)
         return result
 

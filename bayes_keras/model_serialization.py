@@ -123,6 +123,11 @@ def refreeze(model):
     load its optimizer's state."""
     for layer in model._flatten_layers(include_self=False):
         if not layer.trainable:
-            # via True: setting the value a layer already has does not reach the sublayers made since
-            layer.trainable = True
-            layer.trainable = False
+            freeze(layer)
+
+
+def freeze(layer):
+    """`layer.trainable = False`, reaching the sublayers made since the flag was last set: via True, as setting the
+    value a layer already has does not reach them (TensorFlow's attribute tracking)."""
+    layer.trainable = True
+    layer.trainable = False
