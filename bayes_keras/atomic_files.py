@@ -89,6 +89,11 @@ def _clean(path, kind):
             _remove(full)
 
 
+def remove_leftovers(path):
+    """Remove the temporaries that killed writes to `path` left (those of ended processes)."""
+    _clean(os.fspath(path), "tmp")
+
+
 def backups(path):
     """The backups of the export at `path` that interrupted exports left, newest first: if a crash left `path`
     missing, `backups(path)[0]` is the previous export (load it with tf.saved_model.load)."""

@@ -20,6 +20,22 @@ def batch_size(value):
         raise ValueError(f"batch_size must be a positive integer or None; got {value!r}.")
 
 
+def callbacks(value):
+    """The callbacks list; Keras' own BackupAndRestore is warned (it writes its checkpoint in place and resumes
+    at the start of the interrupted epoch)."""
+    if value is None:
+        return
+    if isinstance(value, keras.callbacks.Callback) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"callbacks must be a list of keras.callbacks.Callback; got {value!r}.")
+    for callback in value:
+        if type(callback) is keras.callbacks.BackupAndRestore:
+            warnings.warn("keras.callbacks.BackupAndRestore writes its checkpoint over the last one (a job killed "
+                          "during the write cannot resume) and, with an integer save_freq, resumes at the start of the "
+                          "interrupted epoch, taking its first steps twice. bayes_keras.callbacks.BackupAndRestore "
+                          "takes the same arguments, writes atomically and resumes inside the epoch.", UserWarning,
+                          stacklevel=3)
+
+
 def sample_weight(value):
     if value is None or isinstance(value, (tf.data.Dataset, dict)):
         return

@@ -292,6 +292,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.epochs(epochs, kwargs.get("initial_epoch", 0))
         call_checks.validation_split(kwargs.get("validation_split"))
         call_checks.sample_weight(kwargs.get("sample_weight"))
+        call_checks.callbacks(callbacks)
         call_checks.class_weight(kwargs.get("class_weight"))
         call_checks.not_empty(x, "fit")
         call_checks.inputs(self, x, "fit")
