@@ -28,5 +28,7 @@ from bayes_keras.conversion_report import ConversionReport, conversion_report  #
 from bayes_keras.adapters import load_adapters, save_adapters  # noqa: E402
 from bayes_keras import wrappers  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
+from bayes_keras import loading  # noqa: E402
+from bayes_keras.loading import load_model  # noqa: E402
 
-__all__ += ["bayesianize", "save_adapters", "load_adapters", "conversion_report", "ConversionReport", "wrappers", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine"]
+__all__ += ["bayesianize", "save_adapters", "load_adapters", "conversion_report", "ConversionReport", "wrappers", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine", "load_model", "loading"]

@@ -1,6 +1,9 @@
 """The trained part of a fine-tuned model alone: save and load a BayesianModel's trainable weights (a LoRA model's
 factors and its head's particles) without the frozen weights they adapt."""
 
+import os
+
+import keras
 import numpy as np
 
 from bayes_keras import atomic_files
@@ -25,9 +28,13 @@ def save_adapters(model, filepath):
         >>> fresh = bayes_keras.bayesianize(pretrained, num_particles=8, lora_rank=4)   # the same conversion
         >>> bayes_keras.load_adapters(fresh, "adapters.npz")
     """
-    filepath = str(filepath)
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"save_adapters: model must be a keras.Model; got {type(model).__name__} {model!r:.80}.")
+    if not isinstance(filepath, (str, os.PathLike)):
+        raise ValueError(f"save_adapters: filepath must be a path ending in .npz; got {filepath!r}.")
+    filepath = os.fspath(filepath)
     if not filepath.endswith(".npz"):
-        raise ValueError(f"save_adapters writes a .npz file; got {filepath!r}.")
+        raise ValueError(f"save_adapters writes a .npz file: filepath must end in .npz; got {filepath!r}.")
     variables = model.trainable_variables
     if not variables:
         raise ValueError(f"save_adapters: '{model.name}' has no trainable weights.")
@@ -41,13 +48,17 @@ def save_adapters(model, filepath):
 def load_adapters(model, filepath):
     """Set `model`'s trainable weights from a `save_adapters` file, in order and with their shapes (a model
     converted the same way: same layers, rank and number of particles)."""
+    if not isinstance(filepath, (str, os.PathLike)):
+        raise ValueError(f"load_adapters: filepath must be the path of a save_adapters .npz file; got {filepath!r}.")
+    if not os.path.isfile(filepath):
+        raise FileNotFoundError(f"load_adapters: filepath {os.fspath(filepath)!r} does not exist (or is not a file).")
     try:
         with np.load(str(filepath), allow_pickle=False) as stored:
             paths = list(stored["paths"])
             values = [stored[f"{i:05d}"] for i in range(len(paths))]
             scales = stored["lora_scales"] if "lora_scales" in stored.files else None
     except (ValueError, OSError, KeyError, AttributeError, TypeError) as error:  # not an .npz of save_adapters
-        raise ValueError(f"load_adapters: {filepath} is not a file written by save_adapters (an .npz of the trainable "
+        raise ValueError(f"load_adapters: filepath {filepath} is not a file written by save_adapters (an .npz of the trainable "
                          f"weights and their paths): {type(error).__name__}: {error}") from None
     variables = model.trainable_variables
     if len(values) != len(variables):

@@ -155,11 +155,11 @@ def replace_directory(path, write):
     existing `path` must be an export (a SavedModel) or empty: anything else is refused before any work."""
     path = os.fspath(path).rstrip(os.sep)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"Cannot export to {path!r}: a file (not an export directory) is there.")
+        raise ValueError(f"Cannot export to filepath {path!r}: a file (not an export directory) is there.")
     if os.path.isdir(path) and not is_export(path) and os.listdir(path):
         held = sorted(os.listdir(path))
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-        raise ValueError(f"Cannot export to {path!r}: it is a directory that holds files of its own ({shown}), not "
+        raise ValueError(f"Cannot export to filepath {path!r}: it is a directory that holds files of its own ({shown}), not "
                          "an earlier export, and an export replaces the whole directory. Choose a new path (or "
                          "move those files away first).")
     _clean(path, "tmp")

@@ -10,6 +10,7 @@ from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
 from bayes_keras import likelihoods as likelihoods_lib
+from bayes_keras import priors
 from bayes_keras._config import is_real
 from bayes_keras.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
@@ -144,7 +145,17 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         >>> model = bayes_keras.bayesianize(keras.Model(backbone.input, head), num_particles=8)  # a Bayesian head
     """
     if not isinstance(model, keras.Model):
-        raise ValueError(f"bayesianize expects a keras.Model (Sequential or functional); got {type(model).__name__}.")
+        raise ValueError(f"bayesianize: model must be a keras.Model (Sequential or functional); got "
+                         f"{type(model).__name__} {_short(model)}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"bayesianize: seed must be a non-negative integer or None; got {seed!r}.")
+    if not isinstance(center, (bool, np.bool_)):
+        raise ValueError(f"bayesianize: center must be True or False; got {center!r}.")
+    for name, prior in (("kernel_prior", kernel_prior), ("bias_prior", bias_prior)):
+        try:
+            priors.get(prior)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"bayesianize: {name}={prior!r} is not a prior. {error}") from None
     try:
         inputs, outputs = model.inputs, model.outputs
     except (AttributeError, ValueError):
@@ -919,6 +930,11 @@ def _default_lora_layers(model):
     # frozen or not: LoRA adapts frozen weights (a backbone frozen for fine-tuning a head gets adapters too)
     head = [layer for layer in layers if _has_twin(layer)][-1:]  # the last weight layer (a softmax may follow)
     return [layer.name for layer in chosen] + [layer.name for layer in head if layer not in chosen]
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _place_lora(original, new, noise_std, seed, noise_floor=0.01):

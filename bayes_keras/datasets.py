@@ -13,16 +13,26 @@ _DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 MROZ_COVARIATES = ("nwifeinc", "educ", "exper", "expersq", "age", "kidslt6", "kidsge6")
 
 
-def _check_fraction(test_fraction):
-    if not is_real(test_fraction) or not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be a number in [0, 1) (the share of examples held out); got "
+def _check_fraction(test_fraction, allow_zero=True):
+    if not is_real(test_fraction) or not (0 <= test_fraction < 1 if allow_zero else 0 < test_fraction < 1):
+        interval = "[0, 1)" if allow_zero else "(0, 1) (this loader holds out a test split)"
+        raise ValueError(f"test_fraction must be a number in {interval} (the share of examples held out); got "
                          f"{test_fraction!r}.")
+
+
+def _check_arguments(seed, **flags):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32); got {seed!r}.")
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False; got {value!r}.")
 
 
 def _split(x, y, test_fraction, seed, stratify=True):
     from sklearn.model_selection import train_test_split
 
-    _check_fraction(test_fraction)
+    _check_fraction(test_fraction, allow_zero=False)
+    _check_arguments(seed)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed,
                                               stratify=y if stratify else None)
     return (x_tr, y_tr), (x_te, y_te)
@@ -35,6 +45,8 @@ def load_digits(test_fraction=0.25, seed=0, image=True):
         image: True -> x of shape (n, 8, 8, 1) for convnets; False -> (n, 64).
     """
     from sklearn.datasets import load_digits as _load
+
+    _check_arguments(seed, image=image)
 
     d = _load()
     x = (d.images / 16.0).astype(np.float32)
@@ -86,6 +98,8 @@ def load_breast_cancer(test_fraction=0.2, seed=0, add_bias=False):
     """
     from sklearn.datasets import load_breast_cancer as _load
 
+    _check_arguments(seed, add_bias=add_bias)
+
     d = _load()
     x, y = d.data.astype(np.float64), d.target.astype(np.int32)
     _check_fraction(test_fraction)
@@ -123,6 +137,7 @@ def load_mroz(test_fraction=0.25, seed=0, add_bias=False, standardize=True):
     """
     table = np.loadtxt(os.path.join(_DATA_DIR, "mroz.csv"), delimiter=",", skiprows=1)
     x, y = table[:, 1:], table[:, 0].astype(np.int32)
+    _check_arguments(seed, add_bias=add_bias, standardize=standardize)
     _check_fraction(test_fraction)
     if test_fraction > 0:
         (x_tr, y_tr), (x_te, y_te) = _split(x, y, test_fraction, seed)
@@ -164,7 +179,17 @@ def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, d
     """
     import tensorflow_datasets as tfds
 
-    builder = tfds.builder(name, data_dir=data_dir)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"load_tfds: name must be a tensorflow-datasets name such as 'mnist'; got {name!r}.")
+    for argument, value in (("timeout", timeout), ("image_scale", image_scale)):
+        if not is_real(value) or not 0 < value < float("inf"):
+            raise ValueError(f"load_tfds: {argument} must be a positive number; got {value!r}.")
+    _check_arguments(0, download=download)
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise ValueError(f"load_tfds: name {name!r} is not a tensorflow-datasets dataset (e.g. 'mnist', "
+                         "'fashion_mnist', 'cifar10').") from None
     if not builder.is_prepared():
         where = data_dir or "tfds' default data_dir (~/tensorflow_datasets)"
         if not download:

@@ -292,11 +292,15 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.epochs(epochs, kwargs.get("initial_epoch", 0))
         call_checks.validation_split(kwargs.get("validation_split"))
         call_checks.sample_weight(kwargs.get("sample_weight"))
-        call_checks.callbacks(callbacks)
-        call_checks.class_weight(kwargs.get("class_weight"))
+        callbacks = call_checks.callbacks(callbacks)
+        call_checks.class_weight(kwargs.get("class_weight"), self)
+        call_checks.flags(kwargs.get("verbose", "auto"), kwargs.get("shuffle", True), "fit")
         call_checks.not_empty(x, "fit")
         call_checks.inputs(self, x, "fit")
         call_checks.targets(x, y, "fit")
+        call_checks.target_values(self, y, "fit")
+        call_checks.validation_data(self, kwargs.get("validation_data"))
+        call_checks.non_finite_inputs(x, "fit")
         call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
@@ -321,7 +325,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                 self.optimizer.build(self.trainable_variables)
         if self._bayesian_optimizer is not None and self._bayesian_optimizer.built:
             self._bayesian_optimizer.check_particles()
-        callbacks = list(callbacks or []) + [_NonFiniteStepWarning(self)]
+        callbacks = callbacks + [_NonFiniteStepWarning(self)]
         history = super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
         if refresh_batch_norm and batch_norm_layers(self) and not hasattr(x, "__next__"):
             self.refresh_batch_norm(_training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size)
@@ -350,12 +354,14 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.not_empty(x, "predict")
         call_checks.inputs(self, x, "predict")
         call_checks.steps(x, kwargs.get("steps"), "predict")
+        warned = call_checks.non_finite_inputs(x, "predict")
         predictions = super().predict(x, batch_size, *args, **kwargs)
-        # NaN / Inf inputs give NaN predictions: counted on the result, so the compiled predict step is Keras' own
-        if any(np.isnan(p).any() for p in tf.nest.flatten(predictions) if np.issubdtype(np.asarray(p).dtype,
-                                                                                        np.floating)):
-            warnings.warn("predict: some predictions are NaN (NaN / Inf in the inputs, or weights that are not "
-                          "finite); predict_particles counts the inputs' NaN / Inf values.", RuntimeWarning,
+        # NaN / Inf in a dataset's inputs give NaN predictions: counted on the result, so the compiled predict step
+        # is Keras' own
+        if not warned and any(np.isnan(p).any() for p in tf.nest.flatten(predictions)
+                                                if np.issubdtype(np.asarray(p).dtype, np.floating)):
+            warnings.warn("predict: some predictions are NaN: x holds NaN / Inf values, or the weights are not "
+                          "finite (predict_particles counts the inputs' NaN / Inf values).", RuntimeWarning,
                           stacklevel=2)
         return predictions
 
@@ -367,6 +373,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.not_empty(x, "evaluate")
         call_checks.inputs(self, x, "evaluate")
         call_checks.targets(x, y, "evaluate")
+        call_checks.target_values(self, y, "evaluate")
+        call_checks.non_finite_inputs(x, "evaluate")
         call_checks.steps(x, kwargs.get("steps"), "evaluate")
         if self.dataset_size is not None:
             return super().evaluate(x, y, *args, **kwargs)

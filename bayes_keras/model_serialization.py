@@ -9,6 +9,7 @@ import os
 import sys
 
 import keras
+import numpy as np
 
 from bayes_keras import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
@@ -91,9 +92,17 @@ class ModelSerialization:
         if not isinstance(filepath, (str, os.PathLike)) or kwargs.get("zipped") is False or args:
             return super().save(filepath, *args, **kwargs)
         if not str(filepath).endswith(".keras"):  # (the temporary file's name would have satisfied Keras' check)
-            raise ValueError(f"BayesianModel.save writes the Keras format: give a path ending in '.keras' (got "
-                             f"{str(filepath)!r}; keras.models.load_model refuses other names). For serving, "
+            raise ValueError(f"BayesianModel.save writes the Keras format: filepath must end in '.keras'; got "
+                             f"{str(filepath)!r} (keras.models.load_model refuses other names). For serving, "
                              "model.export(path) writes a SavedModel of the predictive.")
+        if os.path.isdir(filepath):
+            raise ValueError(f"BayesianModel.save: filepath {str(filepath)!r} is a directory; give a file path.")
+        directory = os.path.dirname(os.path.abspath(filepath))
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"BayesianModel.save: filepath {str(filepath)!r} is in a directory that does not "
+                                    f"exist ({directory!r}); make it first.")
+        if not isinstance(kwargs.get("overwrite", True), (bool, np.bool_)):
+            raise ValueError(f"BayesianModel.save: overwrite must be True or False; got {kwargs['overwrite']!r}.")
         if os.path.exists(filepath) and not kwargs.get("overwrite", True):
             if not (sys.stdin and sys.stdin.isatty()):  # Keras would ask on a terminal, and fail (EOFError) elsewhere
                 raise FileExistsError(f"BayesianModel.save: {str(filepath)!r} exists and overwrite=False; pass "
@@ -110,10 +119,20 @@ class ModelSerialization:
         probabilities or predictive mean / sd, uncertainty, quantiles, per-particle outputs) without
         bayes_keras: see `bayes_keras.export.export_predictive`. Other formats export the per-particle
         outputs (Keras' own export)."""
+        if not isinstance(filepath, (str, os.PathLike)):
+            raise ValueError(f"export: filepath must be a directory path; got {filepath!r}.")
+        if input_signature is not None and not isinstance(input_signature, (list, tuple, dict)):
+            raise ValueError(f"export: input_signature must be a list of keras.InputSpec / tf.TensorSpec (one per "
+                             f"input) or None; got {input_signature!r}.")
         if format == "tf_saved_model":
             return export_predictive(self, filepath, input_signature=input_signature,
                                      verbose=True if verbose is None else verbose)
-        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
+        try:
+            return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature,
+                                  **kwargs)
+        except ModuleNotFoundError as error:
+            raise ValueError(f"export: format={format!r} needs the {error.name!r} package, which is not installed "
+                             "(format='tf_saved_model' needs nothing more).") from error
 
 
 def refreeze(model):

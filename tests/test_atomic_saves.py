@@ -165,5 +165,5 @@ def test_export_keeps_a_users_directory_and_backup(tmp_path):
 
 def test_save_to_a_directory_is_refused(tmp_path):
     (tmp_path / "m.keras").mkdir()
-    with pytest.raises(ValueError, match="Cannot save to .*m.keras': it is a directory"):
+    with pytest.raises(ValueError, match="filepath '.*m.keras' is a directory"):
         _model(1).save(str(tmp_path / "m.keras"))

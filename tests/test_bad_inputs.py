@@ -3,6 +3,7 @@ deep inside Keras or TensorFlow, and not a silent wrong answer."""
 
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
@@ -107,7 +108,7 @@ CASES = {
                                                                                num_bins=10**9),
                                           ValueError, "num_bins must be an integer in \\[1, 10000\\]"),
     # wrote a file that load_model refuses
-    "save without .keras": (lambda: _model().save(_scratch("m")), ValueError, "path ending in '.keras'.*'.*m'"),
+    "save without .keras": (lambda: _model().save(_scratch("m")), ValueError, "filepath must end in '.keras'; got '.*m'"),
     # was EOFError from Keras' overwrite prompt without a terminal
     "save(overwrite=False) over a file": (lambda: _twice(_scratch("m.keras")), FileExistsError,
                                           "exists and overwrite=False"),
@@ -152,12 +153,19 @@ def test_non_finite_inputs_to_prediction_are_warned():
     x = X.copy()
     x[3, 1], x[7, 0] = np.nan, np.inf
     model = _model()
-    with pytest.warns(RuntimeWarning, match="predict_particles: the inputs hold 2 NaN / Inf"):
+    with pytest.warns(RuntimeWarning, match="predict_particles: x holds 2 NaN / Inf"):
         model.predict_particles(x)
-    with pytest.warns(RuntimeWarning, match="predict_particles: the inputs hold 2 NaN / Inf"):
+    with pytest.warns(RuntimeWarning, match="predict_particles: x holds 2 NaN / Inf"):
         model.uncertainty(x)
-    with pytest.warns(RuntimeWarning, match="predict: some predictions are NaN"):
+    with pytest.warns(RuntimeWarning, match="predict: x holds 2 NaN / Inf"):
         model.predict(x, verbose=0)
+    with pytest.warns(RuntimeWarning, match="predict: some predictions are NaN: x holds NaN / Inf"):  # a dataset's
+        model.predict(tf.data.Dataset.from_tensor_slices(x).batch(8), verbose=0)
+    with warnings.catch_warnings(record=True) as caught:  # once per call
+        warnings.simplefilter("always")
+        model.predict(x, verbose=0)
+        model.uncertainty(x)
+    assert len([w for w in caught if "NaN / Inf" in str(w.message)]) == 2
 
 
 def test_a_dataset_size_below_the_rows_given_is_warned():

@@ -123,19 +123,28 @@ def test_a_negative_second_moment_or_step_count_is_refused(tmp_path):
         keras.models.load_model(backwards)
 
 
-@pytest.mark.parametrize("name, change, message", [
-    ("likelihood_log_scale", lambda a: np.full_like(a, np.nan), r"likelihood_log_scale\) holds 1 NaN / Inf"),
-    ("likelihood_log_scale", lambda a: np.full_like(a, 200.0), r"log noise scale\) has 1 value\(s\) outside \[-50, 50\]"),
-    ("likelihood_target_scale", lambda a: np.full_like(a, -1.0), r"target scale\) has 1 value\(s\) that are not positive"),
-    ("likelihood_adapted", lambda a: np.full_like(a, 7.0), r"adapted flag\) has 1 value\(s\) outside \[0, 1\]"),
-    ("skipped_steps", lambda a: np.full_like(a, -5), r"skipped steps\) has 1 negative"),
+@pytest.mark.parametrize("likelihood, name, change, message", [
+    ("normal", "likelihood_log_scale", lambda a: np.full_like(a, np.nan), r"likelihood_log_scale\) holds 1 NaN / Inf"),
+    ("normal", "likelihood_log_scale", lambda a: np.full_like(a, 200.0),
+     r"log noise scale\) has 1 value\(s\) outside \[-50, 50\]"),
+    ("normal", "likelihood_target_scale", lambda a: np.full_like(a, -1.0),
+     r"target scale\) has 1 value\(s\) that are not positive"),
+    ("normal", "likelihood_adapted", lambda a: np.full_like(a, 7.0), r"adapted flag\) has 1 value\(s\) outside \[0, 1\]"),
+    ("normal", "skipped_steps", lambda a: np.full_like(a, -5), r"skipped steps\) has 1 negative"),
+    ("heteroscedastic_normal", "likelihood_target_shift", lambda a: np.full_like(a, np.inf),
+     r"likelihood_target_shift\) holds 1 NaN / Inf"),
+    ("heteroscedastic_normal", "likelihood_target_scale", lambda a: np.full_like(a, 0.0),
+     r"target scale\) has 1 value\(s\) that are not positive"),
+    ("heteroscedastic_normal", "likelihood_adapted", lambda a: np.full_like(a, -1.0),
+     r"adapted flag\) has 1 value\(s\) outside \[0, 1\]"),
 ])
-def test_invalid_regression_state_is_refused(name, change, message, tmp_path):
-    """A Normal likelihood's saved noise scale and target standardisation, and the skipped-step count, loaded
+def test_invalid_regression_state_is_refused(likelihood, name, change, message, tmp_path):
+    """The regression likelihoods' saved noise scale and target standardisation, and the skipped-step count, loaded
     silently when invalid (every predictive sd NaN or infinite, inverted intervals); refused naming the entry."""
     x = np.random.default_rng(0).standard_normal((64, 4)).astype("float32")
     keras.utils.set_random_seed(0)
-    model = bk.zoo.mlp(4, 1, (5,), num_particles=3, likelihood="normal")
+    model = bk.zoo.mlp(4, 2 if likelihood == "heteroscedastic_normal" else 1, (5,), num_particles=3,
+                       likelihood=likelihood)
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     model.fit(x, 2.0 * x[:, 0] + 1.0, epochs=1, verbose=0)
     path = str(tmp_path / "good.keras")
@@ -145,3 +154,12 @@ def test_invalid_regression_state_is_refused(name, change, message, tmp_path):
     index = next(i for i, v in enumerate(own) if v.path.endswith(name))
     with pytest.raises(ValueError, match=message):
         keras.models.load_model(_tampered(path, f"vars/{index}", change, tmp_path))
+
+
+@pytest.mark.parametrize("likelihood", ["categorical", "bernoulli"])
+def test_classification_likelihoods_hold_no_state_to_tamper_with(likelihood):
+    """Every likelihood's saved state is checked on load: the regression ones' above; the classification ones save
+    nothing (their whole state is the particles', checked by the layers)."""
+    model = bk.zoo.mlp(4, 3 if likelihood == "categorical" else 1, (5,), num_particles=2, likelihood=likelihood)
+    assert model.likelihood.variables == []
+    assert not [v for v in model.weights if v.path.startswith("likelihood")]

@@ -34,7 +34,7 @@ def test_keras_metrics_match_functions():
 
 
 def test_metric_input_errors():
-    with pytest.raises(ValueError, match=r"Labels must be in \[0, 2\)"):
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 2\)"):
         bk.metrics.nll(np.full((2, 2), 0.5), [0, 2])
     with pytest.raises(ValueError, match="Expected probs"):
         bk.metrics.ece(np.full((3, 2), 0.5), [0, 1])

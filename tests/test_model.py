@@ -1,7 +1,5 @@
 """BayesianModel through the Keras workflow, checked against closed forms."""
 
-import warnings
-
 import keras
 import numpy as np
 import pytest
@@ -179,20 +177,25 @@ def test_labels_out_of_range_are_reported():
     x, y = class_data()
     model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
+    # arrays: refused at the door; a tf.data pipeline's labels: in the graph, at the batch that holds them
+    with pytest.raises(ValueError, match=r"y must be class labels in \[0, 3\).*got labels from 3 to 5"):
         model.fit(x, y + 3, epochs=1, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y + 3)).batch(16), epochs=1, verbose=0)
     bad = y.copy()
     bad[1] = 12  # the message names the offending label, not the batch's first few
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_classes =\] \[3\].*from\] \[0\] \[to\] \[12\]"):
-        model.fit(x, bad, epochs=1, verbose=0)
+        model.fit(tf.data.Dataset.from_tensor_slices((x, bad)).batch(64), epochs=1, verbose=0)
 
 
 def test_fractional_labels_are_refused():
     x, y = class_data()
     model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.IndependentParticles())
-    with pytest.raises(tf.errors.InvalidArgumentError, match="must be whole numbers"):
+    with pytest.raises(ValueError, match=r"y must be class indices \(whole numbers\); got values such as \d\.3"):
         model.fit(x, y + 0.3, epochs=1, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must be whole numbers"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y + 0.3)).batch(16), epochs=1, verbose=0)
     model.fit(x, y.astype(np.float32), epochs=1, verbose=0)  # whole-number floats are class indices
 
 

@@ -69,3 +69,23 @@ def test_learned_noise_and_temperature_survive_saving(tmp_path):
     assert loaded.temperature == 0.5
     np.testing.assert_array_equal(loaded.likelihood.noise_scale().numpy(), model.likelihood.noise_scale().numpy())
     np.testing.assert_allclose(loaded.predict(x, verbose=0)["std"], model.predict(x, verbose=0)["std"])
+
+
+def test_load_model_checks_the_file_before_keras_reads_it(tmp_path, monkeypatch):
+    inputs = keras.Input((4,))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    np.testing.assert_array_equal(bk.load_model(path).predict_particles(x), model.predict_particles(x))
+    data = open(path, "rb").read()
+    truncated = tmp_path / "t.keras"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"t.keras' is a truncated .keras file"):
+        bk.load_model(str(truncated))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        bk.load_model(str(tmp_path / "missing.keras"))
+    monkeypatch.setattr(bk.loading, "MAX_CONFIG_BYTES", 100)  # the config.json bound (64 MiB)
+    with pytest.raises(ValueError, match=r"has a config.json of [\d,]+ bytes unpacked, above the 100"):
+        bk.load_model(path)

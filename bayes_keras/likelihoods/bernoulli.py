@@ -1,6 +1,7 @@
 """Bernoulli likelihood over per-particle logits."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -32,6 +33,12 @@ class Bernoulli(Likelihood):
 
     def _logits(self, outputs):
         return outputs[..., 0] if outputs.shape.rank == 3 else outputs
+
+    def check_targets(self, y, output_shape, what, name="y"):
+        super().check_targets(y, output_shape, what, name)
+        if y.size and not np.all((y == 0) | (y == 1)):
+            raise ValueError(f"{what}: {name} must be 0 or 1 (Bernoulli labels); got values such as "
+                             f"{float(y[(y != 0) & (y != 1)].reshape(-1)[0]):g}.")
 
     def log_prob(self, y, outputs):
         y = label_vector(tf.convert_to_tensor(y), "Bernoulli likelihood expects labels of shape (batch,) or (batch, 1)")

@@ -1,6 +1,7 @@
 """Categorical likelihood over per-particle logits."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
@@ -31,6 +32,16 @@ class Categorical(Likelihood):
                 f"num_classes >= 2 (logits); got output shape {tuple(shape)}. For a binary output "
                 "with one logit use likelihood='bernoulli'."
             )
+
+    def check_targets(self, y, output_shape, what, name="y"):
+        super().check_targets(y, output_shape, what, name)
+        if y.size and y.dtype.kind == "f" and not np.all(y == np.round(y)):
+            raise ValueError(f"{what}: {name} must be class indices (whole numbers); got values such as "
+                             f"{float(y[y != np.round(y)].reshape(-1)[0])}.")
+        classes = output_shape[-1] if output_shape else None
+        if y.size and classes is not None and (y.min() < 0 or y.max() >= classes):
+            raise ValueError(f"{what}: {name} must be class labels in [0, {classes}) (the model has {classes} "
+                             f"outputs); got labels from {y.min():g} to {y.max():g}.")
 
     def _labels(self, y, outputs):
         y = label_vector(tf.convert_to_tensor(y),

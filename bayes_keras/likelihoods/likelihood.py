@@ -3,6 +3,7 @@
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import Configurable
@@ -41,6 +42,15 @@ class Likelihood(Configurable):
     def check_loaded_state(self, owner):
         """Raise a ValueError naming the entry if state read back from a file is one this likelihood never holds
         (a NaN noise scale, a negative target scale). Likelihoods without state have nothing to check."""
+
+    def check_targets(self, y, output_shape, what, name="y"):
+        """Refuse in-memory targets (a numpy array) this likelihood cannot score, before any work, with a
+        ValueError naming `name` and the values. Here: numbers, finite."""
+        if y.dtype.kind in "USOV":
+            raise ValueError(f"{what}: {name} holds {y.dtype} values; {self.name} targets are numbers.")
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValueError(f"{what}: {name} holds {int(y.size - np.count_nonzero(np.isfinite(y)))} NaN / Inf "
+                             "value(s).")
 
     @property
     def adapt_pending(self):

@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_keras import call_checks
+
 _TINY = 1e-300  # log(0) guard in float64: keeps a zero probability finite without moving any other
 
 
@@ -29,15 +31,19 @@ def class_probabilities(probs, labels):
     if probs.ndim != 2 or labels.ndim != 1 or probs.shape[0] != labels.shape[0]:
         raise ValueError(f"Expected probs (n, K) (or (n,) for a binary model) and labels (n,); got "
                          f"{np.shape(probs)} and {np.shape(labels)}.")
+    if not np.issubdtype(labels.dtype, np.number) and not np.issubdtype(labels.dtype, np.bool_):
+        raise ValueError(f"labels must be integer class indices; got dtype {labels.dtype}.")
     if labels.size and not np.all(labels == np.round(labels)):
-        raise ValueError("Labels must be integers (class indices); got non-integer values.")
+        raise ValueError(f"labels must be integers (class indices); got non-integer values (e.g. "
+                         f"{_first_non_integer(labels)}).")
     labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[1]):
-        raise ValueError(f"Labels must be in [0, {probs.shape[1]}); got range [{labels.min()}, {labels.max()}].")
+        raise ValueError(f"labels must be in [0, {probs.shape[1]}) (probs has {probs.shape[1]} classes); got range "
+                         f"[{labels.min()}, {labels.max()}].")
     if not np.all(np.isfinite(probs)):
-        raise ValueError("probs contains NaN or Inf.")
+        raise ValueError(f"probs contains {int(np.sum(~np.isfinite(probs)))} NaN or Inf value(s).")
     if probs.shape[0] == 0:
-        raise ValueError("No examples: probs and labels are empty (a score of nothing is undefined).")
+        raise ValueError("No examples: probs and labels have 0 rows (a score of nothing is undefined).")
     if probs.min() < -1e-6 or probs.max() > 1.0 + 1e-6:
         raise ValueError(f"probs must be probabilities in [0, 1]; got values in [{probs.min():.4g}, "
                          f"{probs.max():.4g}] (logits? apply softmax / sigmoid, or use model.predict).")
@@ -123,8 +129,13 @@ def log_likelihood(predictive, targets):
         raise ValueError("log_likelihood: targets contain NaN or Inf.")
     if isinstance(predictive, (tfp.distributions.Categorical, tfp.distributions.Bernoulli)) and targets.size and not np.all(
             targets == np.round(targets)):  # a cast would truncate 2.7 to class 2
-        raise ValueError("log_likelihood: a classification predictive takes integer class labels; got non-integer "
-                         f"values (e.g. {targets[targets != np.round(targets)].reshape(-1)[0]!r}).")
+        raise ValueError("log_likelihood: a classification predictive takes integer class labels as targets; got "
+                         f"non-integer values (e.g. {_first_non_integer(targets)}).")
+    if isinstance(predictive, tfp.distributions.Categorical) and targets.size:
+        classes = int(predictive.logits_parameter().shape[-1])
+        if targets.min() < 0 or targets.max() >= classes:
+            raise ValueError(f"log_likelihood: targets must be class labels in [0, {classes}); got range "
+                             f"[{targets.min()}, {targets.max()}].")
     return float(np.mean(predictive.log_prob(tf.cast(targets, predictive.dtype)).numpy()))
 
 
@@ -132,6 +143,7 @@ def interval_coverage(lower, upper, targets):
     """Fraction of targets inside [lower, upper] (all output dimensions pooled)."""
     lower, targets = _same_shape(lower, targets, "lower")
     upper, _ = _same_shape(upper, targets, "upper")
+    lower, upper = _same_shape(lower, upper, "lower", "upper")
     if np.any(upper < lower):
         raise ValueError("interval_coverage: some upper bounds are below their lower bounds.")
     return float(np.mean((targets >= lower) & (targets <= upper)))
@@ -139,7 +151,7 @@ def interval_coverage(lower, upper, targets):
 
 def interval_width(lower, upper):
     """Mean width of the intervals [lower, upper]."""
-    lower, upper = _same_shape(lower, upper, "lower")
+    lower, upper = _same_shape(lower, upper, "lower", "upper")
     if np.any(upper < lower):
         raise ValueError("interval_width: some upper bounds are below their lower bounds (the width would count "
                          "them negative).")
@@ -149,12 +161,7 @@ def interval_width(lower, upper):
 def auroc(scores_negative, scores_positive):
     """Area under the ROC curve for telling positives from negatives by a score (higher = more likely
     positive): P(s_pos > s_neg) + P(s_pos = s_neg) / 2 (the Mann-Whitney statistic, ties averaged)."""
-    neg = np.asarray(scores_negative, np.float64).reshape(-1)
-    pos = np.asarray(scores_positive, np.float64).reshape(-1)
-    if neg.size == 0 or pos.size == 0:
-        raise ValueError(f"auroc needs scores of both groups; got {neg.size} negatives and {pos.size} positives.")
-    if not (np.all(np.isfinite(neg)) and np.all(np.isfinite(pos))):
-        raise ValueError("auroc: scores contain NaN or Inf.")
+    neg, pos = _scores(scores_negative, "scores_negative"), _scores(scores_positive, "scores_positive")
     scores = np.concatenate([neg, pos])
     order = np.argsort(scores, kind="mergesort")
     ranks = np.empty(scores.size, np.float64)
@@ -172,12 +179,31 @@ def ood_auroc(model, x_in, x_out, batch_size=None):
     """Out-of-distribution detection by a model's uncertainty: AUROC of telling `x_out` (positives) from
     `x_in` by each of the model's uncertainty scores (classification: "total_entropy" (predictive
     entropy), "mutual_information", "expected_entropy"; regression: the variances). Returns a dict."""
+    for name, x in (("x_in", x_in), ("x_out", x_out)):
+        call_checks.not_empty(x, "ood_auroc", name)
+        call_checks.inputs(model, x, "ood_auroc", name)
     u_in = model.uncertainty(x_in, batch_size=batch_size)
     u_out = model.uncertainty(x_out, batch_size=batch_size)
     return {name: auroc(u_in[name], u_out[name]) for name in u_in}
 
 
-def _same_shape(a, b, name):
+def _scores(values, name):
+    try:
+        values = np.asarray(values, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"auroc: {name} must be numbers; got {np.asarray(values).dtype} values.") from None
+    if values.size == 0:
+        raise ValueError(f"auroc needs scores of both groups; {name} is empty (0 scores).")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"auroc: {name} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s).")
+    return values
+
+
+def _first_non_integer(values):
+    return float(values[values != np.round(values)].reshape(-1)[0])
+
+
+def _same_shape(a, b, name, other="targets"):
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     if a.ndim == 2 and a.shape[1] == 1 and b.ndim == 1:
@@ -185,11 +211,12 @@ def _same_shape(a, b, name):
     if b.ndim == 2 and b.shape[1] == 1 and a.ndim == 1:
         b = b[:, 0]
     if a.shape != b.shape:
-        raise ValueError(f"Expected {name} and targets of the same shape; got {a.shape} and {b.shape}.")
+        raise ValueError(f"Expected {name} and {other} of the same shape; got {name} {a.shape} and {other} {b.shape}.")
     if a.size == 0:
-        raise ValueError(f"No examples: {name} and targets are empty (a score of nothing is undefined).")
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        raise ValueError(f"{name} or targets contain NaN or Inf.")
+        raise ValueError(f"No examples: {name} and {other} have 0 rows (a score of nothing is undefined).")
+    for values, label in ((a, name), (b, other)):
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"{label} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s).")
     return a, b
 
 

@@ -14,6 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras import call_checks
+from bayes_keras.model import BayesianModel
 from bayes_keras.refinement import auxiliary
 from bayes_keras.refinement.conditional_gaussians import ConditionalGaussians
 from bayes_keras.refinement.density_target import DensityTarget
@@ -103,6 +105,16 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
         >>> history.history["elbo_aux"]                      # base ELBO, then one bound per stage
         >>> probs = model.predict(x_test)                    # now from the refined samples
     """
+    if not (verbose == "auto" or (isinstance(verbose, (int, np.integer, bool)) and verbose in (0, 1, 2))):
+        raise ValueError(f"refine: verbose must be 'auto', 0, 1 or 2; got {verbose!r}.")
+    call_checks.batch_size(batch_size)
+    call_checks.sample_weight(sample_weight)
+    if isinstance(model, BayesianModel) and x is not None:
+        call_checks.inputs(model, x, "refine")
+        call_checks.target_values(model, y, "refine")
+    if call_checks.in_memory(x) and call_checks.in_memory(y) and hasattr(x, "shape") and hasattr(y, "shape") \
+            and len(x) != len(y):
+        raise ValueError(f"refine: y has {len(y)} rows and x {len(x)}; give one target per example.")
     target = ModelTarget(model, x, y, batch_size, sample_weight, seed)
     m = target.num_particles
     if num_samples is not None and num_samples != m:
