@@ -233,9 +233,11 @@ def non_finite_inputs(x, what, name="x"):
 
 
 def count_non_finite(inputs):
-    """The NaN / Inf entries of a batch's floating-point inputs (one reduction per input, beside the forward)."""
-    return sum(int(tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)))
-               for t in tf.nest.flatten(inputs) if t.dtype.is_floating)
+    """The NaN / Inf entries of a batch's floating-point inputs, an int64 tensor (one reduction per input, traced
+    beside the forward pass)."""
+    counts = [tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64))
+              for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
+    return tf.add_n(counts) if counts else tf.constant(0, tf.int64)
 
 
 def warn_non_finite(count, what, name="x"):

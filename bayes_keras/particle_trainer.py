@@ -372,14 +372,15 @@ class ParticleTrainer:
         call_checks.steps(x, steps, "predict_particles")
         adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
                                                  steps_per_epoch=steps, shuffle=False)
-        function = particle_function(self)
+        function = particle_function(self, count_non_finite=True)
         outputs, non_finite = [], 0
         for step, batch in enumerate(adapter.get_tf_dataset()):
             if steps is not None and step >= steps:
                 break
             inputs, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
-            non_finite += call_checks.count_non_finite(inputs)
-            outputs.append(function(inputs).numpy())
+            batch_outputs, batch_non_finite = function(inputs)
+            outputs.append(batch_outputs.numpy())
+            non_finite += int(batch_non_finite)
         if not outputs:
             raise ValueError("predict_particles got no examples (an empty x or dataset).")
         call_checks.warn_non_finite(non_finite, "predict_particles")
@@ -463,21 +464,24 @@ _PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()  # model -> {training: its com
 _PARTICLE_FUNCTIONS_LOCK = threading.Lock()
 
 
-def particle_function(model, training=False):
+def particle_function(model, training=False, count_non_finite=False):
     """The model's compiled forward pass (batch, N, ...) in inference mode (or training mode, whose
     BatchNormalization layers update their moving statistics), made once per model and mode (kept off the
-    model, whose attributes Keras tracks and exports)."""
+    model, whose attributes Keras tracks and exports). With `count_non_finite` it returns (outputs, the number
+    of NaN / Inf input values), counted in the same graph."""
     with _PARTICLE_FUNCTIONS_LOCK:
         functions = _PARTICLE_FUNCTIONS.setdefault(model, {})
-        function = functions.get(training)
+        function = functions.get((training, count_non_finite))
         if function is None:
             owner = weakref.ref(model)
 
             def particle_outputs(inputs):
                 bound = owner()
-                return tf.cast(bound(inputs, training=training), bound.loss_dtype)
+                outputs = tf.cast(bound(inputs, training=training), bound.loss_dtype)
+                return (outputs, call_checks.count_non_finite(inputs)) if count_non_finite else outputs
 
-            function = functions[training] = tf.function(particle_outputs, reduce_retracing=True)
+            function = functions[(training, count_non_finite)] = tf.function(particle_outputs,
+                                                                              reduce_retracing=True)
     return function
 
 
