@@ -311,3 +311,17 @@ def test_zoo_and_dataset_arguments_are_checked():
     for load in (bk.datasets.load_digits, bk.datasets.load_breast_cancer, bk.datasets.load_diabetes):
         with pytest.raises(ValueError, match="test_fraction must be a number in"):
             load(test_fraction=1.5)
+
+
+def test_the_step_guard_counts_optimizer_state_and_n_squared_kernels():
+    """SVGD and GaussianParticleFlow hold N x N tensors in a step: at 10^5 particles a tiny layer's step failed in
+    numpy ("Unable to allocate 37.3 GiB") or TensorFlow's allocator (OOM, shape [100000,100000]); the optimizer
+    now refuses at build, naming the estimate."""
+    memory = bk.memory_guard.physical_memory_bytes()
+    if memory is not None and memory > 500 * 2**30:
+        pytest.skip("a machine with more than 500 GiB can hold this step")
+    inputs = keras.Input((1,))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(1, num_particles=10**5)(inputs), likelihood="normal")
+    model.compile(optimizer=bk.optimizers.SVGD())
+    with pytest.raises(ValueError, match=r"SVGD: a training step with 100000 particles .*16 N x N tensors of 37.3 GB"):
+        model.fit(np.zeros((4, 1), "float32"), np.zeros(4, "float32"), verbose=0)

@@ -22,6 +22,7 @@ from bayes_keras import distribute
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries, remembered_refusal
+from bayes_keras.memory_guard import check_fits, format_bytes, tensor_bytes
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
 
@@ -205,7 +206,31 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         self.view = ParticleView(variables)
         if self.view.num_particles is not None:
             self.check_num_particles(self.view.num_particles)
+            self.check_step_fits()
         self.skipped_updates = self.add_variable((), dtype="int64", name="skipped_updates")
+
+    # Peak memory of a training step per byte of particle weights: the weights, the optimizer's state, the gradients
+    # and the update's temporaries (measured 4.3-7.2x for the methods but MatrixSVGD, on a layer whose activations
+    # are small: benchmarks/results/size_guard_peaks.md). Activations come on top, with the batch.
+    step_headroom = 10
+    # N x N float tensors a step of this method holds at once (kernel matrices): 0 for methods without them
+    pairwise_tensors = 0
+
+    def check_step_fits(self):
+        """Refuse, with the estimate, a method and particle count whose training step cannot fit this machine's
+        memory, before its state is built (a step otherwise fails in TensorFlow's allocator, or in numpy)."""
+        if not self.view.variables:
+            return
+        n, dtype = self.view.num_particles, self.view.variables[0].dtype
+        weights = sum(tensor_bytes(v.shape, v.dtype) for v in self.view.variables)
+        pairwise = self.pairwise_tensors * tensor_bytes((n, n), dtype)
+        check_fits(self.step_headroom * weights + pairwise,
+                   f"{type(self).__name__}: a training step with {n} particles ({format_bytes(weights)} of particle "
+                   f"weights; {self.step_headroom}x for the optimizer state, gradients and the update"
+                   + (f", and {self.pairwise_tensors} N x N tensors of {format_bytes(tensor_bytes((n, n), dtype))}"
+                      if pairwise else "") + ")",
+                   "Use fewer particles" + (" (this method's kernel grows as N^2)" if pairwise else "")
+                   + " or a smaller network.")
 
     def position(self, variable):
         """Index of `variable` among those the optimizer was built with (KeyError if unknown)."""

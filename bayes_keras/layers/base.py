@@ -71,7 +71,7 @@ def _particle_initializer(initializer, num_particles):
     return init
 
 
-DRAW_HEADROOM = 3  # bytes held while a particle weight is drawn, per byte of the weight
+DRAW_HEADROOM = 3.5  # bytes held while a particle weight is drawn, per byte (measured 2.9-3.2: size_guard_peaks.md)
 _LOOP_LIMIT = 4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
 # Initializers whose draws on the stacked (N, ...) shape are N independent per-particle draws (VarianceScaling
 # once its scale is corrected for the fans; Keras' own classes, not subclasses): one call for all particles.

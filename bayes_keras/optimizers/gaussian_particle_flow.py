@@ -209,6 +209,8 @@ class GaussianParticleFlow(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
     """
 
+    pairwise_tensors = 3  # the N x N coupling of the particles (measured: benchmarks/results/size_guard_peaks.md)
+
     reported_metrics = ("free_energy",)
 
     def __init__(self, learning_rate=1e-2, structure="full", step_rule="adam", mean_preconditioning=False,

@@ -101,6 +101,9 @@ class MatrixSVGD(ParticleOptimizer):
         >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
+    step_headroom = 18  # its preconditioner's state and products (measured 15.4x: results/size_guard_peaks.md)
+    pairwise_tensors = 16  # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
+
     def __init__(self, learning_rate=0.35, preconditioner=None, mode="average", kernel=None, kernel_metric="q",
                  scope="joint", mixture_beta=1.0, step_rule="sgd", rescaling="auto", **kwargs):
         if mode not in _MODES:
@@ -154,10 +157,7 @@ class MatrixSVGD(ParticleOptimizer):
         self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a preconditioned MAP fit")
 
     # -- build / step --------------------------------------------------------------------------
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
+    def check_step_fits(self):
         if self.mode == "mixture" and self.view.variables:
             # The mixture broadcasts every particle against every anchor: (N, N, D) tensors (the particles'
             # images under each anchor's Q, and their differences), a few of them alive at once.
@@ -165,6 +165,12 @@ class MatrixSVGD(ParticleOptimizer):
             check_fits(3 * tensor_bytes((n, n, dim + 4), self.view.variables[0].dtype),
                        f"MatrixSVGD(mode='mixture') with {n} particles of {dim} weights (per step, tensors of shape "
                        f"({n}, {n}, {dim}))", "Use mode='average' (O(N^2 + N D)), fewer particles, or scope='layer'.")
+        super().check_step_fits()
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
         self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
         if self._rescaled:
             # Running first moment of each particle's driving term and, per kernel group, of its squared norm:
