@@ -2,6 +2,7 @@
 a checkpoint write) and run again resumes to the weights of the uninterrupted run, and leaves no files behind
 (issue: the API's edges, resumable checkpoints)."""
 
+import json
 import os
 import random
 import signal
@@ -134,3 +135,20 @@ def test_keras_own_callback_is_pointed_to_ours(tmp_path):
         warnings.simplefilter("always")
         _model().fit(x, y, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=2)])
     assert any("bayes_keras.callbacks.BackupAndRestore" in str(w.message) for w in caught)
+
+
+@pytest.mark.slow
+def test_a_mirrored_run_resumes_to_the_uninterrupted_weights(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "scripts", "resume_mirrored.py")
+
+    def run(backup, *stop):
+        out = subprocess.run([sys.executable, script, str(tmp_path / backup), *stop], env=ENV, capture_output=True,
+                             text=True, timeout=600)
+        return out.returncode, out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    code, reference = run("a")
+    assert code == 0, reference
+    assert run("b", "11")[0] == 9  # stopped after step 11 of 16, mid-epoch 2
+    code, resumed = run("b")
+    assert code == 0
+    for r, u in zip(json.loads(resumed), json.loads(reference), strict=True):
+        np.testing.assert_allclose(np.asarray(r), np.asarray(u), atol=1e-6, rtol=0)
