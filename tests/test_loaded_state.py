@@ -163,3 +163,25 @@ def test_classification_likelihoods_hold_no_state_to_tamper_with(likelihood):
     model = bk.zoo.mlp(4, 3 if likelihood == "categorical" else 1, (5,), num_particles=2, likelihood=likelihood)
     assert model.likelihood.variables == []
     assert not [v for v in model.weights if v.path.startswith("likelihood")]
+
+
+def test_a_negative_batch_norm_moving_variance_is_refused(tmp_path):
+    """Its square root normalises every inference input: a negative one made every prediction NaN."""
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype("float32")
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    hidden = bk.layers.BatchNormalization(name="norm")(bk.layers.Dense(5, num_particles=3)(inputs))
+    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(hidden), likelihood="categorical")
+    model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    model.fit(x, (x[:, 0] > 0).astype("int32"), epochs=1, verbose=0)
+    path = str(tmp_path / "good.keras")
+    model.save(path)
+    keras.models.load_model(path)
+    layer = model.get_layer("norm")
+    index = next(i for i, v in enumerate(layer._trainable_variables + layer._non_trainable_variables)
+                 if v.path.endswith("moving_variance"))
+    with pytest.raises(ValueError, match=r"layer 'norm' is invalid: .*moving_variance \(moving variance\) has 1 "
+                                         r"negative value\(s\)"):
+        keras.models.load_model(_tampered(path, f"layers/batch_normalization/vars/{index}",
+                                          lambda a: np.where(np.arange(a.size).reshape(a.shape) == 2, -1.0, a),
+                                          tmp_path))

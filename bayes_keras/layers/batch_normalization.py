@@ -9,6 +9,7 @@ import tensorflow as tf
 from bayes_keras import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras._config import check_number
+from bayes_keras.loaded_state import check_bounded_entry, remembered_refusal
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import (IMAGE_RANK, ParticleLayer, all_known, merge_particle_channels, particle_axis,
                                      per_particle_shape)
@@ -122,6 +123,13 @@ class BatchNormalization(ParticleLayer):
         self.moving_variance = self.add_weight(name="moving_variance", shape=(n, channels),
                                                initializer=self.moving_variance_initializer, trainable=False,
                                                aggregation="mean")
+
+    def load_own_variables(self, store):
+        """As every particle layer (finite entries), and a moving variance that is not negative (its square root
+        normalises every inference input)."""
+        super().load_own_variables(store)
+        with remembered_refusal(self, store):
+            check_bounded_entry(self.name, self.moving_variance, "layer", "moving variance")
 
     def _per_particle(self, value, rank):
         """(N, C) -> a shape that broadcasts against the input of `rank`; shared (C,) broadcasts as it is."""
