@@ -145,6 +145,10 @@ def replace_file(path, write, suffix=""):
     return path
 
 
+_SAVED_MODEL_ENTRIES = {"saved_model.pb", "saved_model.pbtxt", "variables", "assets", "fingerprint.pb",
+                        "keras_metadata.pb"}  # what a SavedModel directory holds
+
+
 def is_export(path):
     """Whether the directory `path` holds a SavedModel (what an export writes) and so may be replaced."""
     return os.path.isfile(os.path.join(path, "saved_model.pb"))
@@ -153,6 +157,8 @@ def is_export(path):
 def replace_directory(path, write):
     """Write a directory with `write(temporary_path)` and swap it in for `path` (see the module docstring). An
     existing `path` must be an export (a SavedModel) or empty: anything else is refused before any work."""
+    if not os.fspath(path).strip():
+        raise ValueError(f"Cannot export to filepath {path!r}: give a directory path.")
     path = os.fspath(path).rstrip(os.sep)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"Cannot export to filepath {path!r}: a file (not an export directory) is there.")
@@ -162,6 +168,11 @@ def replace_directory(path, write):
         raise ValueError(f"Cannot export to filepath {path!r}: it is a directory that holds files of its own ({shown}), not "
                          "an earlier export, and an export replaces the whole directory. Choose a new path (or "
                          "move those files away first).")
+    added = sorted(set(os.listdir(path)) - _SAVED_MODEL_ENTRIES) if os.path.isdir(path) and is_export(path) else []
+    if added:
+        raise ValueError(f"Cannot export to filepath {path!r}: the earlier export there holds files that are not part "
+                         f"of a SavedModel ({', '.join(added[:5])}), which replacing it would delete. Move them away "
+                         "first, or choose a new path.")
     _clean(path, "tmp")
     temporary = _made_here(path, "tmp")
     try:

@@ -161,6 +161,15 @@ def test_export_keeps_a_users_directory_and_backup(tmp_path):
     empty.mkdir()
     _model(1).export(str(empty), verbose=False)  # an empty directory is taken
     tf.saved_model.load(str(empty))
+    (tmp_path / "served" / "README_mine.txt").write_text("notes")  # a file the user added to an export
+    with pytest.raises(ValueError, match=r"earlier export there holds files that are not part of a SavedModel "
+                                         r"\(README_mine.txt\)"):
+        _model(2).export(served, verbose=False)
+    assert (tmp_path / "served" / "README_mine.txt").read_text() == "notes"
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(ValueError, match="Cannot export to filepath '': give a directory path"):
+        _model(1).export("", verbose=False)
+    assert sorted(os.listdir(tmp_path)) == before
 
 
 def test_save_to_a_directory_is_refused(tmp_path):

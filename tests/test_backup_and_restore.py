@@ -88,6 +88,22 @@ def test_twenty_kills_resume_to_the_uninterrupted_weights(tmp_path):
     _kills(tmp_path, "mgvbp", kills=20, seed=2)
 
 
+def test_a_kill_after_an_epochs_last_checkpoint_resumes_at_the_next_epoch(tmp_path):
+    """Killed during validation, after the checkpoint of the epoch's last batch: the resumed fit has no batch of
+    that epoch left to run (Keras' compiled metrics, never updated, could not report); it starts the next epoch."""
+    def run(backup, out, *mode):
+        done = subprocess.run([sys.executable, SCRIPT, "gpf", str(tmp_path / backup), str(tmp_path / out), *mode],
+                              env=ENV, capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stderr
+    assert run("a", "reference.npz", "validation")[0] == 0
+    assert run("b", "resumed.npz", "validation", "kill")[0] == -signal.SIGKILL
+    code, err = run("b", "resumed.npz", "validation")
+    assert code == 0, err[-2000:]
+    for resumed, uninterrupted in zip(_weights(str(tmp_path / "resumed.npz")),
+                                      _weights(str(tmp_path / "reference.npz")), strict=True):
+        np.testing.assert_allclose(resumed, uninterrupted, atol=1e-6, rtol=0)
+
+
 def _model():
     inputs = keras.Input((4,))
     model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
@@ -121,12 +137,20 @@ def test_bad_arguments_and_foreign_files_are_refused(tmp_path):
             bk.callbacks.BackupAndRestore(str(tmp_path), save_freq=bad)
     with pytest.raises(ValueError, match="backup_dir"):
         bk.callbacks.BackupAndRestore("")
+    assert bk.callbacks.BackupAndRestore(str(tmp_path), save_freq=np.int64(2)).save_freq == 2
     (tmp_path / "c").mkdir()
     model = _model()
     model.save_weights(str(tmp_path / "c" / "latest.weights.h5"))  # Keras' callback's file: no position in it
     x, y = _data()
     with pytest.raises(ValueError, match="not a checkpoint this callback wrote"):
         model.fit(x, y, verbose=0, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "c"))])
+    other = keras.Sequential([keras.Input((4,)), bk.layers.Dense(5, num_particles=2), bk.layers.Dense(3)])
+    other = bk.BayesianModel(other.inputs, other.outputs, likelihood="categorical")
+    other.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+    other.fit(x, y, verbose=0, epochs=1, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "d"),
+                                                                                   delete_checkpoint=False)])
+    with pytest.raises(ValueError, match="checkpoint '.*d/latest.weights.h5' does not fit this model"):
+        model.fit(x, y, verbose=0, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "d"))])
 
 
 def test_keras_own_callback_is_pointed_to_ours(tmp_path):

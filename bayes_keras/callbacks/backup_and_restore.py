@@ -62,13 +62,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True):
         if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
             raise ValueError(f"BackupAndRestore: backup_dir must be a directory path; got {backup_dir!r}.")
-        if not (save_freq == "epoch" or (isinstance(save_freq, int) and not isinstance(save_freq, bool)
+        if not (save_freq == "epoch" or (isinstance(save_freq, (int, np.integer)) and not isinstance(save_freq, bool)
                                          and save_freq > 0)):
             raise ValueError(f"BackupAndRestore: save_freq must be 'epoch' or a positive integer (a number of "
                              f"batches); got {save_freq!r}.")
         for name, value in (("double_checkpoint", double_checkpoint), ("delete_checkpoint", delete_checkpoint)):
             if not isinstance(value, bool):
                 raise ValueError(f"BackupAndRestore: {name} must be True or False; got {value!r}.")
+        save_freq = save_freq if save_freq == "epoch" else int(save_freq)
         super().__init__(os.fspath(backup_dir), save_freq=save_freq, double_checkpoint=False,
                          delete_checkpoint=delete_checkpoint)
         self.path = os.path.join(self.backup_dir, _WEIGHTS)
@@ -89,9 +90,16 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             raise ValueError("BackupAndRestore: the model must be built before fit() to restore its checkpoint "
                              f"{self.path!r}: call it on a batch of data (or give it an Input) first.")
         epoch, batch = _where(self.path)
+        steps = self.params.get("steps") if self.params else None
+        if steps is not None and batch >= steps:  # taken after the epoch's last batch: resume at the next epoch
+            epoch, batch = epoch + 1, 0  # (no batch of that epoch left to run; Keras' metrics need one)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(self.path)
+        try:
+            self.model.load_weights(self.path)
+        except ValueError as error:
+            raise ValueError(f"BackupAndRestore: the checkpoint {self.path!r} does not fit this model (written for "
+                             f"another one?): {str(error)[:300]}. Move it away, or give another backup_dir.") from None
         _load_random_states(self.model, self.path)
         self.model._initial_epoch = epoch  # how Keras' own callback tells fit where to start
         self._resume_at = (epoch, batch)
