@@ -778,7 +778,11 @@ class _Conversion:
 
     # -- kept layers ---------------------------------------------------------------------------
     def _keep(self, layer, flat, carries, args, kwargs):
-        if isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
+        random_layer = _RANDOM_LAYERS.get(type(layer))
+        if random_layer is not None and getattr(layer, "noise_shape", None) is None:
+            # the same draws on one device, and under tf.distribute those one device makes (layers/_random.py)
+            new = random_layer.from_config(layer.get_config())
+        elif isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
         else:
             new = _copy_of(layer)
@@ -857,6 +861,10 @@ class _Conversion:
         if isinstance(layer, _L.PReLU):
             return False  # its alpha has the input's shape
         return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
+
+
+_RANDOM_LAYERS = {_L.Dropout: particle_layers.Dropout, _L.GaussianNoise: particle_layers.GaussianNoise,
+                  _L.GaussianDropout: particle_layers.GaussianDropout}  # exact types (SpatialDropout is a Dropout)
 
 
 def _recreated(op):

@@ -38,6 +38,24 @@ def callbacks(value):
     return list(value)
 
 
+def random_layers(model, how):
+    """Under tf.distribute (`how`: "2 replicas" / "particle parallel"), refuse a layer that draws random numbers for
+    its own input only: every replica's seed generator holds the same state, so rows b and b + B/2 (or particles n
+    and n + N/2) would get the same noise, and training would not equal one device's. bayes_keras' random layers
+    (`draws_as_one_device`) draw for the global batch and keep their part."""
+    for layer in model.operations:
+        if not isinstance(layer, keras.layers.Layer) or getattr(layer, "draws_as_one_device", False):
+            continue
+        weights = {id(w) for w in layer.weights}
+        if any(id(v) not in weights for v in layer.variables):  # a seed generator's state (its own or a sublayer's)
+            raise ValueError(
+                f"fit: layer '{layer.name}' ({type(layer).__name__}) draws random numbers for its own input only: "
+                f"under {how} every replica would draw the same noise for its part of the batch (examples b and b + "
+                "B/2 would share a dropout mask), and training would not equal one device's. Use "
+                "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout (bayesianize converts Keras' own), apply "
+                "data augmentation in the tf.data pipeline (dataset.map), or train on one device.")
+
+
 def sample_weight(value):
     if value is None or isinstance(value, (tf.data.Dataset, dict)):
         return
@@ -45,9 +63,12 @@ def sample_weight(value):
         weights = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"sample_weight must be numbers, one per example; got {value!r:.80}.") from None
-    if weights.size and (not np.all(np.isfinite(weights)) or weights.min() < 0):
-        raise ValueError("sample_weight must be finite and non-negative (a negative weight would train on a negative "
-                         f"loss); got values in [{np.nanmin(weights):.4g}, {np.nanmax(weights):.4g}].")
+    if weights.size and not np.all(np.isfinite(weights)):
+        raise ValueError(f"sample_weight must be finite; got {int(weights.size - np.count_nonzero(np.isfinite(weights)))}"
+                         " NaN / Inf value(s).")
+    if weights.size and weights.min() < 0:
+        raise ValueError("sample_weight must be non-negative (a negative weight would train on a negative loss); got "
+                         f"values in [{weights.min():.4g}, {weights.max():.4g}].")
 
 
 def class_weight(value, model=None):

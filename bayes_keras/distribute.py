@@ -166,6 +166,34 @@ def replica_rows(draw, local_batch):
     return draw(total)[offset:offset + local_batch]
 
 
+def distributed():
+    """Whether this step runs split: in a replica of several (data parallel), or on a slice of the particles."""
+    return replica_context() is not None or in_particle_slice()
+
+
+def global_draw(draw, shape, particle_axis=1, rows=True):
+    """A random draw made as one device makes it, this replica's part returned. `draw(full_shape)` (keyed by the
+    layer's seed generator, whose state every replica shares) is called with the global batch in axis 0 (`rows`:
+    False for a draw shared by the whole batch) and every particle in `particle_axis` (None: no particle axis, a
+    layer before the particles); this replica's rows (data parallel) or particles (particle parallel, where every
+    replica has the whole batch) are kept. `shape`: this replica's shape (ints or scalar tensors)."""
+    shape = list(shape)
+    count = None if particle_axis is None else shape[particle_axis]
+
+    def full(batch):
+        drawn = list(shape)
+        if rows:
+            drawn[0] = batch
+        if particle_axis is not None:
+            drawn[particle_axis] = particles_drawn(count)
+        out = draw(tf.stack([tf.cast(d, tf.int32) for d in drawn]))
+        return out if particle_axis is None else particle_columns(out, count, axis=particle_axis)
+
+    if in_particle_slice() or not rows:
+        return full(shape[0])
+    return replica_rows(full, shape[0])
+
+
 def all_replicas_agree(condition):
     """True only where `condition` holds on every replica (a guard's decision, taken once for all)."""
     context = replica_context()

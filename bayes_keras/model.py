@@ -155,7 +155,10 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             raise ValueError(f"BayesianModel supports one output tensor; got {len(outputs)}.")
         if not self.particle_layers:
             raise ValueError("BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense).")
-        check_layers_keep_particles(self.operations, ParticleLayer)
+        received = check_layers_keep_particles(self.operations, ParticleLayer)
+        for layer in self.operations:  # a random layer draws per particle only where it receives particles
+            if hasattr(layer, "receives_particles"):
+                layer.receives_particles = id(layer) in received
         n = self.num_particles
         if self._expected_num_particles is not None and n != self._expected_num_particles:
             raise ValueError(f"num_particles={self._expected_num_particles} was given, but the layers were built "
@@ -301,6 +304,9 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.target_values(self, y, "fit")
         call_checks.validation_data(self, kwargs.get("validation_data"))
         call_checks.non_finite_inputs(x, "fit")
+        if self.parallel == "particles" or self.distribute_strategy.num_replicas_in_sync > 1:
+            call_checks.random_layers(self, "particle parallel" if self.parallel == "particles" else
+                                      f"{self.distribute_strategy.num_replicas_in_sync} replicas")
         call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)

@@ -32,7 +32,7 @@ NOT_USER_INPUTS = {"StepInfo", "ParticleView", "DenseCurvature", "KFACCurvature"
                    "ParticleMixture", "Curvature", "KroneckerOperator", "StateWrites"}
 REQUIRED = {"units": 2, "filters": 2, "kernel_size": 2, "input_dim": 5, "output_dim": 2, "rate": 0.1,
             "initial_learning_rate": 0.1, "tau": 10, "pool_size": 2, "activation": "relu", "rank": 2, "num_heads": 2,
-            "key_dim": 2}
+            "key_dim": 2, "stddev": 0.1}
 EXTRA = {"Embedding": {"num_particles": 2}, "Bidirectional": {"layer": lambda: bk.layers.LSTM(2)},
          "PerParticle": {"layer": lambda: keras.layers.Dense(2)},
          "EinsumDense": {"equation": "ab,bc->ac", "output_shape": 2},

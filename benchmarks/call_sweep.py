@@ -462,8 +462,9 @@ def _has_nan(result):
 
 def _names(message, arguments, tokens):
     arguments = arguments if isinstance(arguments, tuple) else (arguments,)
-    return (any(a in message or a.replace("_", " ") in message for a in arguments)
-            and any(t in message for t in tokens))
+    message = message.lower()  # "NaN" / "nan", "Labels" / "labels"
+    return (any(a.lower() in message or a.lower().replace("_", " ") in message for a in arguments)
+            and any(t.lower() in message for t in tokens))
 
 
 def outcome(F, call, arguments, tokens):

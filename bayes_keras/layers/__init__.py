@@ -13,6 +13,8 @@ from bayes_keras.layers.dropout import Dropout
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.embedding import Embedding
 from bayes_keras.layers.flatten import Flatten
+from bayes_keras.layers.gaussian_dropout import GaussianDropout
+from bayes_keras.layers.gaussian_noise import GaussianNoise
 from bayes_keras.layers.get_item import GetItem  # noqa: F401 (made by bayesianize)
 from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
                                                GlobalMaxPooling2D)
@@ -29,5 +31,6 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
+           "GaussianNoise", "GaussianDropout",
            "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
            "EinsumDense", "MultiHeadAttention", "LoRAEinsumDense", "LoRAEmbedding", "PerParticle"]

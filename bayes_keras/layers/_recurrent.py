@@ -111,6 +111,7 @@ class _ParticleRNN(ParticleLayer):
     """Base of the particle RNN layers; subclasses define the gates (`_gates`) and the cell step."""
 
     _gates = 1
+    draws_as_one_device = True  # its dropout masks (bayes_keras.call_checks.random_layers)
 
     def __init__(
         self,

@@ -194,8 +194,9 @@ def check_layers_keep_particles(layers, particle_layer_types):
     drop the axis (module docstring).
 
     A tensor carries the particle axis if it is the output of a particle layer (an instance of
-    `particle_layer_types`) or of any layer that received one."""
+    `particle_layer_types`) or of any layer that received one. Returns the ids of the layers that receive one."""
     carrying = {}  # id(tensor) -> True
+    received = set()
     started = False
     for layer in layers:
         try:
@@ -209,6 +210,8 @@ def check_layers_keep_particles(layers, particle_layer_types):
             continue
         flat_inputs = [t for t in keras.tree.flatten(inputs) if isinstance(t, keras.KerasTensor)]
         carries = [id(t) in carrying for t in flat_inputs]
+        if any(carries):
+            received.add(id(layer))
         if not isinstance(layer, _L.Layer):  # a keras.ops operation in a functional model
             if any(carries):
                 problem = operation_refusal(layer, [tuple(t.shape) for t in flat_inputs], carries)
@@ -236,3 +239,4 @@ def check_layers_keep_particles(layers, particle_layer_types):
         if problem is not None:
             raise ValueError(f"{where} {problem}.")
         carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
+    return received

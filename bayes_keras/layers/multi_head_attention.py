@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras.src.backend import get_keras_mask, set_keras_mask
 
 from bayes_keras import priors as priors_lib
+from bayes_keras.layers.dropout import Dropout
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 
@@ -53,6 +54,8 @@ class MultiHeadAttention(keras.layers.Layer):
         >>> h = bayes_keras.layers.MultiHeadAttention(4, 8)(h, h)                              # self-attention again
     """
 
+    draws_as_one_device = True  # its attention dropout is a bayes_keras.layers.Dropout
+
     def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_shape=None,
                  attention_axes=None, kernel_initializer="glorot_uniform", bias_initializer=None, use_gate=False,
                  sliding_window=None, seed=None, num_particles=None, deterministic=False, kernel_prior=None,
@@ -97,7 +100,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.lora_projections = tuple(lora_projections)
         self.supports_masking = True
         self._softmax = keras.layers.Softmax(axis=-1, dtype=self.dtype_policy)
-        self._dropout_layer = keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
+        self._dropout_layer = Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)  # (batch, N, heads, T, S)
 
     @property
     def broadcasts(self):

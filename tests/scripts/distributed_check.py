@@ -49,6 +49,31 @@ def lora_model(likelihood, outputs, n=N):
     return bk.bayesianize(keras_model, num_particles=n, lora_rank=2, likelihood=likelihood, seed=3)
 
 
+def random_model(likelihood, outputs, n=N):
+    """Random layers everywhere: input noise before the particle axis (drawn per example), dropout, Gaussian
+    dropout and noise on particle activations (drawn per example and particle)."""
+    inputs = keras.Input((6, 6, 1))
+    h = bk.layers.GaussianNoise(0.3, seed=1)(inputs)
+    h = bk.layers.Conv2D(3, 3, num_particles=n, activation="relu")(h)
+    h = bk.layers.Dropout(0.3, seed=2)(h)
+    h = bk.layers.Flatten()(h)
+    h = bk.layers.GaussianDropout(0.2, seed=3)(h)
+    h = bk.layers.GaussianNoise(0.1, seed=4)(h)
+    return bk.BayesianModel(inputs, bk.layers.Dense(outputs)(h), likelihood=likelihood)
+
+
+def converted_random_model(likelihood, outputs, n=N):
+    """A Keras model with Keras' own random layers, converted by bayesianize (which draws them as one device)."""
+    inputs = keras.Input((6, 6, 1))
+    h = keras.layers.GaussianNoise(0.3)(inputs)
+    h = keras.layers.Conv2D(3, 3, activation="relu")(h)
+    h = keras.layers.Dropout(0.3)(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.GaussianDropout(0.2)(h)
+    keras_model = keras.Model(inputs, keras.layers.Dense(outputs)(h))
+    return bk.bayesianize(keras_model, num_particles=n, likelihood=likelihood, seed=3)
+
+
 def kfac():
     return bk.preconditioners.KFACPreconditioner(damping=1e-2, inversion_period=2)
 
@@ -91,6 +116,22 @@ RUNS = {
     "gpf_lora": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
     "gpf_lora_particle_parallel": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2),
                                    ["accuracy"], {"parallel": "particles", "particles": 4}),
+    # random layers (dropout, Gaussian dropout and noise, before and after the particle axis; built by hand and
+    # converted from Keras' own): the masks one device draws, under data and particle parallelism
+    "gpf_random": ("random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
+    "independent_random": ("random", "categorical", lambda: bk.optimizers.IndependentParticles(1e-2), []),
+    "mgvbp_random": ("random", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), []),
+    "gpf_random_particle_parallel": ("random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), [],
+                                     {"parallel": "particles", "particles": 4}),
+    "independent_random_particle_parallel": ("random", "categorical", lambda: bk.optimizers.IndependentParticles(1e-2),
+                                             [], {"parallel": "particles", "particles": 4}),
+    "mgvbp_random_particle_parallel": ("random", "categorical",
+                                       lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), [],
+                                       {"parallel": "particles", "particles": 4}),
+    "gpf_converted_random": ("converted_random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), []),
+    "gpf_converted_random_particle_parallel": ("converted_random", "categorical",
+                                               lambda: bk.optimizers.GaussianParticleFlow(1e-2), [],
+                                               {"parallel": "particles", "particles": 4}),
     # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
     "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
                           ["accuracy"], {"policy": "mixed_float16"}),
@@ -103,7 +144,8 @@ def options(name):
 
 def data(model_kind, likelihood, count=BATCH * STEPS):
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(count, 6, 6, 1) if model_kind == "image" else (count, 5, 4)).astype("float32")
+    x = rng.normal(size=(count, 6, 6, 1) if model_kind in ("image", "random", "converted_random")
+                   else (count, 5, 4)).astype("float32")
     if likelihood == "categorical":
         y = rng.integers(0, 3, count)
     elif likelihood == "bernoulli":
@@ -122,6 +164,8 @@ def build(name):
         model = sequence_model(likelihood, outputs, n=n)
     elif kind == "lora":
         model = lora_model(likelihood, outputs, n=n)
+    elif kind in ("random", "converted_random"):
+        model = (random_model if kind == "random" else converted_random_model)(likelihood, outputs, n=n)
     else:
         model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True), n=n)
     metrics = [m() if callable(m) else m for m in metrics]
@@ -283,6 +327,19 @@ def refusals():
         told["custom_loop_without_run"] = ["no error", ""]
     except Exception as error:  # noqa: BLE001
         told["custom_loop_without_run"] = [type(error).__name__, str(error)]
+    x, y = data("image", "categorical")
+    for case, layer in (("keras_dropout", lambda: keras.layers.Dropout(0.3)),
+                        ("keras_augmentation", lambda: keras.layers.RandomFlip())):
+        try:  # a Keras layer that draws for its own rows only
+            with mirrored.scope():
+                inputs = keras.Input((6, 6, 1))
+                h = bk.layers.Flatten()(bk.layers.Conv2D(3, 3, num_particles=2)(layer()(inputs)))
+                model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
+                model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+            model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+            told[case] = ["no error", ""]
+        except Exception as error:  # noqa: BLE001
+            told[case] = [type(error).__name__, str(error)]
     for case, (strategy, optimizer, n, kwargs) in cases.items():
         kwargs = {"parallel": "particles", **kwargs}
         try:
