@@ -173,3 +173,16 @@ def test_evaluate_and_validation_with_batches_the_replicas_do_not_divide():
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert r["1"] < TOLERANCE and r["15"] < TOLERANCE, r
+
+
+@pytest.mark.slow
+def test_one_strategy_trains_several_models_in_turn():
+    """docs/distributed.md: until the library owns its collectives, several models share one strategy object (a
+    second MirroredStrategy in the process fails in TensorFlow's collective keys)."""
+    script = os.path.join(os.path.dirname(SCRIPT), "one_strategy_many_models.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert sorted(losses) == ["GaussianParticleFlow", "MGVBP", "MatrixSVGD"]
+    assert all(np.isfinite(v) for v in losses.values()), losses
