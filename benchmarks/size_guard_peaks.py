@@ -30,12 +30,13 @@ CONFIGS = [  # (layer, particles, per-particle shape)
     ("Conv2D", 20_000, {"filters": 16, "channels": 16}),
 ]
 
-CHILD = r'''
+# What both children run first: the imports and peak_during(call), the largest resident memory while `call` runs
+# (VmRSS sampled every millisecond by a thread), above the resident memory before it.
+PEAK = r'''
 import os, sys, threading, time, json
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras, numpy as np
 import bayes_keras as bk
-layer, n, spec = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 
 def rss():
     with open("/proc/self/status") as f:
@@ -43,6 +44,23 @@ def rss():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
 
+def peak_during(call):
+    peak, done = [rss()], [False]
+    before = peak[0]
+    def watch():
+        while not done[0]:
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.001)
+    thread = threading.Thread(target=watch)
+    thread.start()
+    call()
+    done[0] = True
+    thread.join()
+    return before, max(peak[0], rss())
+'''
+
+CHILD = PEAK + r'''
+layer, n, spec = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 if layer == "Dense":
     inputs = keras.Input((spec["inputs"],))
     make = lambda: bk.layers.Dense(spec["units"], num_particles=n)
@@ -50,21 +68,9 @@ else:
     inputs = keras.Input((8, 8, spec["channels"]))
     make = lambda: bk.layers.Conv2D(spec["filters"], 3, padding="same", num_particles=n)
 created = make()
-peak, done = [rss()], [False]
-before = peak[0]
-def watch():
-    while not done[0]:
-        peak[0] = max(peak[0], rss())
-        time.sleep(0.001)
-thread = threading.Thread(target=watch)
-thread.start()
-created(inputs)
-done[0] = True
-thread.join()
-peak[0] = max(peak[0], rss())
-weights = sum(int(np.prod(v.shape)) * 4
-              for v in created.weights)
-print(json.dumps({"before": before, "peak": peak[0], "after": rss(), "weights": weights}))
+before, peak = peak_during(lambda: created(inputs))
+weights = sum(int(np.prod(v.shape)) * 4 for v in created.weights)
+print(json.dumps({"before": before, "peak": peak, "after": rss(), "weights": weights}))
 '''
 
 
@@ -73,18 +79,8 @@ STEP_CONFIGS = [  # (method, particles, inputs, units): weights-dominated, then 
     *[(m, n, 30, 40) for m in ("gpf", "independent", "svgd", "matrix_svgd") for n in (2000, 4000)],
 ]
 
-STEP_CHILD = r'''
-import os, sys, threading, time, json
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-import keras, numpy as np
-import bayes_keras as bk
+STEP_CHILD = PEAK + r'''
 method, n, width, units = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-
-def rss():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
 
 x = np.random.default_rng(0).normal(size=(64, width)).astype("float32")
 y = np.zeros(64, "int32")
@@ -94,38 +90,28 @@ optimizer = {"gpf": bk.optimizers.GaussianParticleFlow, "independent": bk.optimi
              "mgvbp": lambda: bk.optimizers.MGVBP(structure="diagonal"), "svgd": bk.optimizers.SVGD,
              "matrix_svgd": bk.optimizers.MatrixSVGD}[method]()
 model.compile(optimizer=optimizer)
-peak, done = [rss()], [False]
-before = peak[0]
-def watch():
-    while not done[0]:
-        peak[0] = max(peak[0], rss())
-        time.sleep(0.001)
-thread = threading.Thread(target=watch)
-thread.start()
-model.fit(x, y, batch_size=64, epochs=1, verbose=0)
-done[0] = True
-thread.join()
+before, peak = peak_during(lambda: model.fit(x, y, batch_size=64, epochs=1, verbose=0))
 weights = sum(int(np.prod(v.shape)) * 4 for v in model.particle_variables)
-print(json.dumps({"before": before, "peak": max(peak[0], rss()), "weights": weights}))
+print(json.dumps({"before": before, "peak": peak, "weights": weights}))
 '''
 
 
-def measure_step(method, n, width, units):
+def _run(child, *args):
+    """The JSON line a child script prints, run in a fresh process (its memory is the measured layer's alone)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    out = subprocess.run([sys.executable, "-c", STEP_CHILD, method, str(n), str(width), str(units)], env=env,
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-c", child, *map(str, args)], env=env, capture_output=True, text=True,
+                         timeout=900)
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure_step(method, n, width, units):
+    return _run(STEP_CHILD, method, n, width, units)
 
 
 def measure(layer, n, spec):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    out = subprocess.run([sys.executable, "-c", CHILD, layer, str(n), json.dumps(spec)], env=env,
-                         capture_output=True, text=True, timeout=900)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _run(CHILD, layer, n, json.dumps(spec))
 
 
 def main():
