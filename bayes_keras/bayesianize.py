@@ -778,13 +778,11 @@ class _Conversion:
 
     # -- kept layers ---------------------------------------------------------------------------
     def _keep(self, layer, flat, carries, args, kwargs):
-        random_layer = _RANDOM_LAYERS.get(type(layer))
-        if random_layer is not None and getattr(layer, "noise_shape", None) is None:
-            # the same draws on one device, and under tf.distribute those one device makes (layers/_random.py)
-            new = random_layer.from_config(layer.get_config())
-        elif isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share the function
+        # the same draws on one device, and under tf.distribute those one device makes (layers/_random.py)
+        new = _random_twin(layer, flat[0], carries[0]) if len(flat) == 1 else None
+        if new is None and isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share it
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
-        else:
+        elif new is None:
             new = _copy_of(layer)
             if not layer.trainable:
                 # A nested model's config holds its layers' flags but not its own: a frozen backbone came back
@@ -792,7 +790,7 @@ class _Conversion:
                 new.trainable = False
         if any(carries):
             self._check_per_example(layer, flat, carries)
-            if not self._acts_per_particle_as_is(layer, flat, carries):
+            if not (isinstance(new, _RANDOM_TWINS) or self._acts_per_particle_as_is(layer, flat, carries)):
                 new = PerParticle(new, particle_inputs=None if all(carries) else carries, name=layer.name)
             elif isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)) and layer.axis not in (-1, [-1]):
                 # its axis is the last in the Keras model (Concatenate(axis=3) of images); in the particle layout
@@ -863,8 +861,37 @@ class _Conversion:
         return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
 
 
-_RANDOM_LAYERS = {_L.Dropout: particle_layers.Dropout, _L.GaussianNoise: particle_layers.GaussianNoise,
-                  _L.GaussianDropout: particle_layers.GaussianDropout}  # exact types (SpatialDropout is a Dropout)
+_RANDOM_TWINS = (particle_layers.Dropout, particle_layers.AlphaDropout, particle_layers.GaussianNoise,
+                 particle_layers.GaussianDropout)
+_SPATIAL_DROPOUT = (_L.SpatialDropout1D, _L.SpatialDropout2D, _L.SpatialDropout3D)
+
+
+def _random_twin(layer, tensor, carries):
+    """bayes_keras' twin of a Keras random layer (Dropout, SpatialDropout1D/2D/3D, AlphaDropout, GaussianNoise,
+    GaussianDropout; exact types) on `tensor`, or None. A noise shape is given in the particle layout: with an
+    entry for the particle axis (each particle its own mask) when `tensor` carries one, so a SpatialDropout2D
+    becomes a Dropout with noise shape (batch, 1, 1, N, C) on (batch, H, W, N, C)."""
+    kind = type(layer)
+    if kind in (_L.GaussianNoise, _L.GaussianDropout):
+        return getattr(particle_layers, kind.__name__).from_config(layer.get_config())
+    if kind not in (_L.Dropout, _L.AlphaDropout) + _SPATIAL_DROPOUT:
+        return None
+    config = layer.get_config()
+    rank = len(tensor.shape) - bool(carries)  # in the Keras model
+    if kind in _SPATIAL_DROPOUT:
+        spatial = [1] * (rank - 2)
+        noise_shape = [None] + (spatial + [None] if config.pop("data_format", "channels_last") == "channels_last" else [None] + spatial)
+    else:
+        noise_shape = config.pop("noise_shape", None)
+    if noise_shape is not None:
+        if len(noise_shape) != rank:
+            return None  # Keras refuses it when called
+        noise_shape = list(noise_shape)
+        if carries:
+            noise_shape.insert(particle_axis(rank + 1), None)
+        noise_shape = tuple(noise_shape)
+    twin = particle_layers.AlphaDropout if kind is _L.AlphaDropout else particle_layers.Dropout
+    return twin.from_config(dict(config, noise_shape=noise_shape))
 
 
 def _recreated(op):

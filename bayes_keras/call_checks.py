@@ -52,8 +52,9 @@ def random_layers(model, how):
                 f"fit: layer '{layer.name}' ({type(layer).__name__}) draws random numbers for its own input only: "
                 f"under {how} every replica would draw the same noise for its part of the batch (examples b and b + "
                 "B/2 would share a dropout mask), and training would not equal one device's. Use "
-                "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout (bayesianize converts Keras' own), apply "
-                "data augmentation in the tf.data pipeline (dataset.map), or train on one device.")
+                "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout / AlphaDropout (Dropout's noise_shape "
+                "gives spatial dropout; bayesianize converts Keras' own, SpatialDropout included), apply data "
+                "augmentation in the tf.data pipeline (dataset.map), or train on one device.")
 
 
 def sample_weight(value):

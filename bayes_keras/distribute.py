@@ -20,7 +20,9 @@ rows (`replica_rows`), so the draws equal those of one device on the same global
 """
 
 import contextlib
+import itertools
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -45,6 +47,35 @@ def check_strategy(strategy=None):
         "Its replicas would not each hold the particles and see the reduced batch (a ParameterServerStrategy "
         "updates variables on parameter servers; TPUStrategy compiles with XLA, which the grouped particle "
         "convolutions do not use). See docs/distributed.md.")
+
+
+_KEYED = weakref.WeakSet()  # strategies whose collectives use a key block of their own
+_KEY_BLOCKS = itertools.count(1)
+_KEY_BLOCK_SIZE = 10_000  # group keys per strategy (a MirroredStrategy uses one per device set)
+
+
+def own_collective_keys(strategy):
+    """Give a MirroredStrategy collective group keys no other strategy in this process uses.
+
+    Every MirroredStrategy numbers its collective group keys from 1 and their instances from the same
+    start, and TensorFlow's collective executor remembers an instance's kind (all-reduce or all-gather)
+    for the whole process: a second strategy whose step issues its collectives in another order then
+    fails with "Collective instance 101 expected type 0 ... but got type 2" (tensorflow/tensorflow#62790).
+    The first model compiled under a strategy rebuilds its collective ops on a fresh block of group keys
+    (the strategy's own constructor argument for this, `_collective_key_base`, is meant for TensorFlow's
+    tests). A MultiWorkerMirroredStrategy, one per process, keeps its keys: every worker must agree on
+    them, and the blocks here start above the ones it uses."""
+    if not isinstance(strategy, tf.distribute.MirroredStrategy) or strategy in _KEYED:
+        return
+    extended = strategy.extended
+    if not hasattr(extended, "_make_collective_ops_with_fallbacks"):  # another TensorFlow: keep its keys
+        return
+    previous = getattr(extended, "_collective_ops", None)
+    extended._collective_key_base = next(_KEY_BLOCKS) * _KEY_BLOCK_SIZE
+    extended._collective_ops = extended._make_collective_ops_with_fallbacks()
+    if getattr(extended, "_cross_device_ops", None) is previous:  # not one the user passed
+        extended._cross_device_ops = extended._collective_ops
+    _KEYED.add(strategy)
 
 
 def replica_context():
@@ -105,7 +136,9 @@ def gather(tensor, axis=0):
     context = replica_context()
     if context is None or tensor is None:
         return tensor
-    gathered = context.all_gather(tensor, axis=axis)
+    # tf.identity places the tensor on this replica's device: a function's input placeholder has none, and
+    # with one replica per worker (MultiWorkerMirroredStrategy) all_gather needs it as its destination.
+    gathered = context.all_gather(tf.identity(tensor), axis=axis)
     shape = list(tensor.shape)
     shape[axis] = None if shape[axis] is None else shape[axis] * context.num_replicas_in_sync
     gathered.set_shape(shape)  # all_gather forgets the static shape

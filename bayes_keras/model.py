@@ -249,6 +249,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if parallel not in ("data", "particles"):
             raise ValueError(f"parallel must be 'data' or 'particles'; got {parallel!r}.")
         distribute.check_strategy(self.distribute_strategy)
+        distribute.own_collective_keys(self.distribute_strategy)
         if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1 and self.variables \
                 and not isinstance(
                 self.variables[0].value, tf.distribute.DistributedValues):

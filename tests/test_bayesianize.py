@@ -107,3 +107,35 @@ def test_batch_normalization_momentum_of_the_conversion():
     for bad in (1.0, -0.1, "fast", True):
         with pytest.raises(ValueError, match="batch_norm_momentum must be a number in"):
             bk.bayesianize(net, num_particles=2, batch_norm_momentum=bad)
+
+
+def test_kept_random_layers_become_twins_that_draw_per_particle_with_keras_noise_shapes():
+    """SpatialDropout1D/2D, Dropout with a noise shape and AlphaDropout become bayes_keras twins (which draw under
+    tf.distribute what one device draws): each particle gets its own mask, shared where Keras shares it."""
+    n, rate = 5, 0.5
+    inputs = keras.Input((6, 6, 1))
+    h = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(inputs)
+    h = keras.layers.SpatialDropout2D(rate, name="spatial2d")(h)
+    h = keras.layers.Dropout(rate, noise_shape=(None, 1, 4, 4), name="rows")(h)
+    h = keras.layers.Reshape((16, 4))(h)
+    h = keras.layers.SpatialDropout1D(rate, name="spatial1d")(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.AlphaDropout(0.2, name="alpha")(h)
+    model = bk.bayesianize(keras.Model(inputs, keras.layers.Dense(3)(h)), num_particles=n, likelihood="categorical")
+    kinds = {name: (type(model.get_layer(name)), model.get_layer(name).noise_shape)
+             for name in ("spatial2d", "rows", "spatial1d", "alpha")}
+    assert kinds == {"spatial2d": (bk.layers.Dropout, (None, 1, 1, None, None)),
+                     "rows": (bk.layers.Dropout, (None, 1, 4, None, 4)),
+                     "spatial1d": (bk.layers.Dropout, (None, None, 1, None)),
+                     "alpha": (bk.layers.AlphaDropout, None)}
+    keras.utils.set_random_seed(0)
+    kept = (model.get_layer("spatial2d")(np.ones((200, 4, 4, n, 4), "float32"), training=True).numpy() > 0)
+    assert np.all(kept == kept[:, :1, :1])  # one draw per example, particle and channel
+    assert abs(kept.mean() - (1 - rate)) < 0.03
+    per_particle = kept[:, 0, 0]  # (examples, particles, channels)
+    assert abs(np.mean(per_particle[:, 0] == per_particle[:, 1]) - 0.5) < 0.05  # independent across particles
+    # the alpha twin is Keras' AlphaDropout on one device: the same output from the same generator state
+    x = np.random.default_rng(0).normal(size=(8, n, 48)).astype("float32")
+    twin, original = model.get_layer("alpha"), keras.layers.AlphaDropout(0.2)
+    original.seed_generator.state.assign(twin.seed_generator.state.value)
+    np.testing.assert_array_equal(twin(x, training=True), original(x, training=True))

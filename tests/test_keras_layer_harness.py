@@ -60,6 +60,7 @@ CASES = [
     ("dropout", L.Dropout, {"rate": 0.5}, (2, N, 4), (2, N, 4), None),
     ("gaussian_noise", L.GaussianNoise, {"stddev": 0.3}, (2, N, 4), (2, N, 4), None),
     ("gaussian_dropout", L.GaussianDropout, {"rate": 0.3}, (2, N, 4), (2, N, 4), None),
+    ("alpha_dropout", L.AlphaDropout, {"rate": 0.3}, (2, N, 4), (2, N, 4), None),
     ("simple_rnn_first", L.SimpleRNN, {"units": 3, "num_particles": N}, (2, 5, 4), (2, N, 3), None),
     ("simple_rnn_later", L.SimpleRNN, {"units": 3, "return_sequences": True}, (2, N, 5, 4), (2, N, 5, 3), None),
     ("lstm_first", L.LSTM, {"units": 3, "num_particles": N}, (2, 5, 4), (2, N, 3), None),

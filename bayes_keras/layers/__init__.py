@@ -1,6 +1,7 @@
 """Particle-axis layers: Keras layers whose weights carry a leading particle axis (docs/architecture.md, "Particle axis")."""
 
 from bayes_keras.layers.activation import Activation
+from bayes_keras.layers.alpha_dropout import AlphaDropout
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.batch_normalization import BatchNormalization
 from bayes_keras.layers.bidirectional import Bidirectional
@@ -31,6 +32,6 @@ from bayes_keras.layers.simple_rnn import SimpleRNN
 
 __all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
            "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
-           "GaussianNoise", "GaussianDropout",
+           "GaussianNoise", "GaussianDropout", "AlphaDropout",
            "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
            "EinsumDense", "MultiHeadAttention", "LoRAEinsumDense", "LoRAEmbedding", "PerParticle"]

@@ -63,12 +63,16 @@ def random_model(likelihood, outputs, n=N):
 
 
 def converted_random_model(likelihood, outputs, n=N):
-    """A Keras model with Keras' own random layers, converted by bayesianize (which draws them as one device)."""
+    """A Keras model with Keras' own random layers, converted by bayesianize (which draws them as one device):
+    input noise, spatial dropout, dropout with and without a noise shape, alpha and Gaussian dropout."""
     inputs = keras.Input((6, 6, 1))
     h = keras.layers.GaussianNoise(0.3)(inputs)
     h = keras.layers.Conv2D(3, 3, activation="relu")(h)
+    h = keras.layers.SpatialDropout2D(0.3)(h)
     h = keras.layers.Dropout(0.3)(h)
+    h = keras.layers.Dropout(0.2, noise_shape=(None, 1, 4, 3))(h)
     h = keras.layers.Flatten()(h)
+    h = keras.layers.AlphaDropout(0.1)(h)
     h = keras.layers.GaussianDropout(0.2)(h)
     keras_model = keras.Model(inputs, keras.layers.Dense(outputs)(h))
     return bk.bayesianize(keras_model, num_particles=n, likelihood=likelihood, seed=3)
@@ -132,6 +136,16 @@ RUNS = {
     "gpf_converted_random_particle_parallel": ("converted_random", "categorical",
                                                lambda: bk.optimizers.GaussianParticleFlow(1e-2), [],
                                                {"parallel": "particles", "particles": 4}),
+    "independent_converted_random": ("converted_random", "categorical",
+                                     lambda: bk.optimizers.IndependentParticles(1e-2), []),
+    "mgvbp_converted_random": ("converted_random", "categorical",
+                               lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), []),
+    "independent_converted_random_particle_parallel": ("converted_random", "categorical",
+                                                       lambda: bk.optimizers.IndependentParticles(1e-2), [],
+                                                       {"parallel": "particles", "particles": 4}),
+    "mgvbp_converted_random_particle_parallel": ("converted_random", "categorical",
+                                                 lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), [],
+                                                 {"parallel": "particles", "particles": 4}),
     # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
     "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
                           ["accuracy"], {"policy": "mixed_float16"}),

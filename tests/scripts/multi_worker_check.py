@@ -1,4 +1,5 @@
-"""Trains GPF and MGVBP with fit, either in one process or as one worker of a MultiWorkerMirroredStrategy
+"""Trains GPF, MGVBP (full, and diagonal with the empirical Fisher) and MatrixSVGD (KFAC) in turn with fit,
+either in one process or as one worker of a MultiWorkerMirroredStrategy
 on localhost, and saves the final weights and optimizer state to an .npz file.
 
     python tests/scripts/multi_worker_check.py single OUT.npz
@@ -23,6 +24,7 @@ STRATEGY = tf.distribute.MultiWorkerMirroredStrategy() if MODE == "worker" else 
 
 import keras  # noqa: E402
 keras.config.disable_traceback_filtering()
+tf.debugging.disable_traceback_filtering()
 import numpy as np  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
@@ -30,6 +32,8 @@ import bayes_keras as bk  # noqa: E402
 OPTIMIZERS = {
     "gpf": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
     "mgvbp": lambda: bk.optimizers.MGVBP(1e-2, seed=5),
+    "mgvbp_fisher": lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="empirical_fisher", seed=5),
+    "matrix_svgd": lambda: bk.optimizers.MatrixSVGD(1e-2),
 }
 
 
