@@ -38,8 +38,8 @@ def callbacks(value):
     return list(value)
 
 
-def random_layers(model, how):
-    """Under tf.distribute (`how`: "2 replicas" / "particle parallel"), refuse a layer that draws random numbers for
+def random_layers(model, where, how):
+    """`where`: "fit" or "bayesian_gradients". Under tf.distribute (`how`: "2 replicas" / "particle parallel"), refuse a layer that draws random numbers for
     its own input only: every replica's seed generator holds the same state, so rows b and b + B/2 (or particles n
     and n + N/2) would get the same noise, and training would not equal one device's. bayes_keras' random layers
     (`draws_as_one_device`) draw for the global batch and keep their part."""
@@ -47,14 +47,21 @@ def random_layers(model, how):
         if not isinstance(layer, keras.layers.Layer) or getattr(layer, "draws_as_one_device", False):
             continue
         weights = {id(w) for w in layer.weights}
-        if any(id(v) not in weights for v in layer.variables):  # a seed generator's state (its own or a sublayer's)
+        if not any(id(v) not in weights for v in layer.variables):  # no seed generator (its own or a sublayer's)
+            continue
+        told = (f"{where}: layer '{layer.name}' ({type(layer).__name__}) draws random numbers for its own input only: under "
+                f"{how} every replica would draw the same numbers for its part of the batch (examples b and b + B/2 "
+                "would get the same")
+        if callable(getattr(layer, "transform_images", None)):  # Keras' image augmentation layers
             raise ValueError(
-                f"fit: layer '{layer.name}' ({type(layer).__name__}) draws random numbers for its own input only: "
-                f"under {how} every replica would draw the same noise for its part of the batch (examples b and b + "
-                "B/2 would share a dropout mask), and training would not equal one device's. Use "
-                "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout / AlphaDropout (Dropout's noise_shape "
-                "gives spatial dropout; bayesianize converts Keras' own, SpatialDropout included), apply data "
-                "augmentation in the tf.data pipeline (dataset.map), or train on one device.")
+                f"{told} augmentation), and training would not equal one device's. Apply data augmentation in the "
+                "tf.data pipeline (dataset.map) before the model, or train on one device. (Random layers that draw "
+                "as one device: bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout / AlphaDropout.)")
+        raise ValueError(
+            f"{told} mask or noise), and training would not equal one device's. Use bayes_keras.layers.Dropout / "
+            "GaussianNoise / GaussianDropout / AlphaDropout (Dropout's noise_shape gives spatial dropout; bayesianize "
+            "converts Keras' own, SpatialDropout included), apply data augmentation in the tf.data pipeline "
+            "(dataset.map), or train on one device.")
 
 
 def sample_weight(value):

@@ -306,7 +306,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.validation_data(self, kwargs.get("validation_data"))
         call_checks.non_finite_inputs(x, "fit")
         if self.parallel == "particles" or self.distribute_strategy.num_replicas_in_sync > 1:
-            call_checks.random_layers(self, "particle parallel" if self.parallel == "particles" else
+            call_checks.random_layers(self, "fit", "particle parallel" if self.parallel == "particles" else
                                       f"{self.distribute_strategy.num_replicas_in_sync} replicas")
         call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
         if dataset_size is not None:

@@ -86,6 +86,9 @@ class ParticleTrainer:
             raise ValueError("bayesian_gradients got distributed batches (PerReplica values): call it inside "
                              "strategy.run(step, args=(x, y)), which hands each replica its share (see "
                              "docs/distributed.md, the custom loop).")
+        if distribute.num_replicas() > 1:  # what fit refuses, the custom loop refuses too
+            call_checks.random_layers(self, "bayesian_gradients", "particle parallel" if self._particle_parallel_active()
+                                      else f"{distribute.num_replicas()} replicas")
         if self._particle_parallel_active():
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         return self._gradients(x, y, sample_weight, optimizer)[:2]

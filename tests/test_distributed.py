@@ -151,10 +151,12 @@ def test_what_is_not_supported_is_refused_with_what_works():
     assert kind == "ValueError" and "strategy.scope()" in message
     kind, message = told["custom_loop_without_run"]
     assert kind == "ValueError" and "strategy.run" in message
-    for case in ("keras_dropout", "keras_augmentation"):  # they would draw the same noise on every replica
+    for case in ("keras_dropout", "keras_augmentation", "keras_dropout_custom_loop"):  # the same noise per replica
         kind, message = told[case]
         assert kind == "ValueError" and "draws random numbers for its own input only" in message, told[case]
         assert "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout" in message and "tf.data" in message
+    assert "bayesian_gradients: layer 'dropout" in told["keras_dropout_custom_loop"][1]
+    assert told["keras_augmentation"][1].index("tf.data") < told["keras_augmentation"][1].index("bayes_keras.layers")
     kind, message = told["central_storage"]
     assert kind == "NotImplementedError" and "MirroredStrategy" in message and "MultiWorkerMirroredStrategy" in message
 

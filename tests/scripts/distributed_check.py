@@ -354,6 +354,17 @@ def refusals():
             told[case] = ["no error", ""]
         except Exception as error:  # noqa: BLE001
             told[case] = [type(error).__name__, str(error)]
+    try:  # the same Keras Dropout in the documented custom loop (strategy.run of bayesian_gradients)
+        with mirrored.scope():
+            inputs = keras.Input((6, 6, 1))
+            h = bk.layers.Flatten()(keras.layers.Dropout(0.3)(bk.layers.Conv2D(3, 3, num_particles=2)(inputs)))
+            model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
+            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
+        batch = next(iter(mirrored.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))))
+        mirrored.run(tf.function(model.bayesian_gradients), args=batch)
+        told["keras_dropout_custom_loop"] = ["no error", ""]
+    except Exception as error:  # noqa: BLE001
+        told["keras_dropout_custom_loop"] = [type(error).__name__, str(error)]
     for case, (strategy, optimizer, n, kwargs) in cases.items():
         kwargs = {"parallel": "particles", **kwargs}
         try:
