@@ -11,14 +11,41 @@ if _keras.backend.backend() != "tensorflow":
         f"bayes_keras needs the TensorFlow backend of Keras 3; KERAS_BACKEND is {_keras.backend.backend()!r}."
     )
 
-from bayes_keras import callbacks, core, curvature, datasets, layers, likelihoods, metrics, optimizers, priors, schedules, zoo  # noqa: E402
+from bayes_keras import (
+    callbacks,
+    core,
+    curvature,
+    datasets,
+    layers,
+    likelihoods,
+    metrics,
+    optimizers,
+    priors,
+    schedules,
+    zoo,
+)  # noqa: E402
 from bayes_keras.core import step_rules  # noqa: E402
 from bayes_keras.functional import ParticleRun, run_particles  # noqa: E402
 from bayes_keras.model import BayesianModel  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["BayesianModel", "callbacks", "datasets", "zoo", "layers", "likelihoods", "metrics", "optimizers", "priors", "core",
-           "step_rules", "run_particles", "ParticleRun", "schedules", "curvature"]
+__all__ = [
+    "BayesianModel",
+    "callbacks",
+    "datasets",
+    "zoo",
+    "layers",
+    "likelihoods",
+    "metrics",
+    "optimizers",
+    "priors",
+    "core",
+    "step_rules",
+    "run_particles",
+    "ParticleRun",
+    "schedules",
+    "curvature",
+]
 
 from bayes_keras import export, kernels, plots, refinement  # noqa: E402
 from bayes_keras.curvature import preconditioners  # noqa: E402
@@ -31,4 +58,20 @@ from bayes_keras.refinement import refine  # noqa: E402
 from bayes_keras import loading  # noqa: E402
 from bayes_keras.loading import load_model  # noqa: E402
 
-__all__ += ["bayesianize", "save_adapters", "load_adapters", "conversion_report", "ConversionReport", "wrappers", "pfbr", "export", "kernels", "plots", "preconditioners", "refinement", "refine", "load_model", "loading"]
+__all__ += [
+    "bayesianize",
+    "save_adapters",
+    "load_adapters",
+    "conversion_report",
+    "ConversionReport",
+    "wrappers",
+    "pfbr",
+    "export",
+    "kernels",
+    "plots",
+    "preconditioners",
+    "refinement",
+    "refine",
+    "load_model",
+    "loading",
+]

@@ -45,7 +45,9 @@ def _alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process (PermissionError), or a platform without signals: assume alive
+    except (
+        OSError
+    ):  # another user's process (PermissionError), or a platform without signals: assume alive
         return True
     return True
 
@@ -97,14 +99,20 @@ def remove_leftovers(path):
 def backups(path):
     """The backups of the export at `path` that interrupted exports left, newest first: if a crash left `path`
     missing, `backups(path)[0]` is the previous export (load it with tf.saved_model.load)."""
-    return [full for _, full, _ in sorted(_leftovers(os.fspath(path).rstrip(os.sep), "backup"),
-                                          key=lambda found: -found[2])]
+    return [
+        full
+        for _, full, _ in sorted(
+            _leftovers(os.fspath(path).rstrip(os.sep), "backup"), key=lambda found: -found[2]
+        )
+    ]
 
 
 def _sync_directory(directory):
     try:
         descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:  # a platform without directory descriptors (Windows): the rename is what there is
+    except (
+        OSError
+    ):  # a platform without directory descriptors (Windows): the rename is what there is
         return
     try:
         os.fsync(descriptor)
@@ -145,8 +153,14 @@ def replace_file(path, write, suffix=""):
     return path
 
 
-_SAVED_MODEL_ENTRIES = {"saved_model.pb", "saved_model.pbtxt", "variables", "assets", "fingerprint.pb",
-                        "keras_metadata.pb"}  # what a SavedModel directory holds
+_SAVED_MODEL_ENTRIES = {
+    "saved_model.pb",
+    "saved_model.pbtxt",
+    "variables",
+    "assets",
+    "fingerprint.pb",
+    "keras_metadata.pb",
+}  # what a SavedModel directory holds
 
 
 def is_export(path):
@@ -161,18 +175,28 @@ def replace_directory(path, write):
         raise ValueError(f"Cannot export to filepath {path!r}: give a directory path.")
     path = os.fspath(path).rstrip(os.sep)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"Cannot export to filepath {path!r}: a file (not an export directory) is there.")
+        raise ValueError(
+            f"Cannot export to filepath {path!r}: a file (not an export directory) is there."
+        )
     if os.path.isdir(path) and not is_export(path) and os.listdir(path):
         held = sorted(os.listdir(path))
         shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-        raise ValueError(f"Cannot export to filepath {path!r}: it is a directory that holds files of its own ({shown}), not "
-                         "an earlier export, and an export replaces the whole directory. Choose a new path (or "
-                         "move those files away first).")
-    added = sorted(set(os.listdir(path)) - _SAVED_MODEL_ENTRIES) if os.path.isdir(path) and is_export(path) else []
+        raise ValueError(
+            f"Cannot export to filepath {path!r}: it is a directory that holds files of its own ({shown}), not "
+            "an earlier export, and an export replaces the whole directory. Choose a new path (or "
+            "move those files away first)."
+        )
+    added = (
+        sorted(set(os.listdir(path)) - _SAVED_MODEL_ENTRIES)
+        if os.path.isdir(path) and is_export(path)
+        else []
+    )
     if added:
-        raise ValueError(f"Cannot export to filepath {path!r}: the earlier export there holds files that are not part "
-                         f"of a SavedModel ({', '.join(added[:5])}), which replacing it would delete. Move them away "
-                         "first, or choose a new path.")
+        raise ValueError(
+            f"Cannot export to filepath {path!r}: the earlier export there holds files that are not part "
+            f"of a SavedModel ({', '.join(added[:5])}), which replacing it would delete. Move them away "
+            "first, or choose a new path."
+        )
     _clean(path, "tmp")
     temporary = _made_here(path, "tmp")
     try:

@@ -67,11 +67,16 @@ DEFAULT_MAX_EXAMPLES = 4096
 def batch_norm_layers(model):
     """The model's particle BatchNormalization layers whose running averages move in training (momentum < 1,
     not frozen: a frozen layer keeps its statistics, as Keras' BatchNormalization does)."""
-    return [layer for layer in model.particle_layers
-            if isinstance(layer, BatchNormalization) and layer.momentum < 1.0 and layer.trainable]
+    return [
+        layer
+        for layer in model.particle_layers
+        if isinstance(layer, BatchNormalization) and layer.momentum < 1.0 and layer.trainable
+    ]
 
 
-def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False):
+def refresh_batch_norm(
+    model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False
+):
     """Set the moving statistics of `model`'s BatchNormalization layers to the population statistics of their
     inputs (mean E[x] and biased variance E[x^2] - E[x]^2 per particle and channel, over all examples and
     positions) for the current weights, from the first `max_examples` examples of `x` (arrays, a dict or
@@ -92,21 +97,35 @@ def refresh_batch_norm(model, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMP
     if not layers:
         return 0
     if x is None:
-        raise ValueError("refresh_batch_norm needs the training inputs x (arrays, a tf.data.Dataset or a PyDataset); "
-                         "got None.")
-    if isinstance(max_examples, bool) or not isinstance(max_examples, (int, np.integer)) or max_examples < 1:
-        raise ValueError(f"refresh_batch_norm: max_examples must be a positive integer; got {max_examples!r}.")
+        raise ValueError(
+            "refresh_batch_norm needs the training inputs x (arrays, a tf.data.Dataset or a PyDataset); "
+            "got None."
+        )
+    if (
+        isinstance(max_examples, bool)
+        or not isinstance(max_examples, (int, np.integer))
+        or max_examples < 1
+    ):
+        raise ValueError(
+            f"refresh_batch_norm: max_examples must be a positive integer; got {max_examples!r}."
+        )
     max_examples = int(max_examples)
     batched = isinstance(x, (tf.data.Dataset, keras.utils.PyDataset))
     if not batched:
         x = _spread_subset(x, max_examples)
-    adapter = data_adapters.get_data_adapter(x, batch_size=None if batched else (batch_size or 32), shuffle=False)
+    adapter = data_adapters.get_data_adapter(
+        x, batch_size=None if batched else (batch_size or 32), shuffle=False
+    )
     if layerwise:
         return _refresh_layerwise(model, layers, adapter, max_examples)
     sums, seen, totals = _InputSums(model, layers, batch_statistics=True), 0, None
     for inputs, count in _batches(adapter, max_examples):  # the one pass
         part = [[value.numpy() for value in layer_sums] for layer_sums in sums(None, inputs)]
-        totals = part if totals is None else [[a + b for a, b in zip(t, p)] for t, p in zip(totals, part)]
+        totals = (
+            part
+            if totals is None
+            else [[a + b for a, b in zip(t, p)] for t, p in zip(totals, part)]
+        )
         seen += count
     if totals is None:
         raise ValueError("refresh_batch_norm got no examples (an empty x or dataset).")
@@ -125,7 +144,9 @@ def _refresh_layerwise(model, layers, adapter, max_examples):
     seen = 0
     for index, layer in enumerate(sums.layers):
         saved = [layer.moving_mean.numpy(), layer.moving_variance.numpy()]
-        layer.moving_mean.assign(tf.zeros_like(layer.moving_mean))  # z = x / sqrt(1 + epsilon) in this pass
+        layer.moving_mean.assign(
+            tf.zeros_like(layer.moving_mean)
+        )  # z = x / sqrt(1 + epsilon) in this pass
         layer.moving_variance.assign(tf.ones_like(layer.moving_variance))
         try:
             seen, totals = 0, None
@@ -163,8 +184,12 @@ class _InputSums:
         self.batch_statistics, self.function = batch_statistics, None
 
     def trace(self, example):
-        specs = tf.nest.map_structure(lambda t: tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype), example)
-        self.function = tf.function(self._sums, input_signature=[tf.TensorSpec((), tf.int32), specs])
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype), example
+        )
+        self.function = tf.function(
+            self._sums, input_signature=[tf.TensorSpec((), tf.int32), specs]
+        )
         self.function.get_concrete_function()
 
     def _sums(self, index, inputs):
@@ -182,7 +207,9 @@ class _InputSums:
         if self.batch_statistics:
             return [_moment_sums(calls[id(layer)]) for layer in self.layers]
         # only the requested layer's sums are computed (the pass itself runs whole)
-        return tf.switch_case(index, [lambda inputs=calls[id(layer)]: _moment_sums(inputs) for layer in self.layers])
+        return tf.switch_case(
+            index, [lambda inputs=calls[id(layer)]: _moment_sums(inputs) for layer in self.layers]
+        )
 
     def __call__(self, index, inputs):
         """The batch `inputs`' sums: of every layer of `layers` (batch_statistics), or of the `index`-th."""
@@ -230,4 +257,6 @@ def _spread_subset(x, max_examples):
     if size <= max_examples:
         return x
     index = np.linspace(0, size - 1, max_examples).round().astype(np.int64)
-    return tf.nest.map_structure(lambda a: tf.gather(a, index) if tf.is_tensor(a) else np.asarray(a)[index], x)
+    return tf.nest.map_structure(
+        lambda a: tf.gather(a, index) if tf.is_tensor(a) else np.asarray(a)[index], x
+    )

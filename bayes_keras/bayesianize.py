@@ -5,7 +5,9 @@ import warnings
 
 import keras
 import numpy as np
-from keras.src.models.functional import Functional  # no public name for "a graph model" (Sequential is not one)
+from keras.src.models.functional import (
+    Functional,
+)  # no public name for "a graph model" (Sequential is not one)
 from keras.src.backend import get_keras_mask
 
 from bayes_keras import layers as particle_layers
@@ -38,8 +40,13 @@ _WEIGHT_TWINS = {
     _L.MultiHeadAttention: particle_layers.MultiHeadAttention,
 }
 # keras.ops elementwise operations -> the Keras merge layer computing the same (for inputs with and without particles)
-_MERGE_LAYERS = {"Add": _L.Add, "Subtract": _L.Subtract, "Multiply": _L.Multiply, "Maximum": _L.Maximum,
-                 "Minimum": _L.Minimum}
+_MERGE_LAYERS = {
+    "Add": _L.Add,
+    "Subtract": _L.Subtract,
+    "Multiply": _L.Multiply,
+    "Maximum": _L.Maximum,
+    "Minimum": _L.Minimum,
+}
 # Layers Bayesian LoRA adapts (with subclasses), and their LoRA twins.
 _LORA_TYPES = (_L.Dense, _L.EinsumDense, _L.Embedding, _L.MultiHeadAttention)
 # Twins made of particle sublayers: their weights are set sublayer by sublayer (`projections`, in weight order).
@@ -64,9 +71,21 @@ _REPLACED_BY_PRIOR = ("regularizer", "constraint")
 _RESOLVED = {"data_format": "channels_last"}
 
 
-def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bias_prior=None, deterministic=(),
-                center=True, noise_std=0.1, seed=None, batch_norm_momentum=0.9, bayesian=None, lora_rank=None,
-                lora_alpha=None):
+def bayesianize(
+    model,
+    num_particles=10,
+    likelihood=None,
+    kernel_prior=None,
+    bias_prior=None,
+    deterministic=(),
+    center=True,
+    noise_std=0.1,
+    seed=None,
+    batch_norm_momentum=0.9,
+    bayesian=None,
+    lora_rank=None,
+    lora_alpha=None,
+):
     """A BayesianModel with the architecture of the Keras `model`, its weight layers replaced by particle layers.
 
     The conversion is exact or refused: with `noise_std=0` every particle predicts as `model` does, in
@@ -145,9 +164,13 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         >>> model = bayes_keras.bayesianize(keras.Model(backbone.input, head), num_particles=8)  # a Bayesian head
     """
     if not isinstance(model, keras.Model):
-        raise ValueError(f"bayesianize: model must be a keras.Model (Sequential or functional); got "
-                         f"{type(model).__name__} {_short(model)}.")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(
+            f"bayesianize: model must be a keras.Model (Sequential or functional); got "
+            f"{type(model).__name__} {_short(model)}."
+        )
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
         raise ValueError(f"bayesianize: seed must be a non-negative integer or None; got {seed!r}.")
     if not isinstance(center, (bool, np.bool_)):
         raise ValueError(f"bayesianize: center must be True or False; got {center!r}.")
@@ -161,24 +184,44 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     except (AttributeError, ValueError):
         inputs = outputs = None
     if not inputs or not outputs:
-        raise ValueError(f"bayesianize needs a built Sequential or functional model with defined inputs "
-                         f"(start it with keras.Input(shape)); '{model.name}' has none.")
+        raise ValueError(
+            f"bayesianize needs a built Sequential or functional model with defined inputs "
+            f"(start it with keras.Input(shape)); '{model.name}' has none."
+        )
     if len(outputs) != 1:
-        raise ValueError(f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}.")
-    if isinstance(num_particles, bool) or not isinstance(num_particles, (int, np.integer)) or num_particles < 1:
-        raise ValueError(f"bayesianize: num_particles must be a positive integer; got {num_particles!r}.")
+        raise ValueError(
+            f"bayesianize converts models with one output; '{model.name}' has {len(outputs)}."
+        )
+    if (
+        isinstance(num_particles, bool)
+        or not isinstance(num_particles, (int, np.integer))
+        or num_particles < 1
+    ):
+        raise ValueError(
+            f"bayesianize: num_particles must be a positive integer; got {num_particles!r}."
+        )
     # the inputs keep the model's structure (one tensor, a list, a dict): fit, predict and the exported endpoints
     # take them as the Keras model does
-    functional = model if not isinstance(model, keras.Sequential) else keras.Model(
-        inputs[0] if len(inputs) == 1 else inputs, outputs)
-    if lora_rank is not None and (isinstance(lora_rank, bool) or not isinstance(lora_rank, (int, np.integer))
-                                  or lora_rank < 1):
-        raise ValueError(f"bayesianize: lora_rank must be a positive integer or None; got {lora_rank!r}.")
+    functional = (
+        model
+        if not isinstance(model, keras.Sequential)
+        else keras.Model(inputs[0] if len(inputs) == 1 else inputs, outputs)
+    )
+    if lora_rank is not None and (
+        isinstance(lora_rank, bool) or not isinstance(lora_rank, (int, np.integer)) or lora_rank < 1
+    ):
+        raise ValueError(
+            f"bayesianize: lora_rank must be a positive integer or None; got {lora_rank!r}."
+        )
     if lora_alpha is not None and (not is_real(lora_alpha) or not lora_alpha > 0):
-        raise ValueError(f"bayesianize: lora_alpha must be a positive number or None; got {lora_alpha!r}.")
+        raise ValueError(
+            f"bayesianize: lora_alpha must be a positive number or None; got {lora_alpha!r}."
+        )
     if lora_alpha is not None and lora_rank is None:
-        raise ValueError(f"bayesianize: lora_alpha={lora_alpha!r} scales LoRA factors, and there are none without "
-                         "lora_rank: pass lora_rank=r as well (or leave lora_alpha out).")
+        raise ValueError(
+            f"bayesianize: lora_alpha={lora_alpha!r} scales LoRA factors, and there are none without "
+            "lora_rank: pass lora_rank=r as well (or leave lora_alpha out)."
+        )
     lora_rank = None if lora_rank is None else int(lora_rank)  # np.int64 too
     lora_alpha = None if lora_alpha is None else float(lora_alpha)
     if lora_rank is not None and bayesian is None:
@@ -189,36 +232,67 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
     if likelihood is None:
         likelihood = _SQUASHING.get(output_activation)
         if likelihood is None:
-            raise ValueError("bayesianize: pass likelihood= ('categorical', 'bernoulli', 'normal' or a "
-                             "bayes_keras.likelihoods object); the output layer has no softmax / sigmoid to infer it "
-                             "from.")
+            raise ValueError(
+                "bayesianize: pass likelihood= ('categorical', 'bernoulli', 'normal' or a "
+                "bayes_keras.likelihoods object); the output layer has no softmax / sigmoid to infer it "
+                "from."
+            )
     elif output_activation is not None:
         # the squashing is dropped for the likelihood to apply to the particles' logits: only one that applies it
         squashes = type(likelihoods_lib.get(_SQUASHING[output_activation]))
         if type(likelihoods_lib.get(likelihood)) is not squashes:
-            raise ValueError(f"bayesianize: the output layer '{output_layer.name}' applies "
-                             f"{output_activation.__name__}, which only the {_SQUASHING[output_activation]!r} "
-                             f"likelihood applies to the particles' logits; with likelihood={likelihood!r} the "
-                             "converted model would not compute what the Keras model computes. Leave likelihood= "
-                             f"out (it is {_SQUASHING[output_activation]!r}), or end the Keras model without "
-                             f"{output_activation.__name__}.")
-    if batch_norm_momentum is not None and (not is_real(batch_norm_momentum) or not 0.0 <= batch_norm_momentum < 1.0):
-        raise ValueError(f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
-                         f"got {batch_norm_momentum!r}.")
-    conversion = _Conversion(num_particles, kernel_prior, bias_prior, is_bayesian, output_layer,
-                             output_activation, batch_norm_momentum, lora_rank, lora_alpha)
-    conversion.head = ([layer for layer in _flat_layers(functional) if _has_twin(layer)] or [None])[-1]
-    clone = keras.models.clone_model(functional, clone_function=lambda layer: layer, call_function=conversion)
-    bayesian = BayesianModel(clone.input, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}")
+            raise ValueError(
+                f"bayesianize: the output layer '{output_layer.name}' applies "
+                f"{output_activation.__name__}, which only the {_SQUASHING[output_activation]!r} "
+                f"likelihood applies to the particles' logits; with likelihood={likelihood!r} the "
+                "converted model would not compute what the Keras model computes. Leave likelihood= "
+                f"out (it is {_SQUASHING[output_activation]!r}), or end the Keras model without "
+                f"{output_activation.__name__}."
+            )
+    if batch_norm_momentum is not None and (
+        not is_real(batch_norm_momentum) or not 0.0 <= batch_norm_momentum < 1.0
+    ):
+        raise ValueError(
+            f"bayesianize: batch_norm_momentum must be a number in [0, 1) or None (each layer's own); "
+            f"got {batch_norm_momentum!r}."
+        )
+    conversion = _Conversion(
+        num_particles,
+        kernel_prior,
+        bias_prior,
+        is_bayesian,
+        output_layer,
+        output_activation,
+        batch_norm_momentum,
+        lora_rank,
+        lora_alpha,
+    )
+    conversion.head = ([layer for layer in _flat_layers(functional) if _has_twin(layer)] or [None])[
+        -1
+    ]
+    clone = keras.models.clone_model(
+        functional, clone_function=lambda layer: layer, call_function=conversion
+    )
+    bayesian = BayesianModel(
+        clone.input, clone.outputs, likelihood=likelihood, name=f"bayesian_{model.name}"
+    )
     if lora_rank is not None or conversion.adapted:
         _freeze_all_but_particles(bayesian)
     if conversion.shared:
-        warnings.warn(f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
-                      f"by all particles (point estimates). {conversion_report(bayesian).summary()}; "
-                      "bayes_keras.conversion_report(model) lists every layer.", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"bayesianize: {sorted(conversion.shared)} have no particle version and keep weights shared "
+            f"by all particles (point estimates). {conversion_report(bayesian).summary()}; "
+            "bayes_keras.conversion_report(model) lists every layer.",
+            UserWarning,
+            stacklevel=2,
+        )
     if conversion.dropped:
-        warnings.warn("bayesianize: the particle layers' priors replace these regularizers / constraints, which "
-                      f"are dropped: {sorted(conversion.dropped)}.", UserWarning, stacklevel=2)
+        warnings.warn(
+            "bayesianize: the particle layers' priors replace these regularizers / constraints, which "
+            f"are dropped: {sorted(conversion.dropped)}.",
+            UserWarning,
+            stacklevel=2,
+        )
     rng = np.random.default_rng(seed)
     for original, new in conversion.adapted:
         _place_lora(original, new, noise_std if center else None, int(rng.integers(2**31)))
@@ -226,7 +300,9 @@ def bayesianize(model, num_particles=10, likelihood=None, kernel_prior=None, bia
         if new.weights and center:
             # every weight, trainable or not (a frozen layer's are all non-trainable); statistics such as
             # BatchNormalization's moving averages are copied to every particle exactly, never jittered
-            initialize_particles([new], [v.numpy() for v in weights], noise_std, seed=int(rng.integers(2**31)))
+            initialize_particles(
+                [new], [v.numpy() for v in weights], noise_std, seed=int(rng.integers(2**31))
+            )
     return bayesian
 
 
@@ -256,14 +332,21 @@ def _flat_layers(model):
 def _is_weight_layer(layer):
     """A layer with a kernel and a particle version (Dense, convolutions, Embedding, recurrent layers, attention),
     or a custom layer with such sublayers."""
-    return bool(layer.weights) and (_weight_twin(layer) is not None or type(layer) is _L.Bidirectional
-                                    or _is_custom(layer) and bool(_custom_sublayers(layer)))
+    return bool(layer.weights) and (
+        _weight_twin(layer) is not None
+        or type(layer) is _L.Bidirectional
+        or _is_custom(layer)
+        and bool(_custom_sublayers(layer))
+    )
 
 
 def _is_custom(layer):
     """A layer from outside Keras (a Python call over sublayers), not a graph model."""
-    return isinstance(layer, _L.Layer) and not type(layer).__module__.startswith(("keras.", "bayes_keras.")) \
+    return (
+        isinstance(layer, _L.Layer)
+        and not type(layer).__module__.startswith(("keras.", "bayes_keras."))
         and not _is_graph_model(layer)
+    )
 
 
 def _custom_sublayers(layer, prefix=""):
@@ -274,12 +357,18 @@ def _custom_sublayers(layer, prefix=""):
     for name, value in vars(layer).items():
         if name == "_layers":  # Keras' own list of every tracked sublayer
             continue
-        items = [(name, value)] if isinstance(value, _L.Layer) else \
-            [(f"{name}.{i}", v) for i, v in enumerate(value) if isinstance(v, _L.Layer)] \
-            if isinstance(value, (list, tuple)) else []
+        items = (
+            [(name, value)]
+            if isinstance(value, _L.Layer)
+            else [(f"{name}.{i}", v) for i, v in enumerate(value) if isinstance(v, _L.Layer)]
+            if isinstance(value, (list, tuple))
+            else []
+        )
         for path, sublayer in items:
             path = prefix + path
-            if isinstance(sublayer, keras.Sequential) and any(_sublayer_twin(inner) for inner in sublayer.layers):
+            if isinstance(sublayer, keras.Sequential) and any(
+                _sublayer_twin(inner) for inner in sublayer.layers
+            ):
                 found.append((path, sublayer))
             elif _sublayer_twin(sublayer) is not None:
                 found.append((path, sublayer))
@@ -291,7 +380,9 @@ def _custom_sublayers(layer, prefix=""):
 def _sublayer_twin(layer):
     """The particle twin class of a Keras sublayer inside a custom layer, or None."""
     if type(layer) is _L.LayerNormalization:
-        return particle_layers.LayerNormalization if mixing_guard.axes_of(layer.axis) == [-1] else None
+        return (
+            particle_layers.LayerNormalization if mixing_guard.axes_of(layer.axis) == [-1] else None
+        )
     return _weight_twin(layer)
 
 
@@ -306,10 +397,12 @@ def _copy_of(layer):
     try:
         return layer.__class__.from_config(layer.get_config())
     except (TypeError, ValueError) as error:
-        raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be re-created from its "
-                         f"own get_config(), so no converted model (nor keras.models.clone_model, nor a .keras file "
-                         f"holding it) can: {str(error).splitlines()[-1][:300]} A frozen backbone called as one layer "
-                         "(`backbone(inputs)`) with nothing converted inside it is kept whole.") from error
+        raise ValueError(
+            f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be re-created from its "
+            f"own get_config(), so no converted model (nor keras.models.clone_model, nor a .keras file "
+            f"holding it) can: {str(error).splitlines()[-1][:300]} A frozen backbone called as one layer "
+            "(`backbone(inputs)`) with nothing converted inside it is kept whole."
+        ) from error
 
 
 def _layout_twin(layer):
@@ -322,8 +415,11 @@ def _layout_twin(layer):
 
 def _has_twin(layer):
     """Whether `layer` has weights and a particle version (the layers `bayesian=` can choose)."""
-    return _is_weight_layer(layer) or bool(layer.weights) and (
-        _layout_twin(layer) is not None or type(layer) is _L.LayerNormalization)
+    return (
+        _is_weight_layer(layer)
+        or bool(layer.weights)
+        and (_layout_twin(layer) is not None or type(layer) is _L.LayerNormalization)
+    )
 
 
 def _listed(names, limit=12):
@@ -331,18 +427,24 @@ def _listed(names, limit=12):
     names = list(names)
     if len(names) <= limit:
         return str(names)
-    return f"[{', '.join(map(repr, names[:limit // 2]))}, ... {', '.join(map(repr, names[-limit // 2:]))}] " \
-           f"({len(names)} in all; bayes_keras.conversion_report lists every layer)"
+    return (
+        f"[{', '.join(map(repr, names[: limit // 2]))}, ... {', '.join(map(repr, names[-limit // 2 :]))}] "
+        f"({len(names)} in all; bayes_keras.conversion_report lists every layer)"
+    )
 
 
 def _asked(chosen, what):
     """A user's callable layer -> bool, with an error that names the argument when it does not take a layer."""
+
     def asked(layer):
         try:
             return bool(chosen(layer))
         except TypeError as error:
-            raise ValueError(f"bayesianize: {what} must be a callable that takes a keras layer and returns a bool; "
-                             f"calling it on layer '{layer.name}' failed: {error}") from error
+            raise ValueError(
+                f"bayesianize: {what} must be a callable that takes a keras layer and returns a bool; "
+                f"calling it on layer '{layer.name}' failed: {error}"
+            ) from error
+
     return asked
 
 
@@ -355,8 +457,9 @@ def _bayesian_selection(model, bayesian, deterministic):
     names = {layer.name for layer in layers}
     candidates = [layer for layer in layers if _has_twin(layer)]
     # a nested model's name stands for every layer in it (a backbone: deterministic=[backbone.name])
-    nested = {layer.name: {inner.name for inner in _flat_layers(layer)}
-              for layer in _nested_models(model)}
+    nested = {
+        layer.name: {inner.name for inner in _flat_layers(layer)} for layer in _nested_models(model)
+    }
 
     def named(argument, what):
         if isinstance(argument, str):
@@ -365,12 +468,15 @@ def _bayesian_selection(model, bayesian, deterministic):
             argument = set(argument)
         except TypeError:
             forms = "a list of layer names or a callable layer -> bool" + (
-                "" if what == "deterministic" else ", or an int k (the last k weight layers)")
+                "" if what == "deterministic" else ", or an int k (the last k weight layers)"
+            )
             raise ValueError(f"bayesianize: {what} must be {forms}; got {argument!r}.") from None
         unknown = sorted(str(n) for n in argument - names - set(nested))
         if unknown:
-            raise ValueError(f"bayesianize: {what} names layers that '{model.name}' does not have: {unknown}. Its "
-                             f"layers with a particle version: {_listed(layer.name for layer in candidates)}.")
+            raise ValueError(
+                f"bayesianize: {what} names layers that '{model.name}' does not have: {unknown}. Its "
+                f"layers with a particle version: {_listed(layer.name for layer in candidates)}."
+            )
         return set().union(*(nested.get(name, {name}) for name in argument))
 
     if callable(deterministic):
@@ -385,9 +491,11 @@ def _bayesian_selection(model, bayesian, deterministic):
     elif isinstance(bayesian, (int, np.integer)) and not isinstance(bayesian, bool):
         weight_layers = [layer for layer in candidates if _is_weight_layer(layer)]
         if not 1 <= bayesian <= len(weight_layers):
-            raise ValueError(f"bayesianize: bayesian={bayesian} asks for the last {bayesian} weight layers; "
-                             f"'{model.name}' has {len(weight_layers)} (Dense, convolution, embedding or recurrent "
-                             f"layers): give 1 to {len(weight_layers)}, a list of names or a callable.")
+            raise ValueError(
+                f"bayesianize: bayesian={bayesian} asks for the last {bayesian} weight layers; "
+                f"'{model.name}' has {len(weight_layers)} (Dense, convolution, embedding or recurrent "
+                f"layers): give 1 to {len(weight_layers)}, a list of names or a callable."
+            )
         # the last k weight layers and the normalization layers after the first of them
         first = candidates.index(weight_layers[-int(bayesian)])
         last = {id(layer) for layer in candidates[first:]}
@@ -395,24 +503,32 @@ def _bayesian_selection(model, bayesian, deterministic):
     else:
         picked = named(bayesian, "bayesian")
         direct = set([bayesian] if isinstance(bayesian, str) else bayesian) - set(nested)
-        without_twin = sorted(layer.name for layer in layers if layer.name in direct and not _has_twin(layer))
+        without_twin = sorted(
+            layer.name for layer in layers if layer.name in direct and not _has_twin(layer)
+        )
         if without_twin:
-            raise ValueError(f"bayesianize: bayesian names layers without a particle version (or without weights): "
-                             f"{_listed(without_twin)}. Layers with one: "
-                             f"{_listed(layer.name for layer in candidates)}.")
+            raise ValueError(
+                f"bayesianize: bayesian names layers without a particle version (or without weights): "
+                f"{_listed(without_twin)}. Layers with one: "
+                f"{_listed(layer.name for layer in candidates)}."
+            )
         both = sorted(picked & (set() if callable(deterministic) else shared))
         if both:
-            raise ValueError(f"bayesianize: {_listed(both)} are named both in bayesian= and deterministic=.")
+            raise ValueError(
+                f"bayesianize: {_listed(both)} are named both in bayesian= and deterministic=."
+            )
         chosen = lambda layer: layer.name in picked  # noqa: E731
 
     def is_bayesian(layer):
         return _has_twin(layer) and bool(chosen(layer)) and not is_deterministic(layer)
 
     if not any(is_bayesian(layer) for layer in candidates):
-        raise ValueError(f"bayesianize: no layer of '{model.name}' would carry particles (bayesian={bayesian!r}, "
-                         f"deterministic={deterministic!r}: deterministic= takes away what bayesian= chose, and "
-                         "frozen layers stay point estimates unless bayesian= names them). Layers with a particle "
-                         f"version: {_listed(layer.name for layer in candidates)}.")
+        raise ValueError(
+            f"bayesianize: no layer of '{model.name}' would carry particles (bayesian={bayesian!r}, "
+            f"deterministic={deterministic!r}: deterministic= takes away what bayesian= chose, and "
+            "frozen layers stay point estimates unless bayesian= names them). Layers with a particle "
+            f"version: {_listed(layer.name for layer in candidates)}."
+        )
     return is_bayesian
 
 
@@ -430,18 +546,33 @@ def _particle_default_initializers(config):
     built from the config (keras.models.clone_model, the scikit-learn wrappers) would otherwise start with
     identical particles there, which GPF's affine flow keeps identical."""
     constant = (keras.initializers.Zeros, keras.initializers.Ones)
-    return {key: None for key in ("bias_initializer", "beta_initializer", "gamma_initializer")
-            if config.get(key) is not None and isinstance(keras.initializers.get(config[key]), constant)}
+    return {
+        key: None
+        for key in ("bias_initializer", "beta_initializer", "gamma_initializer")
+        if config.get(key) is not None and isinstance(keras.initializers.get(config[key]), constant)
+    }
 
 
 class _Conversion:
     """The call function of keras.models.clone_model: converts each layer call of the Keras model."""
 
-    def __init__(self, num_particles, kernel_prior, bias_prior, is_bayesian, output_layer, output_activation,
-                 batch_norm_momentum=None, lora_rank=None, lora_alpha=None):
+    def __init__(
+        self,
+        num_particles,
+        kernel_prior,
+        bias_prior,
+        is_bayesian,
+        output_layer,
+        output_activation,
+        batch_norm_momentum=None,
+        lora_rank=None,
+        lora_alpha=None,
+    ):
         self.num_particles = num_particles
         self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
-        self.head = None  # the last weight layer: under LoRA it gets full particles (set by bayesianize)
+        self.head = (
+            None  # the last weight layer: under LoRA it gets full particles (set by bayesianize)
+        )
         self.adapted = []  # (Keras layer, LoRA twin): frozen weights copied, factors placed (_place_lora)
         self.batch_norm_momentum = batch_norm_momentum
         self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
@@ -456,19 +587,27 @@ class _Conversion:
     def __call__(self, layer, *args, **kwargs):
         if isinstance(layer, _L.Layer):
             if id(layer) in self.called:
-                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called more than "
-                                 "once (shared weights); bayesianize converts each layer call once. Use one layer "
-                                 "instance per call, or build the BayesianModel with bayes_keras layers.")
+                raise ValueError(
+                    f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called more than "
+                    "once (shared weights); bayesianize converts each layer call once. Use one layer "
+                    "instance per call, or build the BayesianModel with bayes_keras layers."
+                )
             self.called.add(id(layer))
         flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
         carries = [id(t) in self.carrying for t in flat]
         has_particles = any(carries)
         if not isinstance(layer, _L.Layer):  # a keras.ops operation inside a functional model
             result = self._operation(layer, flat, carries, args, kwargs)
-        elif _is_graph_model(layer) and (has_particles or any(map(self.is_bayesian, _flat_layers(layer)))):
+        elif _is_graph_model(layer) and (
+            has_particles or any(map(self.is_bayesian, _flat_layers(layer)))
+        ):
             result = self._inline(layer, args, kwargs)
-        elif layer is self.output_layer and self.output_activation and not hasattr(layer, "kernel") \
-                and isinstance(layer, (_L.Softmax, _L.Activation)):
+        elif (
+            layer is self.output_layer
+            and self.output_activation
+            and not hasattr(layer, "kernel")
+            and isinstance(layer, (_L.Softmax, _L.Activation))
+        ):
             return args[0]  # the likelihood squashes the particles' logits
         elif not has_particles and layer.weights and not self.is_bayesian(layer):
             # before the particle axis: a Keras layer, run once per example (frozen parts stay frozen)
@@ -477,7 +616,11 @@ class _Conversion:
             result = self._twin(layer, _weight_twin(layer), has_particles, args, kwargs)
         elif type(layer) is _L.Bidirectional:
             result = self._bidirectional(layer, has_particles, args, kwargs)
-        elif type(layer) is _L.LayerNormalization and has_particles and _normalizes_last_axis(layer, flat):
+        elif (
+            type(layer) is _L.LayerNormalization
+            and has_particles
+            and _normalizes_last_axis(layer, flat)
+        ):
             result = self._twin(layer, particle_layers.LayerNormalization, True, args, kwargs)
         elif _layout_twin(layer) is not None and has_particles:
             result = self._twin(layer, _layout_twin(layer), True, args, kwargs)
@@ -500,17 +643,31 @@ class _Conversion:
                 inputs = self(layer, inputs)
             return inputs
         # Functional._run_through_graph (no public API runs a model's graph with a call function of ours)
-        return model._run_through_graph(inputs, operation_fn=lambda operation: operation, call_fn=self)
+        return model._run_through_graph(
+            inputs, operation_fn=lambda operation: operation, call_fn=self
+        )
 
     # -- operations ----------------------------------------------------------------------------
     def _operation(self, op, flat, carries, args, kwargs):
         merge = _MERGE_LAYERS.get(type(op).__name__)
-        if merge is not None and any(carries) and not all(carries) and len(flat) == 2 and not kwargs and \
-                all(isinstance(a, keras.KerasTensor) for a in args):
+        if (
+            merge is not None
+            and any(carries)
+            and not all(carries)
+            and len(flat) == 2
+            and not kwargs
+            and all(isinstance(a, keras.KerasTensor) for a in args)
+        ):
             # `h + attention(h)` where h comes from before the particle axis (LoRA's frozen embeddings): the Keras
             # merge layer on each particle, h repeated for every particle
             return PerParticle(merge(), particle_inputs=carries)(list(args))
-        if type(op).__name__ == "GetItem" and carries and carries[0] and len(args) == 2 and not kwargs:
+        if (
+            type(op).__name__ == "GetItem"
+            and carries
+            and carries[0]
+            and len(args) == 2
+            and not kwargs
+        ):
             key = encode_key(args[1])
             if key is not None:  # x[:, 0, :] of a (batch, T, F) tensor, on (batch, N, T, F)
                 return particle_layers.GetItem(key, name=op.name)(args[0])
@@ -531,8 +688,12 @@ class _Conversion:
             if base is _L.Layer:
                 break
             accepted |= set(inspect.signature(base.__init__).parameters)
-        accepted |= {"name", "dtype", "trainable"} | ({"axis"} if twin is particle_layers.LayerNormalization else set())
-        defaults = {k: p.default for k, p in inspect.signature(type(layer).__init__).parameters.items()}
+        accepted |= {"name", "dtype", "trainable"} | (
+            {"axis"} if twin is particle_layers.LayerNormalization else set()
+        )
+        defaults = {
+            k: p.default for k, p in inspect.signature(type(layer).__init__).parameters.items()
+        }
         config, kept = layer.get_config(), {}
         for key, value in config.items():
             if key in accepted:
@@ -540,10 +701,14 @@ class _Conversion:
             elif any(word in key for word in _REPLACED_BY_PRIOR):
                 if value is not None:
                     self.dropped.add(f"{layer.name}.{key}")
-            elif key in defaults and not _same(value, defaults[key]) and _RESOLVED.get(key) != value:
-                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has {key}={value!r}, "
-                                 f"which {twin.__module__.split('.')[0]}.layers.{twin.__name__} does not support "
-                                 f"(only the default {defaults[key]!r}).")
+            elif (
+                key in defaults and not _same(value, defaults[key]) and _RESOLVED.get(key) != value
+            ):
+                raise ValueError(
+                    f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has {key}={value!r}, "
+                    f"which {twin.__module__.split('.')[0]}.layers.{twin.__name__} does not support "
+                    f"(only the default {defaults[key]!r})."
+                )
         return kept
 
     def _lora(self, layer):
@@ -554,52 +719,96 @@ class _Conversion:
         if self.lora_rank is None or layer is self.head or not self.is_bayesian(layer):
             return None
         if not isinstance(layer, _LORA_TYPES):
-            raise ValueError(f"bayesianize: lora_rank adapts Dense, EinsumDense, Embedding and MultiHeadAttention "
-                             f"layers; '{layer.name}' ({type(layer).__name__}) was chosen Bayesian. Choose the "
-                             "adapted layers with bayesian=.")
+            raise ValueError(
+                f"bayesianize: lora_rank adapts Dense, EinsumDense, Embedding and MultiHeadAttention "
+                f"layers; '{layer.name}' ({type(layer).__name__}) was chosen Bayesian. Choose the "
+                "adapted layers with bayesian=."
+            )
         return self.lora_rank
 
     def _lora_layer(self, layer, rank, starts):
         """`layer`'s Bayesian LoRA twin (not yet called): its weights frozen and shared, rank-`rank` factors per
         particle; `starts`: its input has no particle axis."""
         config = layer.get_config()
-        alpha = config.get("lora_alpha") if getattr(layer, "lora_enabled", False) else self.lora_alpha
+        alpha = (
+            config.get("lora_alpha") if getattr(layer, "lora_enabled", False) else self.lora_alpha
+        )
         common = dict(name=layer.name, dtype=config.get("dtype"), kernel_prior=self.kernel_prior)
         start = {"num_particles": self.num_particles} if starts else {}
         if isinstance(layer, _L.MultiHeadAttention):
             twin_config = self._twin_config(layer, particle_layers.MultiHeadAttention)
-            enabled = [name for name, projection in zip(("query", "key", "value", "attention_output"),
-                                                        _projections_of(layer))
-                       if getattr(projection, "lora_enabled", False)]
-            alpha = next((p.lora_alpha for p in _projections_of(layer) if getattr(p, "lora_enabled", False)), alpha)
-            rank = next((p.lora_rank for p in _projections_of(layer) if getattr(p, "lora_enabled", False)), rank)
-            return particle_layers.MultiHeadAttention(**twin_config, lora_rank=rank, lora_alpha=alpha,
-                                                      lora_projections=enabled or ("query", "value"),
-                                                      kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
-                                                      **start)
+            enabled = [
+                name
+                for name, projection in zip(
+                    ("query", "key", "value", "attention_output"), _projections_of(layer)
+                )
+                if getattr(projection, "lora_enabled", False)
+            ]
+            alpha = next(
+                (p.lora_alpha for p in _projections_of(layer) if getattr(p, "lora_enabled", False)),
+                alpha,
+            )
+            rank = next(
+                (p.lora_rank for p in _projections_of(layer) if getattr(p, "lora_enabled", False)),
+                rank,
+            )
+            return particle_layers.MultiHeadAttention(
+                **twin_config,
+                lora_rank=rank,
+                lora_alpha=alpha,
+                lora_projections=enabled or ("query", "value"),
+                kernel_prior=self.kernel_prior,
+                bias_prior=self.bias_prior,
+                **start,
+            )
         if isinstance(layer, _L.Embedding):
-            return particle_layers.LoRAEmbedding(layer.input_dim, layer.output_dim, rank=rank, lora_alpha=alpha,
-                                                 mask_zero=layer.mask_zero, num_particles=self.num_particles,
-                                                 **common)
+            return particle_layers.LoRAEmbedding(
+                layer.input_dim,
+                layer.output_dim,
+                rank=rank,
+                lora_alpha=alpha,
+                mask_zero=layer.mask_zero,
+                num_particles=self.num_particles,
+                **common,
+            )
         if isinstance(layer, _L.Dense):
-            equation, output_shape, bias_axes = "...b,bc->...c", layer.units, "c" if layer.use_bias else None
+            equation, output_shape, bias_axes = (
+                "...b,bc->...c",
+                layer.units,
+                "c" if layer.use_bias else None,
+            )
         else:
-            equation, output_shape, bias_axes = layer.equation, layer.partial_output_shape, layer.bias_axes
-        return particle_layers.LoRAEinsumDense(equation, output_shape, rank=rank, lora_alpha=alpha,
-                                               activation=config.get("activation"), bias_axes=bias_axes, **common,
-                                               **start)
+            equation, output_shape, bias_axes = (
+                layer.equation,
+                layer.partial_output_shape,
+                layer.bias_axes,
+            )
+        return particle_layers.LoRAEinsumDense(
+            equation,
+            output_shape,
+            rank=rank,
+            lora_alpha=alpha,
+            activation=config.get("activation"),
+            bias_axes=bias_axes,
+            **common,
+            **start,
+        )
 
     def _lora_twin(self, layer, rank, has_particles, args, kwargs):
         new = self._lora_layer(layer, rank, starts=not has_particles)
         try:
             result = new(*args, **_accepted_kwargs(layer, new, kwargs))
         except ValueError as error:
-            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be adapted with "
-                             f"LoRA: {error}") from error
+            raise ValueError(
+                f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be adapted with "
+                f"LoRA: {error}"
+            ) from error
         if len(keras.tree.flatten(result)[0].shape) == IMAGE_RANK:
-            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has a rank-4 output, which "
-                             "with the particle axis would read as particle images; LoRA adapts layers of "
-                             "(batch, [time,] features) inputs.")
+            raise ValueError(
+                f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) has a rank-4 output, which "
+                "with the particle axis would read as particle images; LoRA adapts layers of "
+                "(batch, [time,] features) inputs."
+            )
         self.adapted += _lora_pairs(layer, new)
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
@@ -618,12 +827,20 @@ class _Conversion:
         particle_twin = issubclass(twin, ParticleLayer) or issubclass(twin, _COMPOSITE_TWINS)
         if layer.weights and particle_twin:
             bayesian = bool(self.is_bayesian(layer))
-            config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
+            config.update(
+                deterministic=not bayesian,
+                kernel_prior=self.kernel_prior,
+                bias_prior=self.bias_prior,
+            )
             if bayesian:
-                config["trainable"] = True  # chosen Bayesian: its particles train, even if the layer was frozen
+                config["trainable"] = (
+                    True  # chosen Bayesian: its particles train, even if the layer was frozen
+                )
                 config.update(_particle_default_initializers(config))
         if particle_twin and not has_particles:
-            if twin is particle_layers.BatchNormalization:  # before the particle axis: a Keras layer
+            if (
+                twin is particle_layers.BatchNormalization
+            ):  # before the particle axis: a Keras layer
                 return self._keep(layer, [], [], args, kwargs)
             config["num_particles"] = self.num_particles
         if twin is particle_layers.BatchNormalization and self.batch_norm_momentum is not None:
@@ -631,28 +848,50 @@ class _Conversion:
         try:
             new = twin(**config)
             if type(layer) not in _TWINNED and particle_twin:  # a subclass: its call may differ
-                flat = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
-                problem = _per_particle_mismatch(layer, new, [(layer, new, "full")], flat,
-                                                 [id(t) in self.carrying for t in flat], args,
-                                                 _accepted_kwargs(layer, new, kwargs), self.num_particles)
+                flat = [
+                    t
+                    for t in keras.tree.flatten((args, kwargs))
+                    if isinstance(t, keras.KerasTensor)
+                ]
+                problem = _per_particle_mismatch(
+                    layer,
+                    new,
+                    [(layer, new, "full")],
+                    flat,
+                    [id(t) in self.carrying for t in flat],
+                    args,
+                    _accepted_kwargs(layer, new, kwargs),
+                    self.num_particles,
+                )
                 if problem is not None and twin is particle_layers.BatchNormalization:
-                    raise ValueError(f"its call differs from BatchNormalization's on particle activations: {problem}; "
-                                     "kept as it is, its batch statistics would mix the particles. Apply it before "
-                                     "the first weight layer, or build the BayesianModel by hand.")
+                    raise ValueError(
+                        f"its call differs from BatchNormalization's on particle activations: {problem}; "
+                        "kept as it is, its batch statistics would mix the particles. Apply it before "
+                        "the first weight layer, or build the BayesianModel by hand."
+                    )
                 if problem is not None:
-                    warnings.warn(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) subclasses "
-                                  f"{[c.__name__ for c in type(layer).__mro__ if c in _TWINNED][0]}, but as "
-                                  f"bayes_keras.layers.{twin.__name__} {problem}; it stays a shared point estimate.",
-                                  UserWarning, stacklevel=4)
-                    return self._keep(layer, flat, [id(t) in self.carrying for t in flat], args, kwargs)
+                    warnings.warn(
+                        f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) subclasses "
+                        f"{[c.__name__ for c in type(layer).__mro__ if c in _TWINNED][0]}, but as "
+                        f"bayes_keras.layers.{twin.__name__} {problem}; it stays a shared point estimate.",
+                        UserWarning,
+                        stacklevel=4,
+                    )
+                    return self._keep(
+                        layer, flat, [id(t) in self.carrying for t in flat], args, kwargs
+                    )
             result = new(*args, **_accepted_kwargs(layer, new, kwargs))
         except ValueError as error:
-            raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be converted to "
-                             f"bayes_keras.layers.{twin.__name__}: {error}") from error
+            raise ValueError(
+                f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) cannot be converted to "
+                f"bayes_keras.layers.{twin.__name__}: {error}"
+            ) from error
         if twin is particle_layers.EinsumDense and len(result.shape) == IMAGE_RANK:
-            raise ValueError(f"bayesianize: layer '{layer.name}' (EinsumDense) has a rank-4 output, which with the "
-                             "particle axis would read as particle images (batch, H, W, particles, channels) in the "
-                             "layers after it; only MultiHeadAttention uses such projections inside.")
+            raise ValueError(
+                f"bayesianize: layer '{layer.name}' (EinsumDense) has a rank-4 output, which with the "
+                "particle axis would read as particle images (batch, H, W, particles, channels) in the "
+                "layers after it; only MultiHeadAttention uses such projections inside."
+            )
         if issubclass(twin, ParticleLayer):
             self.converted.append((layer.weights, new))
         elif issubclass(twin, _COMPOSITE_TWINS):
@@ -662,26 +901,35 @@ class _Conversion:
 
     def _bidirectional(self, layer, has_particles, args, kwargs):
         if layer.merge_mode is None:
-            raise ValueError(f"bayesianize: layer '{layer.name}' is a Bidirectional with merge_mode=None (two "
-                             "outputs); a BayesianModel has one output: use 'concat', 'sum', 'ave' or 'mul'.")
+            raise ValueError(
+                f"bayesianize: layer '{layer.name}' is a Bidirectional with merge_mode=None (two "
+                "outputs); a BayesianModel has one output: use 'concat', 'sum', 'ave' or 'mul'."
+            )
         directions = []
         for inner in (layer.forward_layer, layer.backward_layer):
             twin = _WEIGHT_TWINS.get(type(inner))
             if twin is None:
-                raise ValueError(f"bayesianize: layer '{layer.name}' wraps {type(inner).__name__}; "
-                                 "bayes_keras.layers.Bidirectional wraps SimpleRNN, LSTM and GRU.")
+                raise ValueError(
+                    f"bayesianize: layer '{layer.name}' wraps {type(inner).__name__}; "
+                    "bayes_keras.layers.Bidirectional wraps SimpleRNN, LSTM and GRU."
+                )
             config = self._twin_config(inner, twin)
             bayesian = bool(self.is_bayesian(layer))
-            config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
-                          trainable=bayesian or layer.trainable)
+            config.update(
+                deterministic=not bayesian,
+                kernel_prior=self.kernel_prior,
+                bias_prior=self.bias_prior,
+                trainable=bayesian or layer.trainable,
+            )
             if not has_particles:
                 config["num_particles"] = self.num_particles
             directions.append(twin(**config))
         forward, backward = directions
         if forward.go_backwards:  # Keras' Bidirectional can be given a backward first
             forward, backward = backward, forward
-        new = particle_layers.Bidirectional(forward, merge_mode=layer.merge_mode, backward_layer=backward,
-                                            name=layer.name)
+        new = particle_layers.Bidirectional(
+            forward, merge_mode=layer.merge_mode, backward_layer=backward, name=layer.name
+        )
         result = new(*args, **_accepted_kwargs(layer, new, kwargs))
         self.converted.append((layer.forward_layer.weights, new.forward_layer))
         self.converted.append((layer.backward_layer.weights, new.backward_layer))
@@ -694,18 +942,30 @@ class _Conversion:
         the (Keras weights, particle layer) pairs that place its particles. Under LoRA, sublayers of the `adapted`
         types get factors."""
         if isinstance(sublayer, keras.Sequential):
-            inner = [self._sublayer_twin_of(layer, bayesian, starts and i == 0, adapted) if _sublayer_twin(layer) else
-                     (_copy_of(layer), []) for i, layer in enumerate(sublayer.layers)]
-            return keras.Sequential([t for t, _ in inner], name=sublayer.name), [p for _, ps in inner for p in ps]
+            inner = [
+                self._sublayer_twin_of(layer, bayesian, starts and i == 0, adapted)
+                if _sublayer_twin(layer)
+                else (_copy_of(layer), [])
+                for i, layer in enumerate(sublayer.layers)
+            ]
+            return keras.Sequential([t for t, _ in inner], name=sublayer.name), [
+                p for _, ps in inner for p in ps
+            ]
         twin = _sublayer_twin(sublayer)
-        lora = _keras_lora_rank(sublayer) or (self.lora_rank if isinstance(sublayer, adapted) else None)
-        if bayesian and lora is not None:  # under LoRA, a custom layer's attention is adapted; the rest frozen
+        lora = _keras_lora_rank(sublayer) or (
+            self.lora_rank if isinstance(sublayer, adapted) else None
+        )
+        if (
+            bayesian and lora is not None
+        ):  # under LoRA, a custom layer's attention is adapted; the rest frozen
             new = self._lora_layer(sublayer, lora, starts or isinstance(sublayer, _L.Embedding))
             return new, [(sublayer, new, "lora")]
         if self.lora_rank is not None:
             bayesian = False
         config = self._twin_config(sublayer, twin)
-        config.update(deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior)
+        config.update(
+            deterministic=not bayesian, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior
+        )
         if self.lora_rank is not None:
             config["trainable"] = False
         if bayesian:
@@ -733,39 +993,70 @@ class _Conversion:
         sublayers = _custom_sublayers(layer)
         # under LoRA a selected custom layer's attention is adapted; one without attention, its weight layers (as a
         # model without attention is)
-        has_attention = any(isinstance(s, _L.MultiHeadAttention) or isinstance(s, keras.Sequential) and any(
-            isinstance(inner, _L.MultiHeadAttention) for inner in s.layers) for _, s in sublayers)
-        adapted = (_L.MultiHeadAttention,) if has_attention else (_L.Dense, _L.EinsumDense, _L.Embedding)
+        has_attention = any(
+            isinstance(s, _L.MultiHeadAttention)
+            or isinstance(s, keras.Sequential)
+            and any(isinstance(inner, _L.MultiHeadAttention) for inner in s.layers)
+            for _, s in sublayers
+        )
+        adapted = (
+            (_L.MultiHeadAttention,) if has_attention else (_L.Dense, _L.EinsumDense, _L.Embedding)
+        )
         for repeat, folded in attempts + [(False, True)]:
             copy = _copy_of(layer)
             built_parts = _made_in_build(layer, copy)
             twins, pairs = {}, []
             for path, sublayer in sublayers:
-                twin, placed = self._sublayer_twin_of(sublayer, bayesian, path in batchless, adapted)
-                twins[path] = particle_layers.Batchless(twin, name=f"{twin.name}_batchless") if path in batchless \
+                twin, placed = self._sublayer_twin_of(
+                    sublayer, bayesian, path in batchless, adapted
+                )
+                twins[path] = (
+                    particle_layers.Batchless(twin, name=f"{twin.name}_batchless")
+                    if path in batchless
                     else twin
+                )
                 pairs += placed
-            particle_inputs = [True if c else (False if f and repeat else None) for c, f in zip(carries, floats)]
-            new = particle_layers.Converted(copy, twins, particle_inputs, self.num_particles, name=layer.name,
-                                            trainable=layer.trainable or bayesian, built_parts=built_parts,
-                                            folded=folded)
-            problem = _per_particle_mismatch(layer, new, pairs, flat, carries, args, kwargs, self.num_particles)
+            particle_inputs = [
+                True if c else (False if f and repeat else None) for c, f in zip(carries, floats)
+            ]
+            new = particle_layers.Converted(
+                copy,
+                twins,
+                particle_inputs,
+                self.num_particles,
+                name=layer.name,
+                trainable=layer.trainable or bayesian,
+                built_parts=built_parts,
+                folded=folded,
+            )
+            problem = _per_particle_mismatch(
+                layer, new, pairs, flat, carries, args, kwargs, self.num_particles
+            )
             if problem is None:
                 break
         if problem is not None:
-            warnings.warn(f"bayesianize: the sublayers of custom layer '{layer.name}' ({type(layer).__name__}) stay "
-                          f"shared by all particles: with particle twins, {problem}.", UserWarning, stacklevel=4)
+            warnings.warn(
+                f"bayesianize: the sublayers of custom layer '{layer.name}' ({type(layer).__name__}) stay "
+                f"shared by all particles: with particle twins, {problem}.",
+                UserWarning,
+                stacklevel=4,
+            )
             return self._keep(layer, flat, carries, args, kwargs)
         result = new(*args, **kwargs)
-        kept = [v.path for v in layer.weights if not any(v is w for s, _, _ in pairs for w in s.weights)]
+        kept = [
+            v.path for v in layer.weights if not any(v is w for s, _, _ in pairs for w in s.weights)
+        ]
         if kept:  # weights of the custom layer itself, or of sublayers without a twin
             self.shared.add(f"{layer.name} ({', '.join(kept)})")
         for original, twin, kind in pairs:
             if kind == "lora":
                 self.adapted += _lora_pairs(original, twin)
             else:
-                self.converted.extend(_sublayer_weights(original, twin) if isinstance(twin, _COMPOSITE_TWINS)
-                                      else [(original.weights, twin)])
+                self.converted.extend(
+                    _sublayer_weights(original, twin)
+                    if isinstance(twin, _COMPOSITE_TWINS)
+                    else [(original.weights, twin)]
+                )
         self.carrying.update(id(t) for t in keras.tree.flatten(result))
         return result
 
@@ -780,7 +1071,9 @@ class _Conversion:
     def _keep(self, layer, flat, carries, args, kwargs):
         # the same draws on one device, and under tf.distribute those one device makes (layers/_random.py)
         new = _random_twin(layer, flat[0], carries[0]) if len(flat) == 1 else None
-        if new is None and isinstance(layer, _L.Lambda):  # its config holds the function's bytecode: share it
+        if new is None and isinstance(
+            layer, _L.Lambda
+        ):  # its config holds the function's bytecode: share it
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
         elif new is None:
             new = _copy_of(layer)
@@ -790,9 +1083,16 @@ class _Conversion:
                 new.trainable = False
         if any(carries):
             self._check_per_example(layer, flat, carries)
-            if not (isinstance(new, _RANDOM_TWINS) or self._acts_per_particle_as_is(layer, flat, carries)):
-                new = PerParticle(new, particle_inputs=None if all(carries) else carries, name=layer.name)
-            elif isinstance(layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)) and layer.axis not in (-1, [-1]):
+            if not (
+                isinstance(new, _RANDOM_TWINS)
+                or self._acts_per_particle_as_is(layer, flat, carries)
+            ):
+                new = PerParticle(
+                    new, particle_inputs=None if all(carries) else carries, name=layer.name
+                )
+            elif isinstance(
+                layer, mixing_guard.AXIS_ARGUMENT + (_L.Normalization,)
+            ) and layer.axis not in (-1, [-1]):
                 # its axis is the last in the Keras model (Concatenate(axis=3) of images); in the particle layout
                 # that index is the particle axis: the last axis is -1 in both
                 config = layer.get_config()
@@ -803,12 +1103,18 @@ class _Conversion:
         if isinstance(new, PerParticle):
             only_tensors = all(isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(args))
             if len(args) > 1 and only_tensors:  # layer(query, value): one list, unpacked
-                new = PerParticle(new.layer, particle_inputs=new.particle_inputs, unpack=True, name=layer.name)
+                new = PerParticle(
+                    new.layer, particle_inputs=new.particle_inputs, unpack=True, name=layer.name
+                )
                 args = (list(args),)
-            elif not only_tensors or any(isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(kwargs)):
-                raise ValueError(f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called with "
-                                 "tensor keyword arguments or non-tensor positional arguments next to particle "
-                                 "activations, which bayesianize cannot pass through; call it with tensors only.")
+            elif not only_tensors or any(
+                isinstance(t, keras.KerasTensor) for t in keras.tree.flatten(kwargs)
+            ):
+                raise ValueError(
+                    f"bayesianize: layer '{layer.name}' ({type(layer).__name__}) is called with "
+                    "tensor keyword arguments or non-tensor positional arguments next to particle "
+                    "activations, which bayesianize cannot pass through; call it with tensors only."
+                )
         result = new(*args, **kwargs)
         target = new.layer if isinstance(new, PerParticle) else new
         if not layer.trainable:
@@ -822,32 +1128,45 @@ class _Conversion:
         layer takes: PerParticle folds the particle axis into the batch)."""
         name = f"bayesianize: layer '{layer.name}' ({type(layer).__name__})"
         if isinstance(layer, _L.BatchNormalization):
-            raise ValueError(f"{name}: bayes_keras.layers.BatchNormalization normalises the last axis only; this "
-                             f"one has axis={layer.axis}.")
+            raise ValueError(
+                f"{name}: bayes_keras.layers.BatchNormalization normalises the last axis only; this "
+                f"one has axis={layer.axis}."
+            )
         if isinstance(layer, _L.Masking):
-            raise ValueError(f"{name}: masking after the first weight layer would give each particle its own mask; "
-                             "mask the inputs (Masking or Embedding(mask_zero=True) before the first weight layer).")
+            raise ValueError(
+                f"{name}: masking after the first weight layer would give each particle its own mask; "
+                "mask the inputs (Masking or Embedding(mask_zero=True) before the first weight layer)."
+            )
         if getattr(layer, "stateful", False):
-            raise ValueError(f"{name}: stateful layers carry state from batch to batch, which particles cannot "
-                             "share; use stateful=False.")
+            raise ValueError(
+                f"{name}: stateful layers carry state from batch to batch, which particles cannot "
+                "share; use stateful=False."
+            )
         if type(layer).__module__.startswith("keras.") and not isinstance(layer, _L.Lambda):
             return  # Keras' layers treat the examples of a batch independently (BatchNormalization aside)
-        shapes = [tuple(t.shape[:particle_axis(len(t.shape))]) + tuple(t.shape[particle_axis(len(t.shape)) + 1:])
-                  if c else tuple(t.shape) for t, c in zip(flat, carries)]
+        shapes = [
+            tuple(t.shape[: particle_axis(len(t.shape))])
+            + tuple(t.shape[particle_axis(len(t.shape)) + 1 :])
+            if c
+            else tuple(t.shape)
+            for t, c in zip(flat, carries)
+        ]
         if not _treats_examples_independently(layer, shapes):
             raise ValueError(
                 f"{name} receives particle activations and is a Lambda or not a Keras layer, and bayes_keras could not confirm "
                 "that it treats the examples of a batch independently (its input shapes are not concrete, or one "
                 "example's output moved when another's input did). Apply it before the first weight layer, or "
-                "build the BayesianModel by hand with bayes_keras.layers.PerParticle around it.")
+                "build the BayesianModel by hand with bayes_keras.layers.PerParticle around it."
+            )
 
     @staticmethod
     def _acts_per_particle_as_is(layer, flat, carries):
         """A kept layer that acts per element or on the last axis needs no folding of the particle axis."""
         if not all(carries) or len({len(t.shape) for t in flat}) != 1:
             return False
-        if any(get_keras_mask(t) is not None for t in flat) and isinstance(layer, mixing_guard.MERGES + (
-                _L.Concatenate,)):
+        if any(get_keras_mask(t) is not None for t in flat) and isinstance(
+            layer, mixing_guard.MERGES + (_L.Concatenate,)
+        ):
             return False  # Keras' merges apply (batch, T) masks to (batch, T, F) inputs: fold the particles first
         if type(layer) in mixing_guard.REPLACEMENTS:
             return False
@@ -861,8 +1180,12 @@ class _Conversion:
         return isinstance(layer, mixing_guard.PER_ELEMENT + mixing_guard.MERGES)
 
 
-_RANDOM_TWINS = (particle_layers.Dropout, particle_layers.AlphaDropout, particle_layers.GaussianNoise,
-                 particle_layers.GaussianDropout)
+_RANDOM_TWINS = (
+    particle_layers.Dropout,
+    particle_layers.AlphaDropout,
+    particle_layers.GaussianNoise,
+    particle_layers.GaussianDropout,
+)
 _SPATIAL_DROPOUT = (_L.SpatialDropout1D, _L.SpatialDropout2D, _L.SpatialDropout3D)
 
 
@@ -880,7 +1203,11 @@ def _random_twin(layer, tensor, carries):
     rank = len(tensor.shape) - bool(carries)  # in the Keras model
     if kind in _SPATIAL_DROPOUT:
         spatial = [1] * (rank - 2)
-        noise_shape = [None] + (spatial + [None] if config.pop("data_format", "channels_last") == "channels_last" else [None] + spatial)
+        noise_shape = [None] + (
+            spatial + [None]
+            if config.pop("data_format", "channels_last") == "channels_last"
+            else [None] + spatial
+        )
     else:
         noise_shape = config.pop("noise_shape", None)
     if noise_shape is not None:
@@ -920,8 +1247,14 @@ def _same(value, default):
 def _keras_lora_rank(layer):
     """The rank of Keras' enable_lora on `layer` (on an attention layer: on one of its projections), or None."""
     if isinstance(layer, _L.MultiHeadAttention) and layer.built:
-        return next((p.lora_rank for p in (layer.query_dense, layer.key_dense, layer.value_dense,
-                                           layer.output_dense) if getattr(p, "lora_enabled", False)), None)
+        return next(
+            (
+                p.lora_rank
+                for p in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)
+                if getattr(p, "lora_enabled", False)
+            ),
+            None,
+        )
     return layer.lora_rank if getattr(layer, "lora_enabled", False) else None
 
 
@@ -929,8 +1262,12 @@ def _freeze_all_but_particles(model):
     """Under LoRA: every layer whose weights carry no particles is frozen (the pretrained weights stay as they
     are; only the factors and the head's particles train)."""
     for layer in model.layers:
-        if layer.weights and not any(getattr(v, "is_particle_variable", False) for v in layer.weights):
-            layer.trainable = True  # (setting the value a layer has does not reach sublayers made in build())
+        if layer.weights and not any(
+            getattr(v, "is_particle_variable", False) for v in layer.weights
+        ):
+            layer.trainable = (
+                True  # (setting the value a layer has does not reach sublayers made in build())
+            )
             layer.trainable = False
 
 
@@ -941,7 +1278,12 @@ def _made_in_build(original, copy):
     overwrite the twins)."""
     parts = {}
     for name, value in vars(original).items():
-        if name in vars(copy) or name == "_layers" or name.startswith("_self_") and not isinstance(value, _L.Layer):
+        if (
+            name in vars(copy)
+            or name == "_layers"
+            or name.startswith("_self_")
+            and not isinstance(value, _L.Layer)
+        ):
             continue  # TensorFlow's own tracking attributes (_self_update_uid, ...)
         if isinstance(value, _L.Layer):
             parts[name] = value.__class__.from_config(value.get_config())
@@ -957,13 +1299,24 @@ def _default_lora_layers(model):
     layers = list(_flat_layers(model))
 
     def has_attention(layer):
-        return isinstance(layer, _L.MultiHeadAttention) or _is_custom(layer) and any(
-            isinstance(sublayer, _L.MultiHeadAttention) for _, sublayer in _custom_sublayers(layer))
+        return (
+            isinstance(layer, _L.MultiHeadAttention)
+            or _is_custom(layer)
+            and any(
+                isinstance(sublayer, _L.MultiHeadAttention)
+                for _, sublayer in _custom_sublayers(layer)
+            )
+        )
 
     chosen = [layer for layer in layers if has_attention(layer)] or [
-        layer for layer in layers if isinstance(layer, _LORA_TYPES) and not isinstance(layer, _L.MultiHeadAttention)]
+        layer
+        for layer in layers
+        if isinstance(layer, _LORA_TYPES) and not isinstance(layer, _L.MultiHeadAttention)
+    ]
     # frozen or not: LoRA adapts frozen weights (a backbone frozen for fine-tuning a head gets adapters too)
-    head = [layer for layer in layers if _has_twin(layer)][-1:]  # the last weight layer (a softmax may follow)
+    head = [layer for layer in layers if _has_twin(layer)][
+        -1:
+    ]  # the last weight layer (a softmax may follow)
     return [layer.name for layer in chosen] + [layer.name for layer in head if layer not in chosen]
 
 
@@ -976,10 +1329,14 @@ def _place_lora(original, new, noise_std, seed, noise_floor=0.01):
     """A LoRA twin's frozen weights from the Keras layer, exactly; its factors from the Keras layer's own
     (enable_lora) plus the jitter (`initialize_particles`), or, without them, A as drawn per particle and B
     (Keras' zeros) jittered: N(0, (noise_std * noise_floor)^2) per entry, so that noise_std=0 is exact."""
-    arrays = [v.numpy() for v in original.weights]  # a LoRA-enabled Keras layer: kernel, [bias,] A, B
+    arrays = [
+        v.numpy() for v in original.weights
+    ]  # a LoRA-enabled Keras layer: kernel, [bias,] A, B
     factors = arrays[-2:] if getattr(original, "lora_enabled", False) else None
     base = arrays[:-2] if factors else arrays
-    for variable, value in zip([v for v in new.weights if not getattr(v, "is_particle_variable", False)], base):
+    for variable, value in zip(
+        [v for v in new.weights if not getattr(v, "is_particle_variable", False)], base
+    ):
         variable.assign(value)
     if noise_std is None:
         return
@@ -987,8 +1344,12 @@ def _place_lora(original, new, noise_std, seed, noise_floor=0.01):
         initialize_particles([new], factors, noise_std, seed=seed, noise_floor=noise_floor)
         return
     rng = np.random.default_rng(seed)
-    for variable in [v for v in new.weights if getattr(v, "is_particle_variable", False)][1::2]:  # each B
-        variable.assign((noise_std * noise_floor * rng.standard_normal(variable.shape)).astype(variable.dtype))
+    for variable in [v for v in new.weights if getattr(v, "is_particle_variable", False)][
+        1::2
+    ]:  # each B
+        variable.assign(
+            (noise_std * noise_floor * rng.standard_normal(variable.shape)).astype(variable.dtype)
+        )
 
 
 def _is_integer(tensor):
@@ -1019,11 +1380,17 @@ def _batchless_paths(layer):
         for path, _ in _custom_sublayers(probe):
             recorders[path] = _Recorder(get_sublayer(probe, path))
             set_sublayer(probe, path, recorders[path])
-        inputs = keras.tree.map_structure(lambda t: keras.KerasTensor(t.shape, t.dtype), layer.input)
+        inputs = keras.tree.map_structure(
+            lambda t: keras.KerasTensor(t.shape, t.dtype), layer.input
+        )
         probe(*inputs) if isinstance(inputs, (list, tuple)) else probe(inputs)
     except Exception:  # noqa: BLE001 - then nothing is batchless; the per-particle check still runs
         return set()
-    return {path for path, r in recorders.items() if r.shapes and len(r.shapes[0]) and r.shapes[0][0] is not None}
+    return {
+        path
+        for path, r in recorders.items()
+        if r.shapes and len(r.shapes[0]) and r.shapes[0][0] is not None
+    }
 
 
 def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, num_particles):
@@ -1032,14 +1399,18 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
     rng = np.random.default_rng(0)
     concrete = []
     for tensor, carries_particles in zip(flat, carries):
-        shape = [2] + [mixing_guard.probe_length(num_particles) if d is None else d
-                       for d in tensor.shape[1 + carries_particles:]]
+        shape = [2] + [
+            mixing_guard.probe_length(num_particles) if d is None else d
+            for d in tensor.shape[1 + carries_particles :]
+        ]
         # in [0, 2): valid token ids of any table once cast to integers, as the Keras Embedding does
         value = rng.integers(0, 2, shape) if _is_integer(tensor) else rng.uniform(0.0, 1.5, shape)
         value = value.astype(str(tensor.dtype))
         if carries_particles:  # a different input for every particle
-            value = np.stack([value + 0.4 * n / num_particles for n in range(num_particles)],
-                             particle_axis(len(shape) + 1))
+            value = np.stack(
+                [value + 0.4 * n / num_particles for n in range(num_particles)],
+                particle_axis(len(shape) + 1),
+            )
         concrete.append(value)
     replace = dict(zip(map(id, flat), concrete))
 
@@ -1052,23 +1423,33 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
             if particle is None or not carried:
                 return value
             return np.take(value, particle, axis=particle_axis(value.ndim))
+
         return keras.tree.map_structure(one, structure)
 
     drawn = []  # LoRA factors drawn by the twins (B near zero): zero during the check, then restored
     try:
         with warnings.catch_warnings():  # Keras' notes on building the custom layer's copy
             warnings.simplefilter("ignore")
-            new(*bound(args), **bound(kwargs))  # builds the twins, whose weights are then set to the sublayers'
+            new(
+                *bound(args), **bound(kwargs)
+            )  # builds the twins, whose weights are then set to the sublayers'
         for sublayer, twin, kind in pairs:
             if kind == "lora":
                 for keras_layer, target in _lora_pairs(sublayer, twin):
                     _place_lora(keras_layer, target, 0.0, 0)
                     if _keras_lora_rank(keras_layer) is None:
-                        drawn += [(v, v.numpy()) for v in target.weights if getattr(v, "is_particle_variable", False)
-                                  and "_b" in v.path.rsplit("/", 1)[-1]]
+                        drawn += [
+                            (v, v.numpy())
+                            for v in target.weights
+                            if getattr(v, "is_particle_variable", False)
+                            and "_b" in v.path.rsplit("/", 1)[-1]
+                        ]
                 continue
-            for weights, target in (_sublayer_weights(sublayer, twin) if isinstance(twin, _COMPOSITE_TWINS)
-                                    else [(sublayer.weights, twin)]):
+            for weights, target in (
+                _sublayer_weights(sublayer, twin)
+                if isinstance(twin, _COMPOSITE_TWINS)
+                else [(sublayer.weights, twin)]
+            ):
                 initialize_particles([target], [v.numpy() for v in weights], noise_std=0.0)
         for variable, _ in drawn:
             variable.assign(np.zeros(variable.shape, variable.dtype))
@@ -1078,10 +1459,14 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
             for g, e in zip(got, expected):
                 g = np.take(np.asarray(g), n, axis=particle_axis(np.ndim(g)))
                 e = np.asarray(e)
-                if g.shape != e.shape or not np.allclose(g, e, atol=1e-4 * (1.0 + np.max(np.abs(e), initial=0.0))):
-                    return (f"particle {n}'s output is not the layer's output on that particle's input (shapes "
-                            f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis, or a "
-                            "sublayer computes other than its particle twin")
+                if g.shape != e.shape or not np.allclose(
+                    g, e, atol=1e-4 * (1.0 + np.max(np.abs(e), initial=0.0))
+                ):
+                    return (
+                        f"particle {n}'s output is not the layer's output on that particle's input (shapes "
+                        f"{g.shape} and {e.shape}): its call mixes particles or drops the particle axis, or a "
+                        "sublayer computes other than its particle twin"
+                    )
     except Exception as error:  # noqa: BLE001 - any failure means the twins cannot stand in for the sublayers
         return f"its call fails ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
     finally:
@@ -1100,13 +1485,25 @@ def _lora_pairs(layer, new):
 def _projections_of(attention):
     """A Keras MultiHeadAttention's projections in the order of its weights (query, key, [gate,] value, output),
     found by their weights: the gate has no public name."""
-    named = [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
+    named = [
+        attention.query_dense,
+        attention.key_dense,
+        attention.value_dense,
+        attention.output_dense,
+    ]
     ids = {id(v) for layer in named for v in layer.weights}
     gate = [v for v in attention.weights if id(v) not in ids]
     if gate:
-        raise ValueError(f"bayesianize: LoRA on '{attention.name}', an attention layer with use_gate=True, is not "
-                         "supported; adapt its other layers with bayesian=.")
-    return [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
+        raise ValueError(
+            f"bayesianize: LoRA on '{attention.name}', an attention layer with use_gate=True, is not "
+            "supported; adapt its other layers with bayesian=."
+        )
+    return [
+        attention.query_dense,
+        attention.key_dense,
+        attention.value_dense,
+        attention.output_dense,
+    ]
 
 
 def _sublayer_weights(original, new):
@@ -1118,8 +1515,10 @@ def _sublayer_weights(original, new):
         pairs.append((weights[:count], sublayer))
         weights = weights[count:]
     if weights:
-        raise ValueError(f"bayesianize: layer '{original.name}' has weights its twin does not: "
-                         f"{[v.path for v in weights]}.")
+        raise ValueError(
+            f"bayesianize: layer '{original.name}' has weights its twin does not: "
+            f"{[v.path for v in weights]}."
+        )
     return pairs
 
 
@@ -1129,8 +1528,10 @@ def _accepted_kwargs(layer, new, kwargs):
         return kwargs
     dropped = {k: v for k, v in kwargs.items() if k not in accepted and k != "training"}
     if any(v is not None for v in dropped.values()):
-        raise ValueError(f"bayesianize: layer '{layer.name}' is called with {sorted(dropped)}, which "
-                         f"{type(new).__name__} does not take.")
+        raise ValueError(
+            f"bayesianize: layer '{layer.name}' is called with {sorted(dropped)}, which "
+            f"{type(new).__name__} does not take."
+        )
     return {k: v for k, v in kwargs.items() if k not in dropped}
 
 
@@ -1153,6 +1554,9 @@ def _treats_examples_independently(layer, shapes):
             v[:1] += 1.0
         return values
 
-    outputs = mixing_guard.perturbed_outputs(layer, shapes, ["float32"] * len(shapes), 3, first_example_moved)
-    return outputs is not None and all(a.shape[:1] == (3,) and np.array_equal(a[1:], b[1:])
-                                       for a, b in zip(*outputs))
+    outputs = mixing_guard.perturbed_outputs(
+        layer, shapes, ["float32"] * len(shapes), 3, first_example_moved
+    )
+    return outputs is not None and all(
+        a.shape[:1] == (3,) and np.array_equal(a[1:], b[1:]) for a, b in zip(*outputs)
+    )

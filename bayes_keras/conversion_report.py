@@ -4,13 +4,17 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-from keras.src.models.functional import Functional  # no public name for "a graph model" (Sequential is not one)
+from keras.src.models.functional import (
+    Functional,
+)  # no public name for "a graph model" (Sequential is not one)
 
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.converted import Batchless, Converted
 
 BAYESIAN = "bayesian"  # its weights carry the particle axis (a posterior over them)
-SHARED = "shared"  # after the particle axis, one weight set shared by every particle (a point estimate)
+SHARED = (
+    "shared"  # after the particle axis, one weight set shared by every particle (a point estimate)
+)
 BEFORE_AXIS = "keras"  # before the particle axis: a Keras layer that runs once per example
 
 
@@ -21,7 +25,9 @@ class LayerRow(NamedTuple):
     kind: str  # the layer's class name
     role: str  # "bayesian", "shared" or "keras" (before the particle axis)
     trainable: bool
-    parameters: int  # weights of one network (one particle), statistics such as moving averages included
+    parameters: (
+        int  # weights of one network (one particle), statistics such as moving averages included
+    )
     stored: int  # entries held in memory: parameters x N for particle weights
 
 
@@ -49,17 +55,37 @@ class ConversionReport:
 
     def summary(self):
         """One line: how many weights carry particles, are shared, or run before the particle axis."""
-        parts = [f"{self._total(role):,} {label}" for role, label in
-                 ((BAYESIAN, "Bayesian"), (SHARED, "shared"), (BEFORE_AXIS, "before the particle axis"))]
-        return (f"{self.model_name}: {self.bayesian_fraction:.1%} of the weights carry {self.num_particles} "
-                f"particles (parameters per network: {', '.join(parts)})")
+        parts = [
+            f"{self._total(role):,} {label}"
+            for role, label in (
+                (BAYESIAN, "Bayesian"),
+                (SHARED, "shared"),
+                (BEFORE_AXIS, "before the particle axis"),
+            )
+        ]
+        return (
+            f"{self.model_name}: {self.bayesian_fraction:.1%} of the weights carry {self.num_particles} "
+            f"particles (parameters per network: {', '.join(parts)})"
+        )
 
     def __str__(self):
         header = ("layer", "type", "role", "trainable", "parameters", "stored")
-        body = [(r.name, r.kind, r.role, "yes" if r.trainable else "frozen", f"{r.parameters:,}", f"{r.stored:,}")
-                for r in self.rows]
+        body = [
+            (
+                r.name,
+                r.kind,
+                r.role,
+                "yes" if r.trainable else "frozen",
+                f"{r.parameters:,}",
+                f"{r.stored:,}",
+            )
+            for r in self.rows
+        ]
         widths = [max(len(str(cell)) for cell in column) for column in zip(header, *body)]
-        lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + body]
+        lines = [
+            "  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
+            for line in [header] + body
+        ]
         return "\n".join([self.summary()] + lines)
 
     __repr__ = __str__
@@ -78,8 +104,10 @@ def conversion_report(model):
     """
     operations = getattr(model, "operations", None)
     if not isinstance(model, Functional) or operations is None:
-        raise ValueError("conversion_report reads the layer graph of a functional or Sequential BayesianModel; got "
-                         f"{type(model).__name__}.")
+        raise ValueError(
+            "conversion_report reads the layer graph of a functional or Sequential BayesianModel; got "
+            f"{type(model).__name__}."
+        )
     n = model.num_particles
     carrying = set()  # ids of the graph's tensors that carry the particle axis
     rows = []
@@ -88,8 +116,12 @@ def conversion_report(model):
             continue
         inputs = _tensors(operation, "input")
         after_axis = isinstance(operation, ParticleLayer) or any(id(t) in carrying for t in inputs)
-        starts = any(_is_particle(v) for layer in _with_nested(operation) for v in layer.weights)  # a custom layer's
-        if after_axis or starts:  # twins can start the axis (the keras.io token and position embedding)
+        starts = any(
+            _is_particle(v) for layer in _with_nested(operation) for v in layer.weights
+        )  # a custom layer's
+        if (
+            after_axis or starts
+        ):  # twins can start the axis (the keras.io token and position embedding)
             carrying.update(id(t) for t in _tensors(operation, "output"))
         for layer in _with_nested(operation):
             if not layer.weights:
@@ -122,13 +154,19 @@ def _row(layer, after_axis, num_particles):
     stored = sum(int(np.prod(v.shape)) for v in layer.weights)
     if isinstance(layer, ParticleLayer):
         # per-particle statistics (moving averages) have the particle axis too, without being particle weights
-        per_network = sum(int(np.prod(v.shape[1:])) if (id(v) in particle or _per_particle(v, layer, num_particles))
-                          else int(np.prod(v.shape)) for v in layer.weights)
+        per_network = sum(
+            int(np.prod(v.shape[1:]))
+            if (id(v) in particle or _per_particle(v, layer, num_particles))
+            else int(np.prod(v.shape))
+            for v in layer.weights
+        )
         role = SHARED if layer.deterministic else BAYESIAN
     else:
         per_network = stored
         role = SHARED if after_axis else BEFORE_AXIS
-    return LayerRow(layer.name, type(layer).__name__, role, bool(layer.trainable), per_network, stored)
+    return LayerRow(
+        layer.name, type(layer).__name__, role, bool(layer.trainable), per_network, stored
+    )
 
 
 def _is_particle(variable):
@@ -144,11 +182,25 @@ def _composite_rows(layer):
     rows = []
     for path, variables in groups.items():
         particle = any(_is_particle(v) for v in variables)
-        per_network = sum(int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables)
-        role = BAYESIAN if particle else SHARED  # frozen parts of a layer that carries particles (LoRA's)
-        kind = type(layer.layer if isinstance(layer, Converted) else layer).__name__  # the user's class
-        rows.append(LayerRow(path, kind, role, any(v.trainable for v in variables), per_network,
-                             sum(int(np.prod(v.shape)) for v in variables)))
+        per_network = sum(
+            int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables
+        )
+        role = (
+            BAYESIAN if particle else SHARED
+        )  # frozen parts of a layer that carries particles (LoRA's)
+        kind = type(
+            layer.layer if isinstance(layer, Converted) else layer
+        ).__name__  # the user's class
+        rows.append(
+            LayerRow(
+                path,
+                kind,
+                role,
+                any(v.trainable for v in variables),
+                per_network,
+                sum(int(np.prod(v.shape)) for v in variables),
+            )
+        )
     return rows
 
 
@@ -159,11 +211,19 @@ def _sublayer_path(layer, variable):
     for attribute, twin in getattr(layer, "twins", {}).items():
         inner = twin.layer if isinstance(twin, Batchless) else twin
         if any(variable is w for w in inner.weights):
-            after = parts[len(parts) - 1 - parts[::-1].index(inner.name):-1] if inner.name in parts else []
+            after = (
+                parts[len(parts) - 1 - parts[::-1].index(inner.name) : -1]
+                if inner.name in parts
+                else []
+            )
             return "/".join([layer.name, attribute] + after[1:])
     return "/".join(parts[:-1])
 
 
 def _per_particle(variable, layer, num_particles):
-    return not variable.trainable and len(variable.shape) > 0 and variable.shape[0] == num_particles and \
-        all(id(variable) != id(v) for v, _, _ in layer.prior_terms)
+    return (
+        not variable.trainable
+        and len(variable.shape) > 0
+        and variable.shape[0] == num_particles
+        and all(id(variable) != id(v) for v, _, _ in layer.prior_terms)
+    )

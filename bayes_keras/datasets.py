@@ -14,10 +14,14 @@ MROZ_COVARIATES = ("nwifeinc", "educ", "exper", "expersq", "age", "kidslt6", "ki
 
 
 def _check_fraction(test_fraction, allow_zero=True):
-    if not is_real(test_fraction) or not (0 <= test_fraction < 1 if allow_zero else 0 < test_fraction < 1):
+    if not is_real(test_fraction) or not (
+        0 <= test_fraction < 1 if allow_zero else 0 < test_fraction < 1
+    ):
         interval = "[0, 1)" if allow_zero else "(0, 1) (this loader holds out a test split)"
-        raise ValueError(f"test_fraction must be a number in {interval} (the share of examples held out); got "
-                         f"{test_fraction!r}.")
+        raise ValueError(
+            f"test_fraction must be a number in {interval} (the share of examples held out); got "
+            f"{test_fraction!r}."
+        )
 
 
 def _check_arguments(seed, **flags):
@@ -33,8 +37,9 @@ def _split(x, y, test_fraction, seed, stratify=True):
 
     _check_fraction(test_fraction, allow_zero=False)
     _check_arguments(seed)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed,
-                                              stratify=y if stratify else None)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y if stratify else None
+    )
     return (x_tr, y_tr), (x_te, y_te)
 
 
@@ -74,17 +79,22 @@ def load_digit_tokens(test_fraction=0.25, seed=0, threshold=6):
     """
     from sklearn.datasets import load_digits as _load
 
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
-            or not 0 < threshold <= 16:
-        raise ValueError(f"load_digit_tokens: threshold is a pixel intensity in (0, 16]; got {threshold!r}.")
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float, np.integer, np.floating))
+        or not 0 < threshold <= 16
+    ):
+        raise ValueError(
+            f"load_digit_tokens: threshold is a pixel intensity in (0, 16]; got {threshold!r}."
+        )
     d = _load()
     bits = (d.images >= threshold).astype(np.int32)  # (n, 8 rows, 8 pixels)
     words = bits @ (2 ** np.arange(7, -1, -1)) + 1  # (n, 8): ids 1..256, 1 = a blank row
     x = np.zeros_like(words)
     for i, row in enumerate(words):
         inked = np.flatnonzero(row > 1)
-        kept = row[inked[0]: inked[-1] + 1]
-        x[i, x.shape[1] - len(kept):] = kept
+        kept = row[inked[0] : inked[-1] + 1]
+        x[i, x.shape[1] - len(kept) :] = kept
     return _split(x.astype(np.int32), d.target.astype(np.int32), test_fraction, seed)
 
 
@@ -160,13 +170,19 @@ def load_diabetes(test_fraction=0.2, seed=0):
     from sklearn.datasets import load_diabetes as _load
 
     d = _load()
-    (x_tr, y_tr), (x_te, y_te) = _split(d.data.astype(np.float64), d.target.astype(np.float32), test_fraction,
-                                        seed, stratify=False)
+    (x_tr, y_tr), (x_te, y_te) = _split(
+        d.data.astype(np.float64), d.target.astype(np.float32), test_fraction, seed, stratify=False
+    )
     mu, sd = x_tr.mean(0), x_tr.std(0)
-    return (((x_tr - mu) / sd).astype(np.float32), y_tr), (((x_te - mu) / sd).astype(np.float32), y_te)
+    return (((x_tr - mu) / sd).astype(np.float32), y_tr), (
+        ((x_te - mu) / sd).astype(np.float32),
+        y_te,
+    )
 
 
-def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, download=True, timeout=5.0):
+def load_tfds(
+    name, split=("train", "test"), image_scale=255.0, data_dir=None, download=True, timeout=5.0
+):
     """Load a tensorflow-datasets image classification set (mnist, fashion_mnist, cifar10, ...) as numpy
     arrays, one (x, y) pair per split; pixels scaled by 1 / image_scale.
 
@@ -180,7 +196,9 @@ def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, d
     import tensorflow_datasets as tfds
 
     if not isinstance(name, str) or not name:
-        raise ValueError(f"load_tfds: name must be a tensorflow-datasets name such as 'mnist'; got {name!r}.")
+        raise ValueError(
+            f"load_tfds: name must be a tensorflow-datasets name such as 'mnist'; got {name!r}."
+        )
     for argument, value in (("timeout", timeout), ("image_scale", image_scale)):
         if not is_real(value) or not 0 < value < float("inf"):
             raise ValueError(f"load_tfds: {argument} must be a positive number; got {value!r}.")
@@ -188,17 +206,22 @@ def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, d
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
-        raise ValueError(f"load_tfds: name {name!r} is not a tensorflow-datasets dataset (e.g. 'mnist', "
-                         "'fashion_mnist', 'cifar10').") from None
+        raise ValueError(
+            f"load_tfds: name {name!r} is not a tensorflow-datasets dataset (e.g. 'mnist', "
+            "'fashion_mnist', 'cifar10')."
+        ) from None
     if not builder.is_prepared():
         where = data_dir or "tfds' default data_dir (~/tensorflow_datasets)"
         if not download:
-            raise FileNotFoundError(f"tensorflow-datasets '{name}' is not prepared in {where}, and download=False.")
+            raise FileNotFoundError(
+                f"tensorflow-datasets '{name}' is not prepared in {where}, and download=False."
+            )
         if not download_server_reachable(timeout):
             raise ConnectionError(
                 f"tensorflow-datasets '{name}' is not prepared in {where} and the download server cannot be reached "
                 f"(no network within {timeout:g} s). Prepare it on a machine with a network and pass data_dir=, or "
-                "use the offline data: load_digits, load_breast_cancer, load_diabetes.")
+                "use the offline data: load_digits, load_breast_cancer, load_diabetes."
+            )
         builder.download_and_prepare()
     out = []
     for s in split:
@@ -206,7 +229,12 @@ def load_tfds(name, split=("train", "test"), image_scale=255.0, data_dir=None, d
         for x, y in tfds.as_numpy(builder.as_dataset(split=s, as_supervised=True).batch(4096)):
             xs.append(x)
             ys.append(y)
-        out.append((np.concatenate(xs).astype(np.float32) / image_scale, np.concatenate(ys).astype(np.int32)))
+        out.append(
+            (
+                np.concatenate(xs).astype(np.float32) / image_scale,
+                np.concatenate(ys).astype(np.int32),
+            )
+        )
     return tuple(out)
 
 

@@ -26,11 +26,17 @@ import weakref
 
 import tensorflow as tf
 
-_STATE = threading.local()  # the particle slice of the replica running in this thread (particle parallel)
+_STATE = (
+    threading.local()
+)  # the particle slice of the replica running in this thread (particle parallel)
 
 # Strategies whose replicas each run the whole model on their share of the batch, with mirrored
 # variables: what this module's reductions assume.
-SUPPORTED = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.OneDeviceStrategy)
+SUPPORTED = (
+    tf.distribute.MirroredStrategy,
+    tf.distribute.MultiWorkerMirroredStrategy,
+    tf.distribute.OneDeviceStrategy,
+)
 
 
 def check_strategy(strategy=None):
@@ -39,14 +45,17 @@ def check_strategy(strategy=None):
         if not tf.distribute.has_strategy():
             return  # the default strategy: one device
         strategy = tf.distribute.get_strategy()
-    if isinstance(strategy, SUPPORTED) or type(strategy).__name__.startswith("_DefaultDistributionStrategy"):
+    if isinstance(strategy, SUPPORTED) or type(strategy).__name__.startswith(
+        "_DefaultDistributionStrategy"
+    ):
         return
     raise NotImplementedError(
         f"bayes_keras trains under tf.distribute.MirroredStrategy (several devices of one machine), "
         f"MultiWorkerMirroredStrategy (several machines) and OneDeviceStrategy; got {type(strategy).__name__}. "
         "Its replicas would not each hold the particles and see the reduced batch (a ParameterServerStrategy "
         "updates variables on parameter servers; TPUStrategy compiles with XLA, which the grouped particle "
-        "convolutions do not use). See docs/distributed.md.")
+        "convolutions do not use). See docs/distributed.md."
+    )
 
 
 _KEYED = weakref.WeakSet()  # strategies whose collectives use a key block of their own
@@ -68,7 +77,9 @@ def own_collective_keys(strategy):
     if not isinstance(strategy, tf.distribute.MirroredStrategy) or strategy in _KEYED:
         return
     extended = strategy.extended
-    if not hasattr(extended, "_make_collective_ops_with_fallbacks"):  # another TensorFlow: keep its keys
+    if not hasattr(
+        extended, "_make_collective_ops_with_fallbacks"
+    ):  # another TensorFlow: keep its keys
         return
     previous = getattr(extended, "_collective_ops", None)
     extended._collective_key_base = next(_KEY_BLOCKS) * _KEY_BLOCK_SIZE
@@ -109,9 +120,14 @@ def sum_across_replicas(values):
         return list(values)
     values = [tf.convert_to_tensor(v) for v in values]
     summed = [None] * len(values)
-    for dtype in {v.dtype for v in values}:  # one all-reduce per dtype (it packs its tensors into one buffer)
+    for dtype in {
+        v.dtype for v in values
+    }:  # one all-reduce per dtype (it packs its tensors into one buffer)
         positions = [i for i, v in enumerate(values) if v.dtype == dtype]
-        for i, total in zip(positions, context.all_reduce(tf.distribute.ReduceOp.SUM, [values[i] for i in positions])):
+        for i, total in zip(
+            positions,
+            context.all_reduce(tf.distribute.ReduceOp.SUM, [values[i] for i in positions]),
+        ):
             summed[i] = total
     return summed
 
@@ -196,7 +212,7 @@ def replica_rows(draw, local_batch):
     if context is None:
         return draw(local_batch)
     total, offset = batch_rows(local_batch)
-    return draw(total)[offset:offset + local_batch]
+    return draw(total)[offset : offset + local_batch]
 
 
 def distributed():
@@ -232,7 +248,9 @@ def all_replicas_agree(condition):
     context = replica_context()
     if context is None:
         return condition
-    failed = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(condition), tf.float32))
+    failed = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(condition), tf.float32)
+    )
     return tf.equal(failed, 0.0)
 
 
@@ -247,10 +265,12 @@ def guarded(condition, on_true, on_false, args=()):
     through, as Keras' LossScaleOptimizer does."""
     context = replica_context()
     if context is None:
+
         def branch(fn):
             def run():
                 fn(*args)
                 return tf.constant(True)
+
             return run
 
         tf.cond(condition, branch(on_true), branch(on_false))
@@ -263,6 +283,7 @@ def guarded(condition, on_true, on_false, args=()):
             def run():
                 strategy.extended.call_for_each_replica(fn, args=args)
                 return tf.constant(True)
+
             return run
 
         tf.cond(decided, branch(on_true), branch(on_false))

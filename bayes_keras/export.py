@@ -42,7 +42,9 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
         >>> served.serve(x)["probabilities"], served.uncertainty(x)["mutual_information"]
     """
     if model.likelihood is None:
-        raise ValueError("export_predictive needs a model with a likelihood (it exports the predictive).")
+        raise ValueError(
+            "export_predictive needs a model with a likelihood (it exports the predictive)."
+        )
     if not model.built:
         raise ValueError("export_predictive needs a built model: call it, fit it or load it first.")
     signature = _input_signature(model, input_signature)
@@ -77,19 +79,27 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
         def quantiles(inputs, levels):
             mixture = likelihood.predictive(particle_outputs(inputs))
             levels = tf.cast(levels, dtype)
-            return tf.transpose(tf.map_fn(mixture.quantile, levels), (1, 0, 2))  # (L, batch, d) -> (batch, L, d)
+            return tf.transpose(
+                tf.map_fn(mixture.quantile, levels), (1, 0, 2)
+            )  # (L, batch, d) -> (batch, L, d)
 
-        archive.add_endpoint("quantiles", quantiles,
-                             input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")])
+        archive.add_endpoint(
+            "quantiles",
+            quantiles,
+            input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")],
+        )
     # Written beside the target, then swapped in: after a crash `filepath` holds the old or the new export, or
     # (if it is missing) its hidden backup holds the old one (bayes_keras/atomic_files.py).
     # Keras' own message would name the temporary directory, so it is ours that names the target.
-    result = atomic_files.replace_directory(str(filepath), lambda temporary: archive.write_out(temporary,
-                                                                                                 verbose=False))
+    result = atomic_files.replace_directory(
+        str(filepath), lambda temporary: archive.write_out(temporary, verbose=False)
+    )
     if verbose:
         endpoints = ["serve (serving_default)", "predictive", "uncertainty", "particle_outputs"]
         endpoints += ["quantiles"] if likelihood.continuous else []
-        io_utils.print_msg(f"Saved the posterior predictive at '{filepath}'; endpoints: {', '.join(endpoints)}.")
+        io_utils.print_msg(
+            f"Saved the posterior predictive at '{filepath}'; endpoints: {', '.join(endpoints)}."
+        )
     return result
 
 
@@ -100,21 +110,42 @@ def _input_signature(model, given=None):
     structure = getattr(model, "input", None) if getattr(model, "inputs", None) else None
     if given is None:
         if structure is None:
-            raise ValueError("export_predictive infers the input signature from a functional model; pass "
-                             "input_signature=[tf.TensorSpec((None, ...), dtype)] (one spec per input) for this "
-                             "model.")
-        single = len(keras.tree.flatten(structure)) == 1  # its serving signature's argument is called "inputs"
-        return [keras.tree.map_structure(lambda t: tf.TensorSpec(
-            (None,) + tuple(t.shape[1:]), t.dtype, name="inputs" if single else _spec_name(t)), structure)]
+            raise ValueError(
+                "export_predictive infers the input signature from a functional model; pass "
+                "input_signature=[tf.TensorSpec((None, ...), dtype)] (one spec per input) for this "
+                "model."
+            )
+        single = (
+            len(keras.tree.flatten(structure)) == 1
+        )  # its serving signature's argument is called "inputs"
+        return [
+            keras.tree.map_structure(
+                lambda t: tf.TensorSpec(
+                    (None,) + tuple(t.shape[1:]),
+                    t.dtype,
+                    name="inputs" if single else _spec_name(t),
+                ),
+                structure,
+            )
+        ]
     if isinstance(given, dict):
         return [given]
     given = list(given)
     inputs = keras.tree.flatten(structure) if structure is not None else None
-    if inputs and len(inputs) > 1 and len(given) == len(inputs) and all(isinstance(s, tf.TensorSpec) for s in given):
-        return [keras.tree.pack_sequence_as(structure, given)]  # a flat list: one spec per model input
+    if (
+        inputs
+        and len(inputs) > 1
+        and len(given) == len(inputs)
+        and all(isinstance(s, tf.TensorSpec) for s in given)
+    ):
+        return [
+            keras.tree.pack_sequence_as(structure, given)
+        ]  # a flat list: one spec per model input
     if inputs and len(inputs) > 1 and len(given) != 1:
-        raise ValueError(f"export_predictive: the model has {len(inputs)} inputs; pass one tf.TensorSpec per input "
-                         f"(a flat list or a dict) as input_signature; got {len(given)} entries.")
+        raise ValueError(
+            f"export_predictive: the model has {len(inputs)} inputs; pass one tf.TensorSpec per input "
+            f"(a flat list or a dict) as input_signature; got {len(given)} entries."
+        )
     return given
 
 

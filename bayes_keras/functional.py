@@ -36,7 +36,9 @@ class ParticleRun:
         return z.T @ z / self.particles.shape[0]
 
 
-def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=500, record_trajectory=False):
+def run_particles(
+    log_prob_fn, initial_particles, optimizer, num_steps, chunk=500, record_trajectory=False
+):
     """Move particles with `optimizer` to fit the density exp(log_prob_fn).
 
     Args:
@@ -61,7 +63,9 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
     if x0.ndim != 2:
         raise ValueError(f"initial_particles must be an (N, D) array; got shape {x0.shape}.")
     if not isinstance(optimizer, BayesianOptimizer):
-        raise TypeError(f"run_particles needs a bayes_keras.optimizers.BayesianOptimizer; got {type(optimizer).__name__}.")
+        raise TypeError(
+            f"run_particles needs a bayes_keras.optimizers.BayesianOptimizer; got {type(optimizer).__name__}."
+        )
     x = keras.Variable(x0, name="particles")
     x.is_particle_variable = True
     optimizer.check_num_particles(x0.shape[0])
@@ -75,7 +79,9 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
             lp = log_prob_fn(x.value)
             loss = -tf.reduce_sum(lp)
         g = tape.gradient(loss, x.value)
-        step = StepInfo(log_likelihood=tf.stop_gradient(lp), log_prior=tf.zeros_like(lp), prepared=prepared)
+        step = StepInfo(
+            log_likelihood=tf.stop_gradient(lp), log_prior=tf.zeros_like(lp), prepared=prepared
+        )
         fe = optimizer.report(step).get("free_energy", -tf.reduce_mean(lp))
         finite = tf.reduce_all(tf.math.is_finite(g)) & tf.math.is_finite(loss)
 
@@ -111,10 +117,19 @@ def run_particles(log_prob_fn, initial_particles, optimizer, num_steps, chunk=50
         done += k
     n_skipped = int(skipped.numpy())
     if n_skipped:
-        warnings.warn(f"run_particles skipped {n_skipped} step(s) with non-finite gradients.", RuntimeWarning)
+        warnings.warn(
+            f"run_particles skipped {n_skipped} step(s) with non-finite gradients.", RuntimeWarning
+        )
     refused = int(optimizer.skipped_updates.numpy())
     if refused:
-        warnings.warn(f"run_particles: {type(optimizer).__name__} refused {refused} update(s) whose new particles or "
-                      "state were not finite (the step size is too large); they were left unchanged.", RuntimeWarning)
-    return ParticleRun(np.asarray(x.numpy()), np.concatenate(traces) if traces else np.zeros(0), n_skipped,
-                       np.concatenate(paths) if record_trajectory else None)
+        warnings.warn(
+            f"run_particles: {type(optimizer).__name__} refused {refused} update(s) whose new particles or "
+            "state were not finite (the step size is too large); they were left unchanged.",
+            RuntimeWarning,
+        )
+    return ParticleRun(
+        np.asarray(x.numpy()),
+        np.concatenate(traces) if traces else np.zeros(0),
+        n_skipped,
+        np.concatenate(paths) if record_trajectory else None,
+    )

@@ -32,9 +32,11 @@ def check_finite_entries(owner, variables, what):
         value = np.asarray(variable.numpy())
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             bad = int(np.sum(~np.isfinite(value)))
-            raise ValueError(f"The saved state of {what} '{owner}' is invalid: entry {index} ({variable.path}) holds "
-                             f"{bad} NaN / Inf value(s) of {value.size}. The file is damaged or was saved from a "
-                             "run that diverged; it was not loaded into a usable model.")
+            raise ValueError(
+                f"The saved state of {what} '{owner}' is invalid: entry {index} ({variable.path}) holds "
+                f"{bad} NaN / Inf value(s) of {value.size}. The file is damaged or was saved from a "
+                "run that diverged; it was not loaded into a usable model."
+            )
 
 
 def check_bounded_entry(owner, variable, what, quantity, positive=False, within=None):
@@ -43,22 +45,33 @@ def check_bounded_entry(owner, variable, what, quantity, positive=False, within=
     never negative, precisions positive."""
     value = np.asarray(variable.numpy())
     if within is not None:
-        bad, kind = ~((value >= within[0]) & (value <= within[1])), f"value(s) outside [{within[0]:g}, {within[1]:g}]"
+        bad, kind = (
+            ~((value >= within[0]) & (value <= within[1])),
+            f"value(s) outside [{within[0]:g}, {within[1]:g}]",
+        )
     elif positive:
         bad, kind = ~(value > 0), "value(s) that are not positive"
     else:
         bad, kind = ~(value >= 0), "negative value(s)"
     if value.size and np.any(bad):
         shown = value[bad].reshape(-1)[0]
-        raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
-                         f"{int(np.sum(bad))} {kind} (e.g. {float(shown):.3g}).")
+        raise ValueError(
+            f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) has "
+            f"{int(np.sum(bad))} {kind} (e.g. {float(shown):.3g})."
+        )
 
 
 def check_positive_definite_entry(owner, variable, what, quantity):
     value = np.asarray(variable.numpy(), np.float64)
-    matrices = value.reshape((-1,) + value.shape[-2:]) if value.ndim >= 2 else value.reshape(1, 1, -1)
+    matrices = (
+        value.reshape((-1,) + value.shape[-2:]) if value.ndim >= 2 else value.reshape(1, 1, -1)
+    )
     for matrix in matrices:
-        if matrix.size and (not np.allclose(matrix, matrix.T, rtol=1e-6, atol=1e-12)
-                            or np.linalg.eigvalsh(matrix).min() <= 0):
-            raise ValueError(f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) is not "
-                             "symmetric positive definite.")
+        if matrix.size and (
+            not np.allclose(matrix, matrix.T, rtol=1e-6, atol=1e-12)
+            or np.linalg.eigvalsh(matrix).min() <= 0
+        ):
+            raise ValueError(
+                f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) is not "
+                "symmetric positive definite."
+            )

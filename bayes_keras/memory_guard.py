@@ -27,8 +27,10 @@ def check_fits(nbytes, what, remedy, limit=None):
     this machine's physical memory)."""
     limit = physical_memory_bytes() if limit is None else limit
     if limit is not None and nbytes > limit:
-        raise ValueError(f"{what} would need about {format_bytes(nbytes)}, more than this machine's "
-                         f"{format_bytes(limit)} of memory. {remedy}")
+        raise ValueError(
+            f"{what} would need about {format_bytes(nbytes)}, more than this machine's "
+            f"{format_bytes(limit)} of memory. {remedy}"
+        )
 
 
 def tensor_bytes(shape, dtype="float32"):

@@ -14,7 +14,11 @@ from keras.src.models.functional import Functional
 from bayes_keras import call_checks, distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
-from bayes_keras.batch_norm_refresh import DEFAULT_MAX_EXAMPLES, batch_norm_layers, refresh_batch_norm
+from bayes_keras.batch_norm_refresh import (
+    DEFAULT_MAX_EXAMPLES,
+    batch_norm_layers,
+    refresh_batch_norm,
+)
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
 from bayes_keras.likelihoods.likelihood import check_output_activation
@@ -80,12 +84,25 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             return super().__new__(_functional_class(cls))
         return super().__new__(cls)
 
-    def __init__(self, *args, likelihood=None, num_particles=None, dataset_size=None, temperature=1.0, **kwargs):
-        if len(args) == 1 and isinstance(args[0], keras.Model):  # BayesianModel(keras.Sequential([...]))
+    def __init__(
+        self,
+        *args,
+        likelihood=None,
+        num_particles=None,
+        dataset_size=None,
+        temperature=1.0,
+        **kwargs,
+    ):
+        if len(args) == 1 and isinstance(
+            args[0], keras.Model
+        ):  # BayesianModel(keras.Sequential([...]))
             args = _inputs_and_outputs(args[0])
         super().__init__(*args, **kwargs)
-        if num_particles is not None and (isinstance(num_particles, bool) or not isinstance(num_particles, int)
-                                          or num_particles < 1):
+        if num_particles is not None and (
+            isinstance(num_particles, bool)
+            or not isinstance(num_particles, int)
+            or num_particles < 1
+        ):
             raise ValueError(f"num_particles must be a positive integer; got {num_particles!r}.")
         self._expected_num_particles = num_particles
         self.likelihood = None if likelihood is None else likelihoods_lib.get(likelihood)
@@ -96,20 +113,30 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
         self._particle_slices = None  # particle-parallel training (compile(parallel="particles"))
-        self._bayesian_metrics = ModelMetrics()  # nll, ParticleMetrics, the optimizer's reported metrics
+        self._bayesian_metrics = (
+            ModelMetrics()
+        )  # nll, ParticleMetrics, the optimizer's reported metrics
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the
         # model, so a resumed run draws what an uninterrupted one would (seeded by keras' set_random_seed).
-        self._label_seed = keras.Variable(random.randint(0, 2**31 - 1), dtype="int64", trainable=False,
-                                          name="label_seed")
+        self._label_seed = keras.Variable(
+            random.randint(0, 2**31 - 1), dtype="int64", trainable=False, name="label_seed"
+        )
         # mixed_float16: dynamic loss scaling done here rather than by wrapping the optimizer in a
         # LossScaleOptimizer, so a Bayesian optimizer sees the model directly (docs/architecture.md).
         self._loss_scale = None
         if self.dtype_policy.name == "mixed_float16":
-            self._loss_scale = keras.Variable(2.0 ** 15, dtype="float32", trainable=False, name="loss_scale")
-            self._loss_scale_good_steps = keras.Variable(0, dtype="int32", trainable=False,
-                                                         name="loss_scale_good_steps")
-        if getattr(self, "_is_graph_network", False) or hasattr(self, "outputs") and self.outputs is not None:
+            self._loss_scale = keras.Variable(
+                2.0**15, dtype="float32", trainable=False, name="loss_scale"
+            )
+            self._loss_scale_good_steps = keras.Variable(
+                0, dtype="int32", trainable=False, name="loss_scale_good_steps"
+            )
+        if (
+            getattr(self, "_is_graph_network", False)
+            or hasattr(self, "outputs")
+            and self.outputs is not None
+        ):
             self._check_structure()
 
     # -- structure -----------------------------------------------------------------------------
@@ -129,16 +156,24 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
     def particle_layers(self):
         # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
         # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().
-        layers = [l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)]
+        layers = [
+            l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)
+        ]
         position = {id(v): i for i, v in enumerate(self.weights)}
-        return sorted(layers, key=lambda l: min((position.get(id(v), len(position)) for v in l.weights),
-                                                default=len(position)))
+        return sorted(
+            layers,
+            key=lambda l: min(
+                (position.get(id(v), len(position)) for v in l.weights), default=len(position)
+            ),
+        )
 
     @property
     def num_particles(self):
         ns = {l.num_particles for l in self.particle_layers if l.num_particles is not None}
         if len(ns) > 1:
-            raise ValueError(f"The model's particle layers disagree on the number of particles: {sorted(ns)}.")
+            raise ValueError(
+                f"The model's particle layers disagree on the number of particles: {sorted(ns)}."
+            )
         if ns:
             return ns.pop()
         return self._expected_num_particles
@@ -154,18 +189,26 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if len(outputs) != 1:
             raise ValueError(f"BayesianModel supports one output tensor; got {len(outputs)}.")
         if not self.particle_layers:
-            raise ValueError("BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense).")
+            raise ValueError(
+                "BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense)."
+            )
         received = check_layers_keep_particles(self.operations, ParticleLayer)
-        for layer in self.operations:  # a random layer draws per particle only where it receives particles
+        for (
+            layer
+        ) in self.operations:  # a random layer draws per particle only where it receives particles
             if hasattr(layer, "receives_particles"):
                 layer.receives_particles = id(layer) in received
         n = self.num_particles
         if self._expected_num_particles is not None and n != self._expected_num_particles:
-            raise ValueError(f"num_particles={self._expected_num_particles} was given, but the layers were built "
-                             f"with {n} particles.")
+            raise ValueError(
+                f"num_particles={self._expected_num_particles} was given, but the layers were built "
+                f"with {n} particles."
+            )
         shape = tuple(outputs[0].shape)
         if len(shape) < 2 or shape[1] != n:
-            raise ValueError(f"BayesianModel outputs must be (batch, particles={n}, ...); got {shape}.")
+            raise ValueError(
+                f"BayesianModel outputs must be (batch, particles={n}, ...); got {shape}."
+            )
         if self.likelihood is not None:
             check_output_activation(self.layers[-1], self.likelihood)
             self._likelihood_built = False
@@ -173,22 +216,41 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
 
     def _build_likelihood(self, output_shape):
         if self.likelihood is None:
-            raise ValueError("BayesianModel needs a likelihood: pass likelihood='categorical' | 'bernoulli' | "
-                             "'normal' (or a bayes_keras.likelihoods object) to the model or to compile().")
+            raise ValueError(
+                "BayesianModel needs a likelihood: pass likelihood='categorical' | 'bernoulli' | "
+                "'normal' (or a bayes_keras.likelihoods object) to the model or to compile()."
+            )
         if not self._likelihood_built:
             self.likelihood.build(self, output_shape)
             self._likelihood_built = True
 
     def set_dataset_size(self, dataset_size):
-        if isinstance(dataset_size, bool) or not isinstance(dataset_size, (int, np.integer)) or dataset_size < 1:
-            raise ValueError(f"dataset_size must be a positive integer (number of training examples); got {dataset_size!r}.")
+        if (
+            isinstance(dataset_size, bool)
+            or not isinstance(dataset_size, (int, np.integer))
+            or dataset_size < 1
+        ):
+            raise ValueError(
+                f"dataset_size must be a positive integer (number of training examples); got {dataset_size!r}."
+            )
         if self.dataset_size != int(dataset_size):
             self.dataset_size = int(dataset_size)
-            self.train_function = self.test_function = None  # the size is a constant of the traced steps
+            self.train_function = self.test_function = (
+                None  # the size is a constant of the traced steps
+            )
 
     # -- compile / fit -------------------------------------------------------------------------
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, likelihood=None, dataset_size=None,
-                temperature=None, parallel="data", **kwargs):
+    def compile(
+        self,
+        optimizer="rmsprop",
+        loss=None,
+        metrics=None,
+        likelihood=None,
+        dataset_size=None,
+        temperature=None,
+        parallel="data",
+        **kwargs,
+    ):
         """As keras.Model.compile, with `likelihood=` instead of a loss (a matching Keras loss name,
         e.g. "sparse_categorical_crossentropy", is accepted and mapped to its likelihood).
 
@@ -199,7 +261,9 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         scaling). One device: no difference."""
         if loss is not None:
             if likelihood is not None:
-                raise ValueError("Pass either likelihood= or loss= to BayesianModel.compile, not both.")
+                raise ValueError(
+                    "Pass either likelihood= or loss= to BayesianModel.compile, not both."
+                )
             try:
                 likelihood = likelihoods_lib.get(loss)
             except ValueError:
@@ -207,7 +271,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                     raise  # from_keras_loss says what to change
                 raise ValueError(
                     f"BayesianModel trains on a likelihood, not a loss; got loss={loss!r}. Use likelihood="
-                    "'categorical' | 'bernoulli' | 'normal' or a bayes_keras.likelihoods object.") from None
+                    "'categorical' | 'bernoulli' | 'normal' or a bayes_keras.likelihoods object."
+                ) from None
         if likelihood is not None:
             self.likelihood = likelihoods_lib.get(likelihood)
             self._likelihood_built = False
@@ -218,29 +283,43 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if temperature is not None:
             self.temperature = check_number(temperature, "temperature")
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            optimizer = optimizer.inner_optimizer  # the model scales the loss itself (mixed_float16)
+            optimizer = (
+                optimizer.inner_optimizer
+            )  # the model scales the loss itself (mixed_float16)
         kwargs["auto_scale_loss"] = False
         slow_under_xla = [l.name for l in self.particle_layers if not l.supports_jit]
         if kwargs.get("jit_compile") is True and slow_under_xla:
-            warnings.warn(f"jit_compile=True: layers {slow_under_xla} run grouped particle convolutions, which "
-                          "XLA compiles 40x slower than TensorFlow's own kernels on CPU; training without XLA "
-                          "(on a GPU, XLA is used).", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"jit_compile=True: layers {slow_under_xla} run grouped particle convolutions, which "
+                "XLA compiles 40x slower than TensorFlow's own kernels on CPU; training without XLA "
+                "(on a GPU, XLA is used).",
+                UserWarning,
+                stacklevel=2,
+            )
             kwargs["jit_compile"] = False
         metrics, particle_metrics = split_metrics(metrics, self.likelihood)
         if "weighted_metrics" in kwargs:
-            kwargs["weighted_metrics"], weighted_particle_metrics = split_metrics(kwargs["weighted_metrics"],
-                                                                                  self.likelihood)
-            particle_metrics += weighted_particle_metrics  # ParticleMetrics always weigh by sample_weight
+            kwargs["weighted_metrics"], weighted_particle_metrics = split_metrics(
+                kwargs["weighted_metrics"], self.likelihood
+            )
+            particle_metrics += (
+                weighted_particle_metrics  # ParticleMetrics always weigh by sample_weight
+            )
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         if self._bayesian_optimizer is None:
             warnings.warn(
                 f"BayesianModel compiled with the Keras optimizer {type(self.optimizer).__name__}: every particle then "
                 "follows its own gradient of its log joint, i.e. an ensemble of independent MAP fits, not a posterior "
                 "approximation. Use a bayes_keras.optimizers method (e.g. GaussianParticleFlow(), SVGD(), MGVBP()), "
-                "or IndependentParticles() to ask for the ensemble explicitly.", UserWarning, stacklevel=2)
+                "or IndependentParticles() to ask for the ensemble explicitly.",
+                UserWarning,
+                stacklevel=2,
+            )
         optimizer = self._bayesian_optimizer
         self._particle_slices = self._particle_parallel(parallel, optimizer)
-        self._bayesian_metrics.configure(particle_metrics, () if optimizer is None else optimizer.reported_metrics)
+        self._bayesian_metrics.configure(
+            particle_metrics, () if optimizer is None else optimizer.reported_metrics
+        )
         if optimizer is not None and self.num_particles is not None:
             optimizer.check_num_particles(self.num_particles)
 
@@ -250,30 +329,50 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
             raise ValueError(f"parallel must be 'data' or 'particles'; got {parallel!r}.")
         distribute.check_strategy(self.distribute_strategy)
         distribute.own_collective_keys(self.distribute_strategy)
-        if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1 and self.variables \
-                and not isinstance(
-                self.variables[0].value, tf.distribute.DistributedValues):
+        if (
+            tf.distribute.has_strategy()
+            and tf.distribute.get_strategy().num_replicas_in_sync > 1
+            and self.variables
+            and not isinstance(self.variables[0].value, tf.distribute.DistributedValues)
+        ):
             raise ValueError(
                 f"The model was built outside the {type(tf.distribute.get_strategy()).__name__}'s scope, so its "
                 "variables are not mirrored and it would train on one device: create the model inside "
-                "`with strategy.scope():` (compiling there too, or later, is fine).")
+                "`with strategy.scope():` (compiling there too, or later, is fine)."
+            )
         replicas = self.distribute_strategy.num_replicas_in_sync
         if parallel == "data" or replicas == 1:
             return None
         if optimizer is not None and optimizer.curvature_request is not None:
-            raise ValueError(f"parallel='particles' does not gather curvature records across particles yet; "
-                             f"{type(optimizer).__name__} asks for {optimizer.curvature_request.statistics}. Use "
-                             "parallel='data'.")
+            raise ValueError(
+                f"parallel='particles' does not gather curvature records across particles yet; "
+                f"{type(optimizer).__name__} asks for {optimizer.curvature_request.statistics}. Use "
+                "parallel='data'."
+            )
         if self._loss_scale is not None:
-            raise ValueError("parallel='particles' does not support mixed_float16 loss scaling yet; use "
-                             "parallel='data', or the mixed_bfloat16 policy.")
+            raise ValueError(
+                "parallel='particles' does not support mixed_float16 loss scaling yet; use "
+                "parallel='data', or the mixed_bfloat16 policy."
+            )
         if not self.built or self.num_particles is None:
-            raise ValueError("parallel='particles' needs a built model (a functional or Sequential BayesianModel).")
+            raise ValueError(
+                "parallel='particles' needs a built model (a functional or Sequential BayesianModel)."
+            )
         with self.distribute_strategy.scope():
             return ParticleSlices(self, replicas)
 
-    def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, dataset_size=None, callbacks=None,
-            refresh_batch_norm=True, **kwargs):
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        epochs=1,
+        *args,
+        dataset_size=None,
+        callbacks=None,
+        refresh_batch_norm=True,
+        **kwargs,
+    ):
         """As keras.Model.fit. `dataset_size` (number of training examples) is taken from here, from
         compile(), or inferred: len(x) for arrays, a counting pass for a finite tf.data.Dataset.
 
@@ -288,10 +387,14 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         while the returned model uses the refreshed statistics: call model.evaluate(x_val, y_val) after fit
         to score it."""
         if not isinstance(refresh_batch_norm, bool):
-            raise ValueError(f"fit: refresh_batch_norm must be True or False; got {refresh_batch_norm!r}.")
+            raise ValueError(
+                f"fit: refresh_batch_norm must be True or False; got {refresh_batch_norm!r}."
+            )
         if not getattr(self, "compiled", False):
-            raise ValueError("You must call compile() before fit(): e.g. "
-                             "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()).")
+            raise ValueError(
+                "You must call compile() before fit(): e.g. "
+                "model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow())."
+            )
         call_checks.batch_size(batch_size)
         call_checks.epochs(epochs, kwargs.get("initial_epoch", 0))
         call_checks.validation_split(kwargs.get("validation_split"))
@@ -306,39 +409,69 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         call_checks.validation_data(self, kwargs.get("validation_data"))
         call_checks.non_finite_inputs(x, "fit")
         if self.parallel == "particles" or self.distribute_strategy.num_replicas_in_sync > 1:
-            call_checks.random_layers(self, "fit", "particle parallel" if self.parallel == "particles" else
-                                      f"{self.distribute_strategy.num_replicas_in_sync} replicas")
-        call_checks.steps(x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False)
+            call_checks.random_layers(
+                self,
+                "fit",
+                "particle parallel"
+                if self.parallel == "particles"
+                else f"{self.distribute_strategy.num_replicas_in_sync} replicas",
+            )
+        call_checks.steps(
+            x, kwargs.get("steps_per_epoch"), "fit", "steps_per_epoch", warn_unknown=False
+        )
         if dataset_size is not None:
             self.set_dataset_size(dataset_size)
             self._dataset_size_given = True
         elif not self._dataset_size_given:  # this fit's data, not an earlier fit's
-            self.set_dataset_size(_infer_dataset_size(x, kwargs.get("validation_split", 0.0),
-                                                      kwargs.get("steps_per_epoch")))
+            self.set_dataset_size(
+                _infer_dataset_size(
+                    x, kwargs.get("validation_split", 0.0), kwargs.get("steps_per_epoch")
+                )
+            )
         if self._dataset_size_given and call_checks.in_memory(x):
-            rows = _training_rows(int(np.shape(tf.nest.flatten(x)[0])[0]), kwargs.get("validation_split", 0.0))
+            rows = _training_rows(
+                int(np.shape(tf.nest.flatten(x)[0])[0]), kwargs.get("validation_split", 0.0)
+            )
             if self.dataset_size < rows:
-                warnings.warn(f"fit: dataset_size={self.dataset_size} is below the {rows} training examples given: the "
-                              "likelihood is scaled as if there were fewer examples than it sees, so the prior weighs "
-                              "more than the data warrant. If that is meant (tempering), temperature= says it "
-                              "directly; otherwise leave dataset_size out (it is inferred).", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"fit: dataset_size={self.dataset_size} is below the {rows} training examples given: the "
+                    "likelihood is scaled as if there were fewer examples than it sees, so the prior weighs "
+                    "more than the data warrant. If that is meant (tempering), temperature= says it "
+                    "directly; otherwise leave dataset_size out (it is inferred).",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if self.likelihood is not None and self.likelihood.adapt_pending:
-            self.likelihood.adapt(_training_targets(x, y, kwargs.get("validation_split", 0.0),
-                                                    kwargs.get("steps_per_epoch")))
-        if self.optimizer is not None and not self.optimizer.built and self.built and self.trainable_variables:
+            self.likelihood.adapt(
+                _training_targets(
+                    x, y, kwargs.get("validation_split", 0.0), kwargs.get("steps_per_epoch")
+                )
+            )
+        if (
+            self.optimizer is not None
+            and not self.optimizer.built
+            and self.built
+            and self.trainable_variables
+        ):
             # Build before tracing, so optimizers that initialise from the weights see their values
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
-            with self.distribute_strategy.scope():  # mirrored state under tf.distribute, as the model's
+            with (
+                self.distribute_strategy.scope()
+            ):  # mirrored state under tf.distribute, as the model's
                 self.optimizer.build(self.trainable_variables)
         if self._bayesian_optimizer is not None and self._bayesian_optimizer.built:
             self._bayesian_optimizer.check_particles()
         callbacks = callbacks + [_NonFiniteStepWarning(self)]
         history = super().fit(x, y, batch_size, epochs, *args, callbacks=callbacks, **kwargs)
         if refresh_batch_norm and batch_norm_layers(self) and not hasattr(x, "__next__"):
-            self.refresh_batch_norm(_training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size)
+            self.refresh_batch_norm(
+                _training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size
+            )
         return history
 
-    def refresh_batch_norm(self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False):
+    def refresh_batch_norm(
+        self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False
+    ):
         """Recompute the BatchNormalization layers' moving mean and variance, per particle, for the current
         weights, from up to `max_examples` of the inputs `x` (arrays, tf.data.Dataset, PyDataset; evenly
         spaced examples of arrays), weights unchanged, every other layer in inference mode (no dropout): each
@@ -365,11 +498,17 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         predictions = super().predict(x, batch_size, *args, **kwargs)
         # NaN / Inf in a dataset's inputs give NaN predictions: counted on the result, so the compiled predict step
         # is Keras' own
-        if not warned and any(np.isnan(p).any() for p in tf.nest.flatten(predictions)
-                                                if np.issubdtype(np.asarray(p).dtype, np.floating)):
-            warnings.warn("predict: some predictions are NaN: x holds NaN / Inf values, or the weights are not "
-                          "finite (predict_particles counts the inputs' NaN / Inf values).", RuntimeWarning,
-                          stacklevel=2)
+        if not warned and any(
+            np.isnan(p).any()
+            for p in tf.nest.flatten(predictions)
+            if np.issubdtype(np.asarray(p).dtype, np.floating)
+        ):
+            warnings.warn(
+                "predict: some predictions are NaN: x holds NaN / Inf values, or the weights are not "
+                "finite (predict_particles counts the inputs' NaN / Inf values).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return predictions
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
@@ -403,11 +542,16 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         """
         initialize_particles(self.particle_layers, center, noise_std, seed, noise_floor)
 
+
 def _functional_arguments(args, kwargs):
     """Whether a Model is constructed the functional way (keras' own test of its arguments), or from a
     built Keras model (e.g. a Sequential of particle layers) whose inputs and outputs it takes."""
-    return (len(args) == 2 or (len(args) == 1 and "outputs" in kwargs) or ("inputs" in kwargs and "outputs" in kwargs)
-            or (len(args) == 1 and isinstance(args[0], keras.Model)))
+    return (
+        len(args) == 2
+        or (len(args) == 1 and "outputs" in kwargs)
+        or ("inputs" in kwargs and "outputs" in kwargs)
+        or (len(args) == 1 and isinstance(args[0], keras.Model))
+    )
 
 
 def _inputs_and_outputs(model):
@@ -415,9 +559,11 @@ def _inputs_and_outputs(model):
         return model.inputs, model.outputs
     except (AttributeError, ValueError):
         pass
-    raise ValueError(f"BayesianModel({type(model).__name__}) takes the model's inputs and outputs, but '{model.name}' has "
-                     "no defined input: start it with keras.Input(shape) (e.g. keras.Sequential([keras.Input((8,)), "
-                     "...])).")
+    raise ValueError(
+        f"BayesianModel({type(model).__name__}) takes the model's inputs and outputs, but '{model.name}' has "
+        "no defined input: start it with keras.Input(shape) (e.g. keras.Sequential([keras.Input((8,)), "
+        "...]))."
+    )
 
 
 _FUNCTIONAL_CLASSES = {}
@@ -426,11 +572,17 @@ _FUNCTIONAL_CLASSES = {}
 def _functional_class(cls):
     """`cls` with Functional among its bases (one class per cls), saved under cls's registered name."""
     if cls not in _FUNCTIONAL_CLASSES:
-        functional = type(f"Functional{cls.__name__}", (cls, Functional), {"__module__": cls.__module__})
+        functional = type(
+            f"Functional{cls.__name__}", (cls, Functional), {"__module__": cls.__module__}
+        )
         name = keras.saving.get_registered_name(cls)
         package, _, short = name.rpartition(">")
-        if package:  # registered (BayesianModel is): the functional form saves and loads under that name
-            functional = keras.saving.register_keras_serializable(package=package, name=short)(functional)
+        if (
+            package
+        ):  # registered (BayesianModel is): the functional form saves and loads under that name
+            functional = keras.saving.register_keras_serializable(package=package, name=short)(
+                functional
+            )
         _FUNCTIONAL_CLASSES[cls] = functional
     return _FUNCTIONAL_CLASSES[cls]
 
@@ -445,7 +597,11 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
 
     def _counts(self):
         optimizer = self._bayesian_model._bayesian_optimizer
-        updates = 0 if optimizer is None or not optimizer.built else int(optimizer.skipped_updates.numpy())
+        updates = (
+            0
+            if optimizer is None or not optimizer.built
+            else int(optimizer.skipped_updates.numpy())
+        )
         return self._bayesian_model.skipped_steps, updates
 
     def on_train_begin(self, logs=None):
@@ -459,7 +615,9 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
                 f"BayesianModel: {steps} training step(s) skipped because the loss or a gradient "
                 "was NaN/Inf (a NaN or Inf in the batch, a negative sample weight, or too large a learning rate); the "
                 "particles were left unchanged. Check the data and lower the learning rate.",
-                RuntimeWarning, stacklevel=2)
+                RuntimeWarning,
+                stacklevel=2,
+            )
         updates -= steps  # a step refused for its loss is also refused by the optimizer's guard
         if updates > 0:
             optimizer = self._bayesian_model.optimizer
@@ -467,7 +625,10 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
                 f"{type(optimizer).__name__}: {updates} update(s) skipped because the new particles or posterior "
                 "state were not finite (e.g. a NaN or too large learning rate, an exploding gradient, a "
                 "singular curvature); the particles and the optimizer's state were left unchanged. Lower the "
-                "learning rate.", RuntimeWarning, stacklevel=2)
+                "learning rate.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._seen = counts
 
 
@@ -484,8 +645,10 @@ def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
         if card < 0:
             if steps_per_epoch:
                 return _upper_bound(steps_per_epoch, _batch_size(next(iter(x.take(1)))))
-            raise ValueError("Cannot infer the training-set size from an infinite or unknown-length "
-                             "tf.data.Dataset: pass dataset_size= to fit() or compile().")
+            raise ValueError(
+                "Cannot infer the training-set size from an infinite or unknown-length "
+                "tf.data.Dataset: pass dataset_size= to fit() or compile()."
+            )
 
         def count(acc, batch):
             first = tf.nest.flatten(batch)[0]
@@ -497,21 +660,27 @@ def _infer_dataset_size(x, validation_split=0.0, steps_per_epoch=None):
         if batches is None:
             if steps_per_epoch:
                 return _upper_bound(steps_per_epoch, _batch_size(x[0]))
-            raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}, a PyDataset without a "
-                             "length: pass dataset_size= to fit() or compile().")
+            raise ValueError(
+                f"Cannot infer the training-set size from {type(x).__name__}, a PyDataset without a "
+                "length: pass dataset_size= to fit() or compile()."
+            )
         if batches < 1:
             return _nonempty(0)
         return _nonempty((batches - 1) * _batch_size(x[0]) + _batch_size(x[batches - 1]))
     if inspect.isgenerator(x) or isinstance(x, collections.abc.Iterator):
-        raise ValueError("Cannot infer the training-set size from a Python generator (reading a batch would consume "
-                         "it): pass dataset_size= to fit() or compile(). (steps_per_epoch x the batch size is the "
-                         "number of examples seen per epoch, the training-set size only if an epoch is one pass.)")
+        raise ValueError(
+            "Cannot infer the training-set size from a Python generator (reading a batch would consume "
+            "it): pass dataset_size= to fit() or compile(). (steps_per_epoch x the batch size is the "
+            "number of examples seen per epoch, the training-set size only if an epoch is one pass.)"
+        )
     leaves = tf.nest.flatten(x)
     if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
         n = int(leaves[0].shape[0])
         return _nonempty(_training_rows(n, validation_split))
-    raise ValueError(f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
-                     "or compile().")
+    raise ValueError(
+        f"Cannot infer the training-set size from {type(x).__name__}: pass dataset_size= to fit() "
+        "or compile()."
+    )
 
 
 def _batch_size(batch):
@@ -522,17 +691,23 @@ def _batch_size(batch):
 
 def _upper_bound(steps_per_epoch, batch_size):
     size = int(steps_per_epoch) * int(batch_size)
-    warnings.warn(f"BayesianModel: the data's length is unknown, so dataset_size is taken as steps_per_epoch x the "
-                  f"first batch's size = {steps_per_epoch} x {batch_size} = {size}, an upper bound of the training-set "
-                  "size (exact only if an epoch is one pass over the data). Pass dataset_size= for the exact size: "
-                  "it scales the likelihood against the prior.", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"BayesianModel: the data's length is unknown, so dataset_size is taken as steps_per_epoch x the "
+        f"first batch's size = {steps_per_epoch} x {batch_size} = {size}, an upper bound of the training-set "
+        "size (exact only if an epoch is one pass over the data). Pass dataset_size= for the exact size: "
+        "it scales the likelihood against the prior.",
+        UserWarning,
+        stacklevel=3,
+    )
     return _nonempty(size)
 
 
 def _nonempty(size):
     if size < 1:
-        raise ValueError("The data has no examples (after validation_split): BayesianModel needs at least one "
-                         "training example to scale its likelihood.")
+        raise ValueError(
+            "The data has no examples (after validation_split): BayesianModel needs at least one "
+            "training example to scale its likelihood."
+        )
     return size
 
 
@@ -557,9 +732,11 @@ def _training_targets(x, y, validation_split=0.0, steps_per_epoch=None):
     if isinstance(x, tf.data.Dataset):
         if int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
             if not steps_per_epoch:
-                raise ValueError("The likelihood fits constants to the training targets before the first step (e.g. "
-                                 "Normal's standardisation): an infinite dataset needs steps_per_epoch, or call "
-                                 "model.likelihood.adapt(y_train) before fit.")
+                raise ValueError(
+                    "The likelihood fits constants to the training targets before the first step (e.g. "
+                    "Normal's standardisation): an infinite dataset needs steps_per_epoch, or call "
+                    "model.likelihood.adapt(y_train) before fit."
+                )
             x = x.take(int(steps_per_epoch))
         return x.map(lambda *element: element[1] if len(element) > 1 else element[0][1])
     if isinstance(x, keras.utils.PyDataset) and (x.num_batches is not None or steps_per_epoch):
@@ -567,8 +744,10 @@ def _training_targets(x, y, validation_split=0.0, steps_per_epoch=None):
         return np.concatenate([np.asarray(x[i][1]) for i in range(batches)])
     if y is not None:
         y = np.asarray(y)
-        return y[:_training_rows(len(y), validation_split)]
-    raise ValueError(f"The likelihood fits constants to the training targets before the first step (e.g. "
-                     f"Normal's standardisation), which fit cannot read from {type(x).__name__}: pass arrays or a "
-                     "tf.data.Dataset, or call model.likelihood.adapt(y_train) before fit (or use "
-                     "Normal(standardize=False)).")
+        return y[: _training_rows(len(y), validation_split)]
+    raise ValueError(
+        f"The likelihood fits constants to the training targets before the first step (e.g. "
+        f"Normal's standardisation), which fit cannot read from {type(x).__name__}: pass arrays or a "
+        "tf.data.Dataset, or call model.likelihood.adapt(y_train) before fit (or use "
+        "Normal(standardize=False))."
+    )

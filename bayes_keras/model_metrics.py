@@ -29,16 +29,24 @@ class ModelMetrics(MetricsList):
         """Set the group at compile: the user's ParticleMetrics and the optimizer's reported metrics."""
         unknown = set(reported_method_metrics) - set(self.method)
         if unknown:
-            raise ValueError(f"The optimizer reports metrics {sorted(unknown)}; BayesianModel tracks "
-                             f"{sorted(self.method)}.")
+            raise ValueError(
+                f"The optimizer reports metrics {sorted(unknown)}; BayesianModel tracks "
+                f"{sorted(self.method)}."
+            )
         names = ["nll"] + [m.name for m in particle_metrics] + list(reported_method_metrics)
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"Metric names must be unique; {duplicates} appear more than once (BayesianModel "
-                             "always reports 'nll'; name your metric differently).")
+            raise ValueError(
+                f"Metric names must be unique; {duplicates} appear more than once (BayesianModel "
+                "always reports 'nll'; name your metric differently)."
+            )
         self.particle_metrics = list(particle_metrics)
         self.reported_method_metrics = tuple(reported_method_metrics)
-        self.metrics = [self.nll] + self.particle_metrics + [self.method[n] for n in self.reported_method_metrics]
+        self.metrics = (
+            [self.nll]
+            + self.particle_metrics
+            + [self.method[n] for n in self.reported_method_metrics]
+        )
 
     def update_predictive(self, y, outputs, likelihood, sample_weight):
         """Update nll and the ParticleMetrics from per-particle outputs (batch, N, ...)."""
@@ -67,7 +75,9 @@ def split_metrics(metrics, likelihood):
         return None, []
     if isinstance(metrics, dict):
         if any(isinstance(m, ParticleMetric) for m in keras.tree.flatten(metrics)):
-            raise ValueError("ParticleMetrics go in a flat list: compile(metrics=[...]); BayesianModel has one output.")
+            raise ValueError(
+                "ParticleMetrics go in a flat list: compile(metrics=[...]); BayesianModel has one output."
+            )
         return metrics, []
     single = not isinstance(metrics, (list, tuple))
     keras_metrics, particle_metrics = [], []
@@ -86,4 +96,6 @@ class _TrainingMean(keras.metrics.Mean):
 
     def __init__(self, name):
         super().__init__(name=name)
-        self._direction = "up" if name == "elbo" else "down"  # read by Keras' callbacks for mode="auto"
+        self._direction = (
+            "up" if name == "elbo" else "down"
+        )  # read by Keras' callbacks for mode="auto"

@@ -23,18 +23,25 @@ class ModelSerialization:
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "likelihood": None if self.likelihood is None else likelihoods_lib.serialize(self.likelihood),
-            "num_particles": self._expected_num_particles,
-            "dataset_size": self.dataset_size,
-            "temperature": self.temperature,
-        })
+        config.update(
+            {
+                "likelihood": None
+                if self.likelihood is None
+                else likelihoods_lib.serialize(self.likelihood),
+                "num_particles": self._expected_num_particles,
+                "dataset_size": self.dataset_size,
+                "temperature": self.temperature,
+            }
+        )
         return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
-        own = {k: config.pop(k, None) for k in ("likelihood", "num_particles", "dataset_size", "temperature")}
+        own = {
+            k: config.pop(k, None)
+            for k in ("likelihood", "num_particles", "dataset_size", "temperature")
+        }
         if own["temperature"] is None:
             own["temperature"] = 1.0
         if own["likelihood"] is not None:
@@ -68,9 +75,14 @@ class ModelSerialization:
         compiled model (which builds the clone from inputs and outputs alone, then compiles it from this
         config) keeps them."""
         config = super().get_compile_config()
-        if config and self.likelihood is not None:  # Keras' {} means "not compiled": keep it so on load
-            config = {**config, "likelihood": likelihoods_lib.serialize(self.likelihood),
-                      "temperature": self.temperature}
+        if (
+            config and self.likelihood is not None
+        ):  # Keras' {} means "not compiled": keep it so on load
+            config = {
+                **config,
+                "likelihood": likelihoods_lib.serialize(self.likelihood),
+                "temperature": self.temperature,
+            }
         return config
 
     def compile_from_config(self, config):
@@ -86,35 +98,56 @@ class ModelSerialization:
         HDF5 format cannot hold a BayesianModel's configuration and is refused. Atomic: the file is written
         beside `filepath` and renamed over it, so a crash or a full disk leaves the previous file intact."""
         if str(filepath).lower().endswith((".h5", ".hdf5")):
-            raise ValueError(f"BayesianModel saves in the Keras format: use a path ending in '.keras' (got "
-                             f"{str(filepath)!r}; the legacy HDF5 format cannot restore a BayesianModel). For "
-                             "serving, model.export(path) writes a SavedModel of the predictive.")
+            raise ValueError(
+                f"BayesianModel saves in the Keras format: use a path ending in '.keras' (got "
+                f"{str(filepath)!r}; the legacy HDF5 format cannot restore a BayesianModel). For "
+                "serving, model.export(path) writes a SavedModel of the predictive."
+            )
         if not isinstance(filepath, (str, os.PathLike)) or kwargs.get("zipped") is False or args:
             return super().save(filepath, *args, **kwargs)
-        if not str(filepath).endswith(".keras"):  # (the temporary file's name would have satisfied Keras' check)
-            raise ValueError(f"BayesianModel.save writes the Keras format: filepath must end in '.keras'; got "
-                             f"{str(filepath)!r} (keras.models.load_model refuses other names). For serving, "
-                             "model.export(path) writes a SavedModel of the predictive.")
+        if not str(filepath).endswith(
+            ".keras"
+        ):  # (the temporary file's name would have satisfied Keras' check)
+            raise ValueError(
+                f"BayesianModel.save writes the Keras format: filepath must end in '.keras'; got "
+                f"{str(filepath)!r} (keras.models.load_model refuses other names). For serving, "
+                "model.export(path) writes a SavedModel of the predictive."
+            )
         if os.path.isdir(filepath):
-            raise ValueError(f"BayesianModel.save: filepath {str(filepath)!r} is a directory; give a file path.")
+            raise ValueError(
+                f"BayesianModel.save: filepath {str(filepath)!r} is a directory; give a file path."
+            )
         directory = os.path.dirname(os.path.abspath(filepath))
         if not os.path.isdir(directory):
-            raise FileNotFoundError(f"BayesianModel.save: filepath {str(filepath)!r} is in a directory that does not "
-                                    f"exist ({directory!r}); make it first.")
+            raise FileNotFoundError(
+                f"BayesianModel.save: filepath {str(filepath)!r} is in a directory that does not "
+                f"exist ({directory!r}); make it first."
+            )
         if not isinstance(kwargs.get("overwrite", True), (bool, np.bool_)):
-            raise ValueError(f"BayesianModel.save: overwrite must be True or False; got {kwargs['overwrite']!r}.")
+            raise ValueError(
+                f"BayesianModel.save: overwrite must be True or False; got {kwargs['overwrite']!r}."
+            )
         if os.path.exists(filepath) and not kwargs.get("overwrite", True):
-            if not (sys.stdin and sys.stdin.isatty()):  # Keras would ask on a terminal, and fail (EOFError) elsewhere
-                raise FileExistsError(f"BayesianModel.save: {str(filepath)!r} exists and overwrite=False; pass "
-                                      "overwrite=True to replace it, or another path.")
+            if not (
+                sys.stdin and sys.stdin.isatty()
+            ):  # Keras would ask on a terminal, and fail (EOFError) elsewhere
+                raise FileExistsError(
+                    f"BayesianModel.save: {str(filepath)!r} exists and overwrite=False; pass "
+                    "overwrite=True to replace it, or another path."
+                )
             return super().save(filepath, **kwargs)  # Keras asks whether to overwrite
         kwargs["overwrite"] = True  # the temporary file is new; the rename replaces the target
         # Written beside the target, then renamed over it: a crash or a full disk leaves the old file or the
         # new one, never a partial one (bayes_keras/atomic_files.py).
-        atomic_files.replace_file(filepath, lambda temporary: super(ModelSerialization, self).save(temporary, **kwargs),
-                                  suffix=".keras")
+        atomic_files.replace_file(
+            filepath,
+            lambda temporary: super(ModelSerialization, self).save(temporary, **kwargs),
+            suffix=".keras",
+        )
 
-    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+    def export(
+        self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs
+    ):
         """As keras.Model.export, but a "tf_saved_model" serves the posterior predictive (class
         probabilities or predictive mean / sd, uncertainty, quantiles, per-particle outputs) without
         bayes_keras: see `bayes_keras.export.export_predictive`. Other formats export the per-particle
@@ -122,17 +155,26 @@ class ModelSerialization:
         if not isinstance(filepath, (str, os.PathLike)):
             raise ValueError(f"export: filepath must be a directory path; got {filepath!r}.")
         if input_signature is not None and not isinstance(input_signature, (list, tuple, dict)):
-            raise ValueError(f"export: input_signature must be a list of keras.InputSpec / tf.TensorSpec (one per "
-                             f"input) or None; got {input_signature!r}.")
+            raise ValueError(
+                f"export: input_signature must be a list of keras.InputSpec / tf.TensorSpec (one per "
+                f"input) or None; got {input_signature!r}."
+            )
         if format == "tf_saved_model":
-            return export_predictive(self, filepath, input_signature=input_signature,
-                                     verbose=True if verbose is None else verbose)
+            return export_predictive(
+                self,
+                filepath,
+                input_signature=input_signature,
+                verbose=True if verbose is None else verbose,
+            )
         try:
-            return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature,
-                                  **kwargs)
+            return super().export(
+                filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
+            )
         except ModuleNotFoundError as error:
-            raise ValueError(f"export: format={format!r} needs the {error.name!r} package, which is not installed "
-                             "(format='tf_saved_model' needs nothing more).") from error
+            raise ValueError(
+                f"export: format={format!r} needs the {error.name!r} package, which is not installed "
+                "(format='tf_saved_model' needs nothing more)."
+            ) from error
 
 
 def refreeze(model):

@@ -24,9 +24,11 @@ class ParticleSlices:
     def __init__(self, model, replicas):
         n = model.num_particles
         if n % replicas:
-            raise ValueError(f"parallel='particles' splits the {n} particles evenly over the {replicas} replicas; "
-                             f"{n} is not a multiple of {replicas}. Use a multiple of {replicas} particles, or "
-                             "parallel='data'.")
+            raise ValueError(
+                f"parallel='particles' splits the {n} particles evenly over the {replicas} replicas; "
+                f"{n} is not a multiple of {replicas}. Use a multiple of {replicas} particles, or "
+                "parallel='data'."
+            )
         self.num_particles, self.size = n, n // replicas
         try:
             config = model.get_config()
@@ -34,19 +36,27 @@ class ParticleSlices:
             config["num_particles"] = self.size
             self.model = type(model).from_config(config)
         except (KeyError, TypeError, NotImplementedError) as error:
-            raise ValueError(f"parallel='particles' rebuilds the model with {self.size} particles from its config, "
-                             f"which failed for {type(model).__name__} ({error}). It needs a functional or "
-                             "Sequential BayesianModel; use parallel='data' for a subclassed one.") from None
+            raise ValueError(
+                f"parallel='particles' rebuilds the model with {self.size} particles from its config, "
+                f"which failed for {type(model).__name__} ({error}). It needs a functional or "
+                "Sequential BayesianModel; use parallel='data' for a subclassed one."
+            ) from None
         ours, theirs = model.variables, self.model.variables
         if len(ours) != len(theirs):
-            raise ValueError(f"parallel='particles': the model rebuilt with {self.size} particles has {len(theirs)} "
-                             f"variables, the model {len(ours)}; use parallel='data'.")
+            raise ValueError(
+                f"parallel='particles': the model rebuilt with {self.size} particles has {len(theirs)} "
+                f"variables, the model {len(ours)}; use parallel='data'."
+            )
         self.pairs = []  # (the copy's variable, the model's, whether it is sliced along the particle axis)
         for mine, full in zip(theirs, ours):
             sliced = tuple(mine.shape) != tuple(full.shape)
-            if sliced and (tuple(mine.shape) != (self.size,) + tuple(full.shape[1:]) or full.shape[0] != n):
-                raise ValueError(f"parallel='particles': variable {full.path} {tuple(full.shape)} does not match "
-                                 f"{mine.path} {tuple(mine.shape)} of the model rebuilt with {self.size} particles.")
+            if sliced and (
+                tuple(mine.shape) != (self.size,) + tuple(full.shape[1:]) or full.shape[0] != n
+            ):
+                raise ValueError(
+                    f"parallel='particles': variable {full.path} {tuple(full.shape)} does not match "
+                    f"{mine.path} {tuple(mine.shape)} of the model rebuilt with {self.size} particles."
+                )
             self.pairs.append((mine, full, sliced))
 
     def __call__(self, x, training=True):
@@ -57,14 +67,24 @@ class ParticleSlices:
         for mine, full, sliced in self.pairs:
             value = full.value
             if sliced:
-                value = tf.slice(value, tf.concat([[start], tf.zeros([len(full.shape) - 1], tf.int32)], 0),
-                                 [self.size] + list(full.shape[1:]))
+                value = tf.slice(
+                    value,
+                    tf.concat([[start], tf.zeros([len(full.shape) - 1], tf.int32)], 0),
+                    [self.size] + list(full.shape[1:]),
+                )
             mapping.append((mine, value))
-        with keras.StatelessScope(mapping) as scope, distribute.particle_slice(start, self.num_particles):
+        with (
+            keras.StatelessScope(mapping) as scope,
+            distribute.particle_slice(start, self.num_particles),
+        ):
             for mine, value in mapping:
                 given[id(mine)] = scope.get_current_value(mine)
             outputs = self.model(x, training=training)
-        for mine, full, sliced in self.pairs:  # what the pass wrote (moving statistics, seed generators)
+        for (
+            mine,
+            full,
+            sliced,
+        ) in self.pairs:  # what the pass wrote (moving statistics, seed generators)
             new = scope.get_current_value(mine)
             if new is given[id(mine)]:
                 continue
@@ -74,7 +94,9 @@ class ParticleSlices:
 
 def _with_particles(layer_config, size):
     config = dict(layer_config)
-    config.pop("build_config", None)  # built with N particles: the call on the inputs builds it anew
+    config.pop(
+        "build_config", None
+    )  # built with N particles: the call on the inputs builds it anew
     inner = dict(config["config"])
     if inner.get("num_particles") is not None:
         inner["num_particles"] = size

@@ -55,7 +55,9 @@ class ParticleTrainer:
         particle_prior, shared_prior = self.log_prior()
         scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
         particle_prior = particle_prior / self.temperature
-        if parts:  # (particle parallel: scaled_loglik has this replica's N / R particles, the prior all N)
+        if (
+            parts
+        ):  # (particle parallel: scaled_loglik has this replica's N / R particles, the prior all N)
             return shared_prior / self.temperature, scaled_loglik, particle_prior
         return scaled_loglik + particle_prior, shared_prior / self.temperature
 
@@ -80,15 +82,27 @@ class ParticleTrainer:
         if optimizer == "compiled":
             optimizer = self._bayesian_optimizer
         elif optimizer is not None and not isinstance(optimizer, BayesianOptimizer):
-            raise ValueError(f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
-                             f"{optimizer!r}.")
-        if any(isinstance(t, tf.distribute.DistributedValues) for t in tf.nest.flatten((x, y, sample_weight))):
-            raise ValueError("bayesian_gradients got distributed batches (PerReplica values): call it inside "
-                             "strategy.run(step, args=(x, y)), which hands each replica its share (see "
-                             "docs/distributed.md, the custom loop).")
+            raise ValueError(
+                f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
+                f"{optimizer!r}."
+            )
+        if any(
+            isinstance(t, tf.distribute.DistributedValues)
+            for t in tf.nest.flatten((x, y, sample_weight))
+        ):
+            raise ValueError(
+                "bayesian_gradients got distributed batches (PerReplica values): call it inside "
+                "strategy.run(step, args=(x, y)), which hands each replica its share (see "
+                "docs/distributed.md, the custom loop)."
+            )
         if distribute.num_replicas() > 1:  # what fit refuses, the custom loop refuses too
-            call_checks.random_layers(self, "bayesian_gradients", "particle parallel" if self._particle_parallel_active()
-                                      else f"{distribute.num_replicas()} replicas")
+            call_checks.random_layers(
+                self,
+                "bayesian_gradients",
+                "particle parallel"
+                if self._particle_parallel_active()
+                else f"{distribute.num_replicas()} replicas",
+            )
         if self._particle_parallel_active():
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         return self._gradients(x, y, sample_weight, optimizer)[:2]
@@ -104,11 +118,17 @@ class ParticleTrainer:
         Under tf.distribute (`replicas` > 1) each replica's loss scales its examples by the global batch
         and carries 1 / replicas of the prior terms, so that the sum over replicas is the loss above."""
         if self.dataset_size is None:
-            raise ValueError("Unknown training-set size: pass dataset_size= to the model, compile() or fit().")
+            raise ValueError(
+                "Unknown training-set size: pass dataset_size= to the model, compile() or fit()."
+            )
         shared_log_prior, scaled_loglik, particle_prior = self._log_joint(
-            y, outputs, sample_weight, parts=True, global_batch=global_batch)
+            y, outputs, sample_weight, parts=True, global_batch=global_batch
+        )
         n = tf.cast(tf.shape(particle_prior)[0], particle_prior.dtype)  # all N particles
-        loss = -tf.reduce_sum(scaled_loglik) - (tf.reduce_sum(particle_prior) + n * shared_log_prior) / replicas
+        loss = (
+            -tf.reduce_sum(scaled_loglik)
+            - (tf.reduce_sum(particle_prior) + n * shared_log_prior) / replicas
+        )
         if self.losses:
             loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
         return loss, scaled_loglik, particle_prior
@@ -132,50 +152,79 @@ class ParticleTrainer:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
                 outputs = tf.cast(self(x, training=True), self.loss_dtype)
             self._build_likelihood(outputs.shape)
-            trainable = self.trainable_variables  # after the call: a subclassed model builds in its first one
+            trainable = (
+                self.trainable_variables
+            )  # after the call: a subclassed model builds in its first one
             # A subclassed model's first call also builds it through a symbolic call, whose records are
             # not part of this step.
             records = [r for r in records if _of_this_graph(r.preactivations)]
             local_batch = tf.shape(outputs)[0]
-            global_batch, first_row = (local_batch, 0) if replicas == 1 else distribute.batch_rows(local_batch)
-            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight,
-                                                                  None if replicas == 1 else global_batch, replicas)
+            global_batch, first_row = (
+                (local_batch, 0) if replicas == 1 else distribute.batch_rows(local_batch)
+            )
+            loss, scaled_loglik, particle_prior = self._objective(
+                y, outputs, sample_weight, None if replicas == 1 else global_batch, replicas
+            )
             n = tf.cast(tf.shape(scaled_loglik)[0], loss.dtype)
             if sampled_labels and records:
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = _sampled_nll(self.likelihood, outputs, seed, global_batch, first_row, replicas)
+                sampled_nll = _sampled_nll(
+                    self.likelihood, outputs, seed, global_batch, first_row, replicas
+                )
                 if sample_weight is not None:
-                    sampled_nll = sampled_nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype)
+                    sampled_nll = sampled_nll * tf.cast(
+                        tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype
+                    )
                 sampled_nll = tf.reduce_sum(sampled_nll)
             # float16 backward passes differentiate the per-datum loss times a dynamic scale, as Keras
             # scales its (per-example) loss; gradients are unscaled below in the variables' dtype.
-            scale = None if self._loss_scale is None else self._loss_scale / float(self.dataset_size)
+            scale = (
+                None if self._loss_scale is None else self._loss_scale / float(self.dataset_size)
+            )
             scaled_loss = loss if scale is None else loss * scale
             if sampled_labels and records and scale is not None:
                 sampled_nll = sampled_nll * scale
         grads = tape.gradient(scaled_loss, trainable + [r.preactivations for r in records])
-        grads = [g if g is None or scale is None else tf.cast(g, self.loss_dtype) / scale for g in grads]
-        grads, preactivation_grads = grads[:len(trainable)], grads[len(trainable):]
+        grads = [
+            g if g is None or scale is None else tf.cast(g, self.loss_dtype) / scale for g in grads
+        ]
+        grads, preactivation_grads = grads[: len(trainable)], grads[len(trainable) :]
         if records:
             sampled_grads = None
             if sampled_labels:
                 sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
                 if scale is not None:
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
-            finish_records(records, preactivation_grads, global_batch, self.loss_dtype, self.dataset_size,
-                           self.temperature, sampled_grads)
+            finish_records(
+                records,
+                preactivation_grads,
+                global_batch,
+                self.loss_dtype,
+                self.dataset_size,
+                self.temperature,
+                sampled_grads,
+            )
         del tape
         if optimizer is not None and not optimizer.built:
             # A subclassed model is built by its first call (here): its optimizer only now sees the variables.
             with tf.init_scope():  # inside the traced step: create and initialise the state eagerly
                 optimizer.build(trainable)
-        grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
-                 for g, v in zip(grads, trainable)]
+        grads = [
+            g if g is None or getattr(v, "is_particle_variable", False) else g / n
+            for g, v in zip(grads, trainable)
+        ]
         if replicas > 1:  # the one place where a step's batch quantities become the global batch's
-            grads, scaled_loglik, loss = _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients)
-        step = StepInfo(log_likelihood=tf.stop_gradient(scaled_loglik), log_prior=tf.stop_gradient(particle_prior),
-                        temperature=self.temperature, dataset_size=float(self.dataset_size),
-                        curvature=tuple(records), prepared=prepared)
+            grads, scaled_loglik, loss = _reduce_step(
+                grads, scaled_loglik, loss, records, reduce_gradients
+            )
+        step = StepInfo(
+            log_likelihood=tf.stop_gradient(scaled_loglik),
+            log_prior=tf.stop_gradient(particle_prior),
+            temperature=self.temperature,
+            dataset_size=float(self.dataset_size),
+            curvature=tuple(records),
+            prepared=prepared,
+        )
         return grads, step, outputs, loss
 
     def _particle_parallel_gradients(self, x, y, sample_weight, optimizer, replicas):
@@ -185,36 +234,52 @@ class ParticleTrainer:
         prepared = None if optimizer is None else optimizer.prepare_step()
         n = self._particle_slices.num_particles
         with tf.GradientTape() as tape:
-            outputs = tf.cast(self._particle_slices(x, training=True), self.loss_dtype)  # (batch, N / R, ...)
+            outputs = tf.cast(
+                self._particle_slices(x, training=True), self.loss_dtype
+            )  # (batch, N / R, ...)
             trainable = self.trainable_variables
             # The whole batch on every replica: scaled by its own size; 1 / replicas of the priors.
-            loss, scaled_loglik, particle_prior = self._objective(y, outputs, sample_weight, None, replicas)
+            loss, scaled_loglik, particle_prior = self._objective(
+                y, outputs, sample_weight, None, replicas
+            )
         grads = tape.gradient(loss, trainable)
         if optimizer is not None and not optimizer.built:
             with tf.init_scope():
                 optimizer.build(trainable)
-        grads = [g if g is None or getattr(v, "is_particle_variable", False) else g / n
-                 for g, v in zip(grads, trainable)]
+        grads = [
+            g if g is None or getattr(v, "is_particle_variable", False) else g / n
+            for g, v in zip(grads, trainable)
+        ]
         grads, (loss,) = _sum_gradients_and(grads, [loss])
-        step = StepInfo(log_likelihood=tf.stop_gradient(distribute.gather(scaled_loglik)),
-                        log_prior=tf.stop_gradient(particle_prior), temperature=self.temperature,
-                        dataset_size=float(self.dataset_size), curvature=(), prepared=prepared)
+        step = StepInfo(
+            log_likelihood=tf.stop_gradient(distribute.gather(scaled_loglik)),
+            log_prior=tf.stop_gradient(particle_prior),
+            temperature=self.temperature,
+            dataset_size=float(self.dataset_size),
+            curvature=(),
+            prepared=prepared,
+        )
         return grads, step, distribute.gather(outputs, axis=1), loss
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        if self._particle_parallel_active():  # every replica takes the whole batch, and a slice of the particles
+        if (
+            self._particle_parallel_active()
+        ):  # every replica takes the whole batch, and a slice of the particles
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         optimizer = self._bayesian_optimizer
-        grads, step, outputs, loss = self._gradients(x, y, sample_weight, optimizer,
-                                                     reduce_gradients=optimizer is not None)
+        grads, step, outputs, loss = self._gradients(
+            x, y, sample_weight, optimizer, reduce_gradients=optimizer is not None
+        )
         if optimizer is not None:
             self._bayesian_metrics.update_method(optimizer.report(step), tf.shape(outputs)[0])
         trainable = self.trainable_variables
         if optimizer is not None and self._loss_scale is None:
             # The optimizer's guard refuses a step whose loss, curvature records or new values are not
             # finite; the model counts the steps refused for their loss or records (skipped_steps).
-            self._skipped.assign_add(tf.cast(tf.logical_not(step_is_finite(step)), self._skipped.dtype))
+            self._skipped.assign_add(
+                tf.cast(tf.logical_not(step_is_finite(step)), self._skipped.dtype)
+            )
             optimizer.apply(grads, trainable, step)
             return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
         # A plain Keras optimizer (no guard of its own), or float16 loss scaling, where a finite loss with
@@ -249,7 +314,9 @@ class ParticleTrainer:
             self._loss_scale_good_steps.assign(0)
             self._skipped.assign_add(tf.where(finite_loss, 0, 1))
 
-        applied = distribute.guarded(finite, apply, skip, args=[finite_loss] + [grads[i] for i in present])
+        applied = distribute.guarded(
+            finite, apply, skip, args=[finite_loss] + [grads[i] for i in present]
+        )
         if self._loss_scale is not None:
             self._grow_loss_scale(applied)
         else:  # outside the decision: under tf.distribute its branches run in every replica
@@ -280,13 +347,20 @@ class ParticleTrainer:
             per_example = loss / (n * float(self.dataset_size))
             # A step refused for a non-finite loss leaves the particles unchanged and is not part of the epoch's
             # loss (one NaN batch made the whole epoch's reported loss NaN); fit warns that it was skipped.
-            finite = tf.math.is_finite(per_example) if training else tf.constant(True)  # evaluate reports a NaN
-            self._loss_tracker.update_state(tf.where(finite, per_example, tf.zeros_like(per_example)),
-                                            sample_weight=tf.where(finite, tf.cast(batch, per_example.dtype),
-                                                                   tf.zeros((), per_example.dtype)))
+            finite = (
+                tf.math.is_finite(per_example) if training else tf.constant(True)
+            )  # evaluate reports a NaN
+            self._loss_tracker.update_state(
+                tf.where(finite, per_example, tf.zeros_like(per_example)),
+                sample_weight=tf.where(
+                    finite, tf.cast(batch, per_example.dtype), tf.zeros((), per_example.dtype)
+                ),
+            )
         self._bayesian_metrics.update_predictive(y, outputs, self.likelihood, sample_weight)
         logs = self.compute_metrics(x, y, outputs, sample_weight)
-        if not training:  # the optimizer's bound is a training objective: not reported on held-out data
+        if (
+            not training
+        ):  # the optimizer's bound is a training objective: not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
         if distribute.num_replicas() > 1:
@@ -308,8 +382,13 @@ class ParticleTrainer:
         strategy = self.distribute_strategy
         for _, _, batches in iterator:
             data_batch = keras.tree.map_structure(
-                lambda v: strategy.experimental_local_results(v)[0]
-                if isinstance(v, tf.distribute.DistributedValues) else v, next(batches))
+                lambda v: (
+                    strategy.experimental_local_results(v)[0]
+                    if isinstance(v, tf.distribute.DistributedValues)
+                    else v
+                ),
+                next(batches),
+            )
             break
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
@@ -325,8 +404,12 @@ class ParticleTrainer:
             # (tf.identity: a read on this replica's device; the variables of a SyncOnRead metric under
             # MultiWorkerMirroredStrategy read as tensors without one, which its all-reduce refuses)
             values = distribute.sum_across_replicas([tf.identity(v.value) for v in variables])
-            values = [value / distribute.num_replicas() if getattr(v, "aggregation", "sum") == "mean" else value
-                      for v, value in zip(variables, values)]
+            values = [
+                value / distribute.num_replicas()
+                if getattr(v, "aggregation", "sum") == "mean"
+                else value
+                for v, value in zip(variables, values)
+            ]
             result = metric.stateless_result(values)
             if isinstance(result, dict):
                 results.update(result)
@@ -367,14 +450,20 @@ class ParticleTrainer:
         tf.data.Dataset, a PyDataset or generator; `steps` as in predict). It keeps no per-call state on the
         model, so threads may call it, `predict`, `predictive` and `uncertainty` on one model at once."""
         if x is None:
-            raise ValueError("predict_particles needs inputs x (arrays, a tf.data.Dataset, a PyDataset or a "
-                             "generator); got None.")
+            raise ValueError(
+                "predict_particles needs inputs x (arrays, a tf.data.Dataset, a PyDataset or a "
+                "generator); got None."
+            )
         call_checks.batch_size(batch_size)
         call_checks.not_empty(x, "predict_particles")
         call_checks.inputs(self, x, "predict_particles")
         call_checks.steps(x, steps, "predict_particles")
-        adapter = data_adapters.get_data_adapter(x, batch_size=batch_size or (None if _is_batched(x) else 32),
-                                                 steps_per_epoch=steps, shuffle=False)
+        adapter = data_adapters.get_data_adapter(
+            x,
+            batch_size=batch_size or (None if _is_batched(x) else 32),
+            steps_per_epoch=steps,
+            shuffle=False,
+        )
         function = particle_function(self, count_non_finite=True)
         outputs, non_finite = [], 0
         for step, batch in enumerate(adapter.get_tf_dataset()):
@@ -406,7 +495,9 @@ class ParticleTrainer:
         return {k: v.numpy() for k, v in self.likelihood.uncertainty(outputs).items()}
 
 
-def finish_records(records, preactivation_grads, batch, dtype, dataset_size, temperature, sampled_grads=None):
+def finish_records(
+    records, preactivation_grads, batch, dtype, dataset_size, temperature, sampled_grads=None
+):
     """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n), in place.
 
     loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
@@ -415,8 +506,10 @@ def finish_records(records, preactivation_grads, batch, dtype, dataset_size, tem
     scale = float(dataset_size) / (tf.cast(batch, dtype) * temperature)
     for i, (r, g) in enumerate(zip(records, preactivation_grads)):
         if g is None:
-            raise ValueError(f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
-                             "computed for it.")
+            raise ValueError(
+                f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
+                "computed for it."
+            )
         # Curvature statistics in the variables' dtype (float16 sums of a a^T would overflow).
         r.inputs = tf.cast(r.inputs, dtype)
         r.extras = None if r.extras is None else {k: tf.cast(v, dtype) for k, v in r.extras.items()}
@@ -436,7 +529,7 @@ def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
     local = tf.shape(outputs)[0]
     padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
     nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
-    return nll[first_row:first_row + local]
+    return nll[first_row : first_row + local]
 
 
 def _sum_gradients_and(grads, others, reduce_gradients=True):
@@ -447,13 +540,15 @@ def _sum_gradients_and(grads, others, reduce_gradients=True):
     grads = list(grads)
     for i, g in zip(present, summed):
         grads[i] = g
-    return grads, summed[len(present):]
+    return grads, summed[len(present) :]
 
 
 def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
     """Sum the replicas' gradients (unless a Keras optimizer sums them), log likelihoods and losses, and
     gather the curvature records' per-example tensors along the batch: the global batch's step."""
-    grads, (scaled_loglik, loss) = _sum_gradients_and(grads, [scaled_loglik, loss], reduce_gradients)
+    grads, (scaled_loglik, loss) = _sum_gradients_and(
+        grads, [scaled_loglik, loss], reduce_gradients
+    )
     for r in records:
         r.inputs = distribute.gather_examples(r.inputs)
         r.output_gradients = distribute.gather_examples(r.output_gradients)
@@ -463,7 +558,9 @@ def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
     return grads, scaled_loglik, loss
 
 
-_PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()  # model -> {training: its compiled per-particle forward pass}
+_PARTICLE_FUNCTIONS = (
+    weakref.WeakKeyDictionary()
+)  # model -> {training: its compiled per-particle forward pass}
 _PARTICLE_FUNCTIONS_LOCK = threading.Lock()
 
 
@@ -481,10 +578,13 @@ def particle_function(model, training=False, count_non_finite=False):
             def particle_outputs(inputs):
                 bound = owner()
                 outputs = tf.cast(bound(inputs, training=training), bound.loss_dtype)
-                return (outputs, call_checks.count_non_finite(inputs)) if count_non_finite else outputs
+                return (
+                    (outputs, call_checks.count_non_finite(inputs)) if count_non_finite else outputs
+                )
 
-            function = functions[(training, count_non_finite)] = tf.function(particle_outputs,
-                                                                              reduce_retracing=True)
+            function = functions[(training, count_non_finite)] = tf.function(
+                particle_outputs, reduce_retracing=True
+            )
     return function
 
 

@@ -34,24 +34,42 @@ def reliability_diagram(probs, labels, num_bins=15, title=None):
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     centres, width = 0.5 * (edges[:-1] + edges[1:]), 1.0 / num_bins
     filled = count > 0
-    top.bar(centres[filled], acc[filled], width=width, edgecolor="black", color="tab:blue", alpha=0.8,
-            label=f"accuracy (ECE {ece(probs, labels, num_bins):.4f})")
-    top.errorbar(centres[filled], conf[filled], xerr=0.5 * width, fmt="none", ecolor="tab:red", elinewidth=2,
-                 label="mean confidence in the bin")
+    top.bar(
+        centres[filled],
+        acc[filled],
+        width=width,
+        edgecolor="black",
+        color="tab:blue",
+        alpha=0.8,
+        label=f"accuracy (ECE {ece(probs, labels, num_bins):.4f})",
+    )
+    top.errorbar(
+        centres[filled],
+        conf[filled],
+        xerr=0.5 * width,
+        fmt="none",
+        ecolor="tab:red",
+        elinewidth=2,
+        label="mean confidence in the bin",
+    )
     top.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
     top.set_ylabel("accuracy")
     top.set_ylim(0, 1)
     top.legend(loc="upper left", fontsize=8)
     if title:
         top.set_title(title)
-    bottom.bar(centres, count / max(count.sum(), 1.0), width=width, edgecolor="black", color="tab:gray")
+    bottom.bar(
+        centres, count / max(count.sum(), 1.0), width=width, edgecolor="black", color="tab:gray"
+    )
     bottom.set_xlabel("confidence (top-label predictive probability)")
     bottom.set_ylabel("fraction")
     bottom.set_xlim(0, 1)
     return fig
 
 
-def regression_intervals(mean, lower, upper, targets=None, x=None, label="95% interval", title=None):
+def regression_intervals(
+    mean, lower, upper, targets=None, x=None, label="95% interval", title=None
+):
     """Predictive mean with the band [lower, upper] against `x` (one input feature, (n,)) or, without it,
     against the examples sorted by their predictive mean; targets as dots when given."""
     mean, lower, upper = (np.asarray(a, np.float64).reshape(-1) for a in (mean, lower, upper))
@@ -63,7 +81,9 @@ def regression_intervals(mean, lower, upper, targets=None, x=None, label="95% in
     if targets is not None:
         targets = np.asarray(targets, np.float64).reshape(-1)
         inside = np.mean((targets >= lower) & (targets <= upper))
-        ax.scatter(position, targets[order], s=8, color="black", label=f"targets ({inside:.0%} inside)")
+        ax.scatter(
+            position, targets[order], s=8, color="black", label=f"targets ({inside:.0%} inside)"
+        )
     ax.set_xlabel("examples sorted by predictive mean" if x is None else "x")
     ax.set_ylabel("y")
     ax.legend(fontsize=8)
@@ -79,8 +99,10 @@ def uncertainty_vs_error(uncertainty, errors, name="predictive entropy", title=N
     uncertainty = np.asarray(uncertainty, np.float64).reshape(-1)
     errors = np.asarray(errors, np.float64).reshape(-1)
     if uncertainty.shape != errors.shape:
-        raise ValueError(f"uncertainty and errors must have the same length; got {uncertainty.shape} and "
-                         f"{errors.shape}.")
+        raise ValueError(
+            f"uncertainty and errors must have the same length; got {uncertainty.shape} and "
+            f"{errors.shape}."
+        )
     order = np.argsort(uncertainty)  # most certain first
     kept = np.arange(1, len(order) + 1)
     mean_error = np.cumsum(errors[order]) / kept
@@ -107,13 +129,22 @@ def particles_2d(particles, log_prob=None, limits=None, resolution=200, title=No
         limits = (lo[0] - pad[0], hi[0] + pad[0], lo[1] - pad[1], hi[1] + pad[1])
     fig, ax = _figure(figsize=(5, 5), constrained_layout=True)
     if log_prob is not None:
-        gx, gy = np.meshgrid(np.linspace(limits[0], limits[1], resolution), np.linspace(limits[2], limits[3],
-                                                                                       resolution))
+        gx, gy = np.meshgrid(
+            np.linspace(limits[0], limits[1], resolution),
+            np.linspace(limits[2], limits[3], resolution),
+        )
         grid = np.stack([gx.ravel(), gy.ravel()], 1)
         density = np.exp(np.asarray(log_prob(grid), np.float64).reshape(gx.shape))
         ax.contourf(gx, gy, density, levels=20, cmap="Blues")
-    ax.scatter(particles[:, 0], particles[:, 1], s=12, color="tab:red", edgecolor="black", lw=0.3,
-               label=f"{len(particles)} particles")
+    ax.scatter(
+        particles[:, 0],
+        particles[:, 1],
+        s=12,
+        color="tab:red",
+        edgecolor="black",
+        lw=0.3,
+        label=f"{len(particles)} particles",
+    )
     ax.set_xlim(limits[0], limits[1])
     ax.set_ylim(limits[2], limits[3])
     ax.legend(fontsize=8)

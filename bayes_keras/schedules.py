@@ -21,7 +21,9 @@ class ConstantThenInverseTime(keras.optimizers.schedules.LearningRateSchedule):
         initial_learning_rate = check_number(initial_learning_rate, "initial_learning_rate")
         tau = check_number(tau, "tau (steps of constant learning rate)")
         if not initial_learning_rate > 0:
-            raise ValueError(f"initial_learning_rate must be positive; got {initial_learning_rate!r}.")
+            raise ValueError(
+                f"initial_learning_rate must be positive; got {initial_learning_rate!r}."
+            )
         if not tau >= 1:
             raise ValueError(f"tau must be >= 1 (steps of constant learning rate); got {tau!r}.")
         self.initial_learning_rate = float(initial_learning_rate)

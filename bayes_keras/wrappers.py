@@ -16,12 +16,16 @@ from bayes_keras.model import BayesianModel
 
 def _check_model(model):
     if not isinstance(model, BayesianModel):
-        raise ValueError(f"bayes_keras.wrappers estimators wrap a BayesianModel; got {type(model).__name__}. "
-                         "For a plain Keras model use keras.wrappers.")
+        raise ValueError(
+            f"bayes_keras.wrappers estimators wrap a BayesianModel; got {type(model).__name__}. "
+            "For a plain Keras model use keras.wrappers."
+        )
     if not getattr(model, "compiled", False) or model.optimizer is None or model.likelihood is None:
-        raise ValueError(f"The BayesianModel '{model.name}' must be compiled with an optimizer and have a likelihood "
-                         "(model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()) with "
-                         "likelihood= on the model or in compile).")
+        raise ValueError(
+            f"The BayesianModel '{model.name}' must be compiled with an optimizer and have a likelihood "
+            "(model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow()) with "
+            "likelihood= on the model or in compile)."
+        )
 
 
 class _BayesianEstimator:
@@ -30,9 +34,13 @@ class _BayesianEstimator:
 
     def fit(self, X, y, **kwargs):
         X, y = self._validated(X, y)
-        model = self.model_ if self.warm_start and hasattr(self, "model_") else self._get_model(X, y)
+        model = (
+            self.model_ if self.warm_start and hasattr(self, "model_") else self._get_model(X, y)
+        )
         _check_model(model)
-        self.history_ = model.fit(X, self._process_target(y, reset=True), **{**(self.fit_kwargs or {}), **kwargs})
+        self.history_ = model.fit(
+            X, self._process_target(y, reset=True), **{**(self.fit_kwargs or {}), **kwargs}
+        )
         self.model_ = model
         return self
 
@@ -47,12 +55,18 @@ class _BayesianEstimator:
         return X.astype(np.float32), y
 
     def __sklearn_clone__(self):
-        return type(self)(model=self.model, warm_start=self.warm_start, model_kwargs=self.model_kwargs,
-                          fit_kwargs=self.fit_kwargs)
+        return type(self)(
+            model=self.model,
+            warm_start=self.warm_start,
+            model_kwargs=self.model_kwargs,
+            fit_kwargs=self.fit_kwargs,
+        )
 
     def _get_model(self, X, y):
         if isinstance(self.model, keras.Model):
-            return keras.models.clone_model(self.model)  # the architecture, compiled, without the weights
+            return keras.models.clone_model(
+                self.model
+            )  # the architecture, compiled, without the weights
         return self.model(X=X, y=y, **(self.model_kwargs or {}))
 
 

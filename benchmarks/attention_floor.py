@@ -40,8 +40,10 @@ def variants(n, rng):
     fns = {}
     for name, (layer, inputs) in layers.items():
         layer(inputs, inputs)
-        fns[name] = harness.gradient_pass(lambda layer=layer, inputs=inputs: tf.reduce_sum(layer(inputs, inputs)),
-                                          layer.trainable_variables)
+        fns[name] = harness.gradient_pass(
+            lambda layer=layer, inputs=inputs: tf.reduce_sum(layer(inputs, inputs)),
+            layer.trainable_variables,
+        )
     return fns
 
 
@@ -49,23 +51,37 @@ def main():
     args = harness.floor_arguments(__doc__.splitlines()[0], rounds=7, steps=20)
     if args.particles == [5, 10, 20]:
         args.particles = [4, 8, 16]
-    rows = harness.floor_rows(variants, args, lambda times: {
-        name: harness.paired_ratio(times, name, "keras_tiled") for name in ("particles", "particles_first", "lora")})
+    rows = harness.floor_rows(
+        variants,
+        args,
+        lambda times: {
+            name: harness.paired_ratio(times, name, "keras_tiled")
+            for name in ("particles", "particles_first", "lora")
+        },
+    )
     machine = harness.machine_info()
-    lines = ["# Particle attention against Keras attention on the N-times batch", "",
-             f"`python benchmarks/attention_floor.py --particles {' '.join(map(str, args.particles))}`; batch {BATCH}, "
-             f"time {TIME}, features {FEATURES}, {HEADS} heads of {KEY_DIM}; forward + backward; median of "
-             f"{args.rounds} interleaved rounds of {args.steps} calls, ratios paired within rounds. Machine: "
-             f"{machine['processor']}, {machine['cpu_count']} CPUs, oneDNN {machine['onednn']}.", "",
-             "| N | Keras on N x batch (us) | particles | ratio | particles, first layer | ratio | LoRA r=4, first layer "
-             "| ratio |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Particle attention against Keras attention on the N-times batch",
+        "",
+        f"`python benchmarks/attention_floor.py --particles {' '.join(map(str, args.particles))}`; batch {BATCH}, "
+        f"time {TIME}, features {FEATURES}, {HEADS} heads of {KEY_DIM}; forward + backward; median of "
+        f"{args.rounds} interleaved rounds of {args.steps} calls, ratios paired within rounds. Machine: "
+        f"{machine['processor']}, {machine['cpu_count']} CPUs, oneDNN {machine['onednn']}.",
+        "",
+        "| N | Keras on N x batch (us) | particles | ratio | particles, first layer | ratio | LoRA r=4, first layer "
+        "| ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         m, r = row["median_us"], row["ratio"]
-        lines.append(f"| {row['num_particles']} | {m['keras_tiled']:.0f} | {m['particles']:.0f} | {r['particles']:.2f} "
-                     f"| {m['particles_first']:.0f} | {r['particles_first']:.2f} | {m['lora']:.0f} | {r['lora']:.2f} |")
+        lines.append(
+            f"| {row['num_particles']} | {m['keras_tiled']:.0f} | {m['particles']:.0f} | {r['particles']:.2f} "
+            f"| {m['particles_first']:.0f} | {r['particles_first']:.2f} | {m['lora']:.0f} | {r['lora']:.2f} |"
+        )
     suffix = {"on": "_onednn_on", "off": "_onednn_off"}.get(harness.onednn_setting(), "")
-    paths = harness.save_results("attention_floor" + suffix, {"args": vars(args), "machine": machine, "rows": rows},
-                                 lines)
+    paths = harness.save_results(
+        "attention_floor" + suffix, {"args": vars(args), "machine": machine, "rows": rows}, lines
+    )
     print("\n".join(lines))
     print("wrote", *paths)
 

@@ -41,17 +41,28 @@ OPTIMIZERS = {
     "svgd": lambda lib: lib.optimizers.SVGD(1e-2),
     "mean_field_vi": lambda lib: lib.optimizers.MeanFieldVI(1e-3),
     # spelled out (the defaults changed between versions: precision 1e3, mean rate 0.3); 1e-2 diverges on LeNet
-    "mgvbp_empirical_fisher": lambda lib: lib.optimizers.MGVBP(1e-3, curvature="empirical_fisher", momentum=0.4,
-                                                               initial_precision=10.0, mean_learning_rate=None),
-    "mgvbp": lambda lib: lib.optimizers.MGVBP(),  # diagonal, Stein curvature (the defaults since #31)
+    "mgvbp_empirical_fisher": lambda lib: lib.optimizers.MGVBP(
+        1e-3,
+        curvature="empirical_fisher",
+        momentum=0.4,
+        initial_precision=10.0,
+        mean_learning_rate=None,
+    ),
+    "mgvbp": lambda lib: (
+        lib.optimizers.MGVBP()
+    ),  # diagonal, Stein curvature (the defaults since #31)
     # 0.1 diverged on the repeated batch: skipped (NaN) steps are nearly free and made the row meaningless
-    "matrix_svgd_kfac": lambda lib: lib.optimizers.MatrixSVGD(0.01, lib.preconditioners.KFACPreconditioner()),
+    "matrix_svgd_kfac": lambda lib: lib.optimizers.MatrixSVGD(
+        0.01, lib.preconditioners.KFACPreconditioner()
+    ),
 }
 
 
 def import_before(ref, directory):
     """bayes_keras at git `ref`, importable as `bayes_keras_before`."""
-    archive = subprocess.run(["git", "-C", REPO, "archive", ref, "bayes_keras"], check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", REPO, "archive", ref, "bayes_keras"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", directory], input=archive, check=True)
     package = os.path.join(directory, "bayes_keras_before")
     shutil.move(os.path.join(directory, "bayes_keras"), package)
@@ -85,8 +96,11 @@ def skipped(model):
     """Steps that did no update (non-finite loss, refused update, skipped curvature): they cost far less than a
     real step, so a row with any is not a timing of the method."""
     optimizer = model.optimizer
-    counts = [model.skipped_steps] + [int(getattr(optimizer, name).numpy()) for name in
-                                      ("skipped_updates", "skipped_curvature_steps") if hasattr(optimizer, name)]
+    counts = [model.skipped_steps] + [
+        int(getattr(optimizer, name).numpy())
+        for name in ("skipped_updates", "skipped_curvature_steps")
+        if hasattr(optimizer, name)
+    ]
     return int(sum(counts))
 
 
@@ -97,14 +111,18 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=st.ARCHS, default=list(st.ARCHS))
-    parser.add_argument("--optimizers", nargs="+", choices=sorted(OPTIMIZERS), default=list(OPTIMIZERS))
+    parser.add_argument(
+        "--optimizers", nargs="+", choices=sorted(OPTIMIZERS), default=list(OPTIMIZERS)
+    )
     parser.add_argument("--out", default=harness.RESULTS_DIR)
     args = parser.parse_args()
     random.seed(0)
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    before_commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", args.before], capture_output=True,
-                                   text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    before_commit = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", args.before], capture_output=True, text=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as directory:
         before = import_before(args.before, directory)
         groups = {}
@@ -113,8 +131,10 @@ def main():
             x, y = xtr[:64], ytr[:64]
             iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
             for name in args.optimizers:
-                groups[(arch, name)] = {"before": build(before, arch, name, args.particles, x, y, iterator),
-                                        "after": build(bk, arch, name, args.particles, x, y, iterator)}
+                groups[(arch, name)] = {
+                    "before": build(before, arch, name, args.particles, x, y, iterator),
+                    "after": build(bk, arch, name, args.particles, x, y, iterator),
+                }
         times = {key: {"before": [], "after": []} for key in groups}
         for _ in range(args.rounds):
             keys = list(groups)
@@ -132,19 +152,38 @@ def main():
     rows = []
     for (arch, name), t in times.items():
         ratios = np.array(t["after"]) / np.array(t["before"])
-        rows.append({"model": arch, "optimizer": name, "before_ms": 1e3 * float(np.median(t["before"])),
-                     "after_ms": 1e3 * float(np.median(t["after"])), "after_over_before": float(np.median(ratios)),
-                     "skipped_before": skipped(groups[(arch, name)]["before"][0]),
-                     "skipped_after": skipped(groups[(arch, name)]["after"][0])})
-    result = {"before": before_commit, "after": commit, "particles": args.particles, "rounds": args.rounds,
-              "steps": args.steps, "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"), "rows": rows}
-    lines = [f"Step time, bayes_keras {commit} vs {before_commit} (N = {args.particles}, batch 64 digits; median of "
-             f"{args.rounds} paired rounds of {args.steps} steps; TF_ENABLE_ONEDNN_OPTS={result['onednn']})", "",
-             "| model | optimizer | before ms | after ms | after / before | skipped steps (before / after) |",
-             "|---|---|---|---|---|---|"]
+        rows.append(
+            {
+                "model": arch,
+                "optimizer": name,
+                "before_ms": 1e3 * float(np.median(t["before"])),
+                "after_ms": 1e3 * float(np.median(t["after"])),
+                "after_over_before": float(np.median(ratios)),
+                "skipped_before": skipped(groups[(arch, name)]["before"][0]),
+                "skipped_after": skipped(groups[(arch, name)]["after"][0]),
+            }
+        )
+    result = {
+        "before": before_commit,
+        "after": commit,
+        "particles": args.particles,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+        "rows": rows,
+    }
+    lines = [
+        f"Step time, bayes_keras {commit} vs {before_commit} (N = {args.particles}, batch 64 digits; median of "
+        f"{args.rounds} paired rounds of {args.steps} steps; TF_ENABLE_ONEDNN_OPTS={result['onednn']})",
+        "",
+        "| model | optimizer | before ms | after ms | after / before | skipped steps (before / after) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['optimizer']} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
-                     f"{r['after_over_before']:.3f} | {r['skipped_before']} / {r['skipped_after']} |")
+        lines.append(
+            f"| {r['model']} | {r['optimizer']} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
+            f"{r['after_over_before']:.3f} | {r['skipped_before']} / {r['skipped_after']} |"
+        )
     text = "\n".join(lines)
     print(text)
     harness.save_results("compare_versions", result, text, args.out)

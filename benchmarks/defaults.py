@@ -31,8 +31,15 @@ import harness  # noqa: E402
 import bayes_keras as bk  # noqa: E402
 import keras  # noqa: E402
 
-OPTIMIZERS = ["GaussianParticleFlow", "SVGD", "MatrixSVGD", "IndependentParticles", "PreconditionedParticles",
-              "MeanFieldVI", "MGVBP"]
+OPTIMIZERS = [
+    "GaussianParticleFlow",
+    "SVGD",
+    "MatrixSVGD",
+    "IndependentParticles",
+    "PreconditionedParticles",
+    "MeanFieldVI",
+    "MGVBP",
+]
 TASKS = ("mlp", "lenet5", "gru", "logreg")
 
 
@@ -62,9 +69,16 @@ def run(task_name, optimizer_name, seed, epochs, step_rule=None):
     seconds = time.perf_counter() - start
     probs = model.predict(xt, verbose=0)
     nll = float(-np.mean(np.log(np.maximum(probs[np.arange(len(yt)), yt], 1e-12))))
-    return {"task": task_name, "optimizer": optimizer_name, "seed": seed, "accuracy": float(np.mean(probs.argmax(1) == yt)),
-            "nll": nll, "seconds": seconds, "skipped_updates": int(model.optimizer.skipped_updates.numpy()),
-            "skipped_steps": model.skipped_steps}
+    return {
+        "task": task_name,
+        "optimizer": optimizer_name,
+        "seed": seed,
+        "accuracy": float(np.mean(probs.argmax(1) == yt)),
+        "nll": nll,
+        "seconds": seconds,
+        "skipped_updates": int(model.optimizer.skipped_updates.numpy()),
+        "skipped_steps": model.skipped_steps,
+    }
 
 
 def main():
@@ -75,10 +89,17 @@ def main():
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--out", default=harness.RESULTS_DIR)
     parser.add_argument("--stem", default="defaults")
-    parser.add_argument("--step-rule", default=None,
-                        help="a step rule for every optimizer listed (name, or a serialized StepRule as JSON)")
+    parser.add_argument(
+        "--step-rule",
+        default=None,
+        help="a step rule for every optimizer listed (name, or a serialized StepRule as JSON)",
+    )
     args = parser.parse_args()
-    step_rule = json.loads(args.step_rule) if args.step_rule and args.step_rule.lstrip().startswith("{") else args.step_rule
+    step_rule = (
+        json.loads(args.step_rule)
+        if args.step_rule and args.step_rule.lstrip().startswith("{")
+        else args.step_rule
+    )
     rows = []
     for task_name in args.tasks:
         for optimizer_name in args.optimizers:
@@ -86,10 +107,15 @@ def main():
                 row = run(task_name, optimizer_name, seed, args.epochs, step_rule)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    lines = [f"Every optimizer with no constructor arguments, {args.epochs} epochs, 10 particles, seeds {args.seeds} "
-             "(held-out accuracy / NLL of the posterior predictive; mean over seeds" +
-             (", ± standard error" if len(args.seeds) > 1 else "") + ")", "",
-             "| optimizer | " + " | ".join(args.tasks) + " |", "|---|" + "---|" * len(args.tasks)]
+    lines = [
+        f"Every optimizer with no constructor arguments, {args.epochs} epochs, 10 particles, seeds {args.seeds} "
+        "(held-out accuracy / NLL of the posterior predictive; mean over seeds"
+        + (", ± standard error" if len(args.seeds) > 1 else "")
+        + ")",
+        "",
+        "| optimizer | " + " | ".join(args.tasks) + " |",
+        "|---|" + "---|" * len(args.tasks),
+    ]
     for optimizer_name in args.optimizers:
         cells = []
         for task_name in args.tasks:
@@ -100,12 +126,26 @@ def main():
                 cells.append(f"{acc.mean():.3f} ± {se(acc):.3f} / {nll.mean():.3f} ± {se(nll):.3f}")
             else:
                 cells.append(f"{acc.mean():.3f} / {nll.mean():.3f}")
-        label = f"{optimizer_name}()" if step_rule is None else f"{optimizer_name}(step_rule={bk.step_rules.get(step_rule)!r})"
+        label = (
+            f"{optimizer_name}()"
+            if step_rule is None
+            else f"{optimizer_name}(step_rule={bk.step_rules.get(step_rule)!r})"
+        )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
-    harness.save_results(args.stem, {"command": "python " + " ".join(sys.argv), "epochs": args.epochs, "seeds": args.seeds,
-                                     "step_rule": step_rule, "rows": rows}, text, args.out)
+    harness.save_results(
+        args.stem,
+        {
+            "command": "python " + " ".join(sys.argv),
+            "epochs": args.epochs,
+            "seeds": args.seeds,
+            "step_rule": step_rule,
+            "rows": rows,
+        },
+        text,
+        args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def passes(forward, weights, squared):
         with tf.GradientTape() as tape:
             inputs, pre, loss = forward()
         grads = tape.gradient(loss, weights + pre)
-        return grads[:len(weights)] + squared(inputs, grads[len(weights):])
+        return grads[: len(weights)] + squared(inputs, grads[len(weights) :])
 
     return {"pass": pass_only, "pass_and_squared": pass_and_squared}
 
@@ -73,7 +73,10 @@ def variants(n, rng):
     x = tf.constant(rng.normal(size=(BATCH, SIZES[0])), tf.float32)
     y = tf.constant(rng.integers(0, SIZES[-1], BATCH), tf.int32)
     labels = tf.tile(y[None], [n, 1])
-    kernels = [tf.Variable(rng.normal(size=(n, i, o)) * 0.1, dtype=tf.float32) for i, o in zip(SIZES[:-1], SIZES[1:])]
+    kernels = [
+        tf.Variable(rng.normal(size=(n, i, o)) * 0.1, dtype=tf.float32)
+        for i, o in zip(SIZES[:-1], SIZES[1:])
+    ]
 
     def forward():
         """Layer inputs and pre-activations, particle-major (N, batch, features)."""
@@ -87,7 +90,10 @@ def variants(n, rng):
         return inputs, pre, tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, h))
 
     def squared(inputs, pre_grads):
-        return [tf.matmul(tf.square(a), tf.square(e), transpose_a=True) for a, e in zip(inputs, pre_grads)]
+        return [
+            tf.matmul(tf.square(a), tf.square(e), transpose_a=True)
+            for a, e in zip(inputs, pre_grads)
+        ]
 
     return passes(forward, kernels, squared)
 
@@ -96,8 +102,18 @@ def lenet_variants(n, rng):
     x = tf.constant(rng.normal(size=(BATCH, 8, 8, 1)), tf.float32)
     y = tf.constant(rng.integers(0, CLASSES, BATCH), tf.int32)
     labels = tf.tile(y[None], [n, 1])
-    shapes = [(5, 5, 1, n * 6), (n * 6,), (5, 5, 6, n * 16), (n * 16,), (n, 64, 120), (n, 1, 120), (n, 120, 84),
-              (n, 1, 84), (n, 84, CLASSES), (n, 1, CLASSES)]
+    shapes = [
+        (5, 5, 1, n * 6),
+        (n * 6,),
+        (5, 5, 6, n * 16),
+        (n * 16,),
+        (n, 64, 120),
+        (n, 1, 120),
+        (n, 120, 84),
+        (n, 1, 84),
+        (n, 84, CLASSES),
+        (n, 1, CLASSES),
+    ]
     weights = [tf.Variable(rng.normal(size=s) * 0.1, dtype=tf.float32) for s in shapes]
 
     def pool(h):
@@ -106,11 +122,13 @@ def lenet_variants(n, rng):
     def forward():
         """Layer inputs and pre-activations: images (batch, H, W, N*C), dense particle-major (N, batch, .)."""
         c1, b1, c2, b2, w3, b3, w4, b4, w5, b5 = weights
-        z1 = tf.nn.conv2d(x, c1, 1, "SAME") + b1                               # (batch, 8, 8, N * 6)
+        z1 = tf.nn.conv2d(x, c1, 1, "SAME") + b1  # (batch, 8, 8, N * 6)
         h1 = pool(tf.nn.relu(z1))
-        z2 = grouped_conv2d(h1, c2, n, (1, 1), "SAME", (1, 1)) + b2            # (batch, 4, 4, N * 16)
+        z2 = grouped_conv2d(h1, c2, n, (1, 1), "SAME", (1, 1)) + b2  # (batch, 4, 4, N * 16)
         h = pool(tf.nn.relu(z2))
-        h3 = tf.reshape(tf.transpose(tf.reshape(h, (BATCH, 2, 2, n, 16)), [3, 0, 1, 2, 4]), (n, BATCH, 64))
+        h3 = tf.reshape(
+            tf.transpose(tf.reshape(h, (BATCH, 2, 2, n, 16)), [3, 0, 1, 2, 4]), (n, BATCH, 64)
+        )
         z3 = tf.matmul(h3, w3) + b3
         h4 = tf.nn.relu(z3)
         z4 = tf.matmul(h4, w4) + b4
@@ -120,7 +138,9 @@ def lenet_variants(n, rng):
         return [x, h1, h3, h4, h5], [z1, z2, z3, z4, z5], loss
 
     def patches(images, size):
-        return tf.image.extract_patches(images, [1, size, size, 1], [1, 1, 1, 1], [1, 1, 1, 1], "SAME")
+        return tf.image.extract_patches(
+            images, [1, size, size, 1], [1, 1, 1, 1], [1, 1, 1, 1], "SAME"
+        )
 
     def squared(inputs, pre_grads):
         x1, h1, h3, h4, h5 = inputs
@@ -128,15 +148,26 @@ def lenet_variants(n, rng):
         # first convolution: one (25 x 64)(64 x N*6) product per example serves every particle
         p1 = tf.reshape(patches(x1, 5), (BATCH, 64, 25))
         g1 = tf.matmul(p1, tf.reshape(e1, (BATCH, 64, n * 6)), transpose_a=True)
-        out = [tf.reduce_sum(tf.square(g1), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e1, [1, 2])), 0)]
+        out = [
+            tf.reduce_sum(tf.square(g1), 0),
+            tf.reduce_sum(tf.square(tf.reduce_sum(e1, [1, 2])), 0),
+        ]
         # grouped convolution: per example and particle (150 x 16)(16 x 16)
-        p2 = tf.reshape(tf.transpose(tf.reshape(patches(h1, 5), (BATCH, 16, 25, n, 6)), [0, 3, 1, 2, 4]),
-                        (BATCH, n, 16, 150))
+        p2 = tf.reshape(
+            tf.transpose(tf.reshape(patches(h1, 5), (BATCH, 16, 25, n, 6)), [0, 3, 1, 2, 4]),
+            (BATCH, n, 16, 150),
+        )
         t2 = tf.transpose(tf.reshape(e2, (BATCH, 16, n, 16)), [0, 2, 1, 3])
         g2 = tf.matmul(p2, t2, transpose_a=True)
-        out += [tf.reduce_sum(tf.square(g2), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e2, [1, 2])), 0)]
+        out += [
+            tf.reduce_sum(tf.square(g2), 0),
+            tf.reduce_sum(tf.square(tf.reduce_sum(e2, [1, 2])), 0),
+        ]
         for a, e in ((h3, e3), (h4, e4), (h5, e5)):
-            out += [tf.matmul(tf.square(a), tf.square(e), transpose_a=True), tf.reduce_sum(tf.square(e), 1)]
+            out += [
+                tf.matmul(tf.square(a), tf.square(e), transpose_a=True),
+                tf.reduce_sum(tf.square(e), 1),
+            ]
         return out
 
     return passes(forward, weights, squared)
@@ -147,27 +178,49 @@ def main():
     rows = []
     for model, make in (("mlp", variants), ("lenet5", lenet_variants)):
         print(model, flush=True)
-        for row in harness.floor_rows(make, args, lambda t: harness.paired_ratio(t, "pass_and_squared", "pass")):
+        for row in harness.floor_rows(
+            make, args, lambda t: harness.paired_ratio(t, "pass_and_squared", "pass")
+        ):
             rows.append({"model": model, "flop_ratio": flop_ratio(model), **row})
 
     setting = harness.onednn_setting()
     stem = "empirical_fisher_floor" + ("" if setting == "default" else f"_onednn_{setting}")
-    lines = ["# The cost of per-example squared gradients on top of a particle net's forward and backward pass", "",
-             f"Machine: {harness.machine_info()['processor']}, {os.cpu_count()} CPU cores; oneDNN: {setting} "
-             "(TF_ENABLE_ONEDNN_OPTS). MLP 64-50-50-10 and LeNet-5 (8x8x1), batch 64, N particle weight sets, "
-             "hand-written inside tf.function; microseconds (median of rounds); the ratio is the median of "
-             "within-round ratios; multiply-adds: (pass + squared) / pass counted over the GEMMs and convolutions.",
-             "", "| model | N | pass us | pass + squared gradients us | ratio | multiply-adds |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# The cost of per-example squared gradients on top of a particle net's forward and backward pass",
+        "",
+        f"Machine: {harness.machine_info()['processor']}, {os.cpu_count()} CPU cores; oneDNN: {setting} "
+        "(TF_ENABLE_ONEDNN_OPTS). MLP 64-50-50-10 and LeNet-5 (8x8x1), batch 64, N particle weight sets, "
+        "hand-written inside tf.function; microseconds (median of rounds); the ratio is the median of "
+        "within-round ratios; multiply-adds: (pass + squared) / pass counted over the GEMMs and convolutions.",
+        "",
+        "| model | N | pass us | pass + squared gradients us | ratio | multiply-adds |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in rows:
         m = row["median_us"]
-        lines.append(f"| {row['model']} | {row['num_particles']} | {m['pass']:.0f} | {m['pass_and_squared']:.0f} | "
-                     f"{row['ratio']:.2f} | {row['flop_ratio']:.2f} |")
-    lines += ["", "MGVBP with curvature=\"empirical_fisher\" runs this extra arithmetic every step on top of what "
-              "IndependentParticles runs; the ratio bounds its f/a from below wherever the pass dominates the step.",
-              "", f"Command: `python {' '.join(sys.argv)}`"]
+        lines.append(
+            f"| {row['model']} | {row['num_particles']} | {m['pass']:.0f} | {m['pass_and_squared']:.0f} | "
+            f"{row['ratio']:.2f} | {row['flop_ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        'MGVBP with curvature="empirical_fisher" runs this extra arithmetic every step on top of what '
+        "IndependentParticles runs; the ratio bounds its f/a from below wherever the pass dominates the step.",
+        "",
+        f"Command: `python {' '.join(sys.argv)}`",
+    ]
     print("\n".join(lines))
-    harness.save_results(stem, {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(),
-                                "onednn": setting, "args": vars(args), "rows": rows}, lines)
+    harness.save_results(
+        stem,
+        {
+            "command": "python " + " ".join(sys.argv),
+            "machine": harness.machine_info(),
+            "onednn": setting,
+            "args": vars(args),
+            "rows": rows,
+        },
+        lines,
+    )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,16 @@ STEM = "gaussian_vi_step_time"
 TARGET = 1.2  # MGVBP diagonal step <= TARGET x IndependentParticles step, same N
 VARIANTS = {  # key -> (letter, description, optimizer factory)
     "ip": ("a", "IndependentParticles(1e-3)", lambda: bk.optimizers.IndependentParticles(1e-3)),
-    "mgvbp": ("m", "MGVBP(1e-3, structure='diagonal')", lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal")),
-    "mgvbp_ef": ("f", "MGVBP(1e-3, structure='diagonal', curvature='empirical_fisher')",
-                 lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", curvature="empirical_fisher")),
+    "mgvbp": (
+        "m",
+        "MGVBP(1e-3, structure='diagonal')",
+        lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal"),
+    ),
+    "mgvbp_ef": (
+        "f",
+        "MGVBP(1e-3, structure='diagonal', curvature='empirical_fisher')",
+        lambda: bk.optimizers.MGVBP(1e-3, structure="diagonal", curvature="empirical_fisher"),
+    ),
     "mfvi": ("v", "MeanFieldVI(1e-3)", lambda: bk.optimizers.MeanFieldVI(1e-3)),
 }
 RATIOS = (("m/a", "mgvbp", "ip"), ("f/a", "mgvbp_ef", "ip"), ("v/a", "mfvi", "ip"))
@@ -71,7 +78,9 @@ def build_groups(archs, ns, warmup):
                 # As BayesianModel.fit does before tracing: the Gaussian-VI optimizers initialise q
                 # from the particle weights and must be built before the step is traced.
                 model.optimizer.build(model.trainable_variables)
-                v = st.Variant(arch, key, n, [model], [st.make_stepper(model, x, y, "fit", iterator)])
+                v = st.Variant(
+                    arch, key, n, [model], [st.make_stepper(model, x, y, "fit", iterator)]
+                )
                 for _ in range(warmup + 1):  # the first call traces
                     harness.sync(v.step())
                 variants.append(v)
@@ -86,7 +95,10 @@ def targets(rows):
     for r in rows:
         for ratio in ("m/a", "f/a"):
             q = r["ratios"][ratio]
-            out[f"{ratio[0]} <= {TARGET} a ({r['model']}/N={r['N']})"] = {"ratio": round(q, 4), "pass": bool(q <= TARGET)}
+            out[f"{ratio[0]} <= {TARGET} a ({r['model']}/N={r['N']})"] = {
+                "ratio": round(q, 4),
+                "pass": bool(q <= TARGET),
+            }
     return out
 
 
@@ -120,25 +132,45 @@ def set_policy(name):
 
 
 def write_results(args, result, table):
-    st.write_report(args.out, stem(args), result, "Seconds per training step: Gaussian-VI optimizers vs. independent particles",
-                    "Milliseconds per step (median), same BayesianModel and N, optimizer varied: "
-                    + "; ".join(f"({letter}) {k}: bk.optimizers.{d}" for k, (letter, d, _) in VARIANTS.items()) + ".",
-                    table, method_note(args), machine_extra=f"; dtype policy {args.policy}; total run time "
-                                                            f"{result['timing']['total_s']:.0f} s")
+    st.write_report(
+        args.out,
+        stem(args),
+        result,
+        "Seconds per training step: Gaussian-VI optimizers vs. independent particles",
+        "Milliseconds per step (median), same BayesianModel and N, optimizer varied: "
+        + "; ".join(f"({letter}) {k}: bk.optimizers.{d}" for k, (letter, d, _) in VARIANTS.items())
+        + ".",
+        table,
+        method_note(args),
+        machine_extra=f"; dtype policy {args.policy}; total run time "
+        f"{result['timing']['total_s']:.0f} s",
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 40; quick 4)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed block (default 10; quick 5)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant after the tracing step")
-    parser.add_argument("--particles", type=int, nargs="+", default=None, help="values of N (default 5 10 20)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved timing rounds (default 40; quick 4)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per timed block (default 10; quick 5)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps per variant after the tracing step"
+    )
+    parser.add_argument(
+        "--particles", type=int, nargs="+", default=None, help="values of N (default 5 10 20)"
+    )
     parser.add_argument("--models", nargs="+", choices=st.ARCHS, default=list(st.ARCHS))
     parser.add_argument("--quick", action="store_true", help="smoke run (few rounds, short blocks)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=harness.RESULTS_DIR, help="results directory")
-    parser.add_argument("--policy", default="float32", choices=["float32", "mixed_bfloat16", "mixed_float16", "float64"],
-                        help="Keras dtype policy of every model")
+    parser.add_argument(
+        "--policy",
+        default="float32",
+        choices=["float32", "mixed_bfloat16", "mixed_float16", "float64"],
+        help="Keras dtype policy of every model",
+    )
     args = parser.parse_args(argv)
     set_policy(args.policy)
     args.rounds = args.rounds or (4 if args.quick else 40)
@@ -155,36 +187,63 @@ def main(argv=None):
     st.run_rounds(groups, args.rounds, args.steps, args.seed, t_start)
 
     rows = st.summarise(groups, VARIANTS, RATIOS)
-    table = st.markdown_table(rows, VARIANTS, RATIOS, extra_columns=[
-        (f"m/a <= {TARGET}", lambda r: "PASS" if r["ratios"]["m/a"] <= TARGET else "FAIL"),
-        (f"f/a <= {TARGET}", lambda r: "PASS" if r["ratios"]["f/a"] <= TARGET else "FAIL")])
+    table = st.markdown_table(
+        rows,
+        VARIANTS,
+        RATIOS,
+        extra_columns=[
+            (f"m/a <= {TARGET}", lambda r: "PASS" if r["ratios"]["m/a"] <= TARGET else "FAIL"),
+            (f"f/a <= {TARGET}", lambda r: "PASS" if r["ratios"]["f/a"] <= TARGET else "FAIL"),
+        ],
+    )
     checks = targets(rows)
     print("\n" + table + "\n")
     for name, c in checks.items():
         print(f"  {'PASS' if c['pass'] else 'FAIL'}  {name}: {c['ratio']:.3f}")
 
-    command = " ".join(["python", "benchmarks/gaussian_vi_step_time.py"]
-                       + (sys.argv[1:] if argv is None else list(argv)))
+    command = " ".join(
+        ["python", "benchmarks/gaussian_vi_step_time.py"]
+        + (sys.argv[1:] if argv is None else list(argv))
+    )
     result = {
-        "description": ("seconds per training step: median over interleaved rounds; ratios are medians of "
-                        "per-round paired ratios"),
-        "settings": {"batch_size": st.BATCH_SIZE, "rounds": args.rounds, "steps_per_block": args.steps,
-                     "warmup_steps": args.warmup, "particles": ns, "models": args.models, "driver": "fit",
-                     "seed": args.seed, "quick": args.quick, "target_m_over_a": TARGET, "policy": args.policy,
-                     "command": command},
-        "variants": {k: {"letter": letter, "description": f"bk.optimizers.{d}"}
-                     for k, (letter, d, _) in VARIANTS.items()},
+        "description": (
+            "seconds per training step: median over interleaved rounds; ratios are medians of "
+            "per-round paired ratios"
+        ),
+        "settings": {
+            "batch_size": st.BATCH_SIZE,
+            "rounds": args.rounds,
+            "steps_per_block": args.steps,
+            "warmup_steps": args.warmup,
+            "particles": ns,
+            "models": args.models,
+            "driver": "fit",
+            "seed": args.seed,
+            "quick": args.quick,
+            "target_m_over_a": TARGET,
+            "policy": args.policy,
+            "command": command,
+        },
+        "variants": {
+            k: {"letter": letter, "description": f"bk.optimizers.{d}"}
+            for k, (letter, d, _) in VARIANTS.items()
+        },
         "jit_compile": {v.name: v.jit_compile for v in variants},
         "rows": rows,
         "raw_seconds_per_step": {v.name: v.samples for v in variants},
         "raw_visits": [{"model": g.arch, "N": g.n, "visits": g.visits} for g in groups],
         "targets": checks,
         "machine": harness.machine_info(),
-        "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
-                   "total_s": time.perf_counter() - t_start},
+        "timing": {
+            "load_average_at_start": load_at_start,
+            "build_and_warmup_s": t_built - t_start,
+            "total_s": time.perf_counter() - t_start,
+        },
     }
     write_results(args, result, table)
-    print(f"\nWrote {args.out}/{stem(args)}.json and .md ({time.perf_counter() - t_start:.0f} s total)")
+    print(
+        f"\nWrote {args.out}/{stem(args)}.json and .md ({time.perf_counter() - t_start:.0f} s total)"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ def run(rho, n, structure, seed, steps):
     precision = np.linalg.inv(cov)
     p = tf.constant(precision, tf.float32)
     x0 = np.random.default_rng(seed).standard_normal((n, D))
-    optimizer = bk.optimizers.GaussianParticleFlow(0.05 if structure == "mean_field" else 0.01, structure=structure,
-                                                    step_rule="sgd")
+    optimizer = bk.optimizers.GaussianParticleFlow(
+        0.05 if structure == "mean_field" else 0.01, structure=structure, step_rule="sgd"
+    )
     result = bk.run_particles(lambda x: -0.5 * tf.reduce_sum((x @ p) * x, 1), x0, optimizer, steps)
     variance = result.particles.var(0)
     target = 1.0 / np.diag(precision) if structure == "mean_field" else np.diag(cov)
@@ -46,13 +47,31 @@ def main():
     for rho in (0.5, 0.9):
         for structure, ns in (("mean_field", (3, 10, 30, 100)), ("full", (11, 100))):
             for n in ns:
-                errors = [run(rho, n, structure, seed, 3000 if structure == "mean_field" else 10000) for seed in range(3)]
-                rows.append({"rho": rho, "structure": structure, "N": n, "worst_relative_variance_error": float(np.median(errors))})
+                errors = [
+                    run(rho, n, structure, seed, 3000 if structure == "mean_field" else 10000)
+                    for seed in range(3)
+                ]
+                rows.append(
+                    {
+                        "rho": rho,
+                        "structure": structure,
+                        "N": n,
+                        "worst_relative_variance_error": float(np.median(errors)),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
-    lines = ["GPF marginal variances vs their N -> infinity target, equicorrelated Gaussian, D = 10, 3,000 SGD steps of "
-             "0.05 (full: 10,000 of 0.01), median over seeds 0-2 of the worst coordinate's |var / target - 1| (mean_field target: 1 / (S^-1)_ii; "
-             "full: S_ii)", "", "| rho | structure | N | worst relative variance error |", "|---|---|---|---|"]
-    lines += [f"| {r['rho']} | {r['structure']} | {r['N']} | {r['worst_relative_variance_error']:.3f} |" for r in rows]
+    lines = [
+        "GPF marginal variances vs their N -> infinity target, equicorrelated Gaussian, D = 10, 3,000 SGD steps of "
+        "0.05 (full: 10,000 of 0.01), median over seeds 0-2 of the worst coordinate's |var / target - 1| (mean_field target: 1 / (S^-1)_ii; "
+        "full: S_ii)",
+        "",
+        "| rho | structure | N | worst relative variance error |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['rho']} | {r['structure']} | {r['N']} | {r['worst_relative_variance_error']:.3f} |"
+        for r in rows
+    ]
     text = "\n".join(lines)
     print(text)
     harness.save_results("gpf_mean_field_bias", rows, text)

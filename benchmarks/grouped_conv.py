@@ -21,6 +21,7 @@ import sys
 import time
 
 import harness  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [  # name, batch, N, H, W, C, F, kernel, stride
     ("LeNet conv2 (digits), N=10", 64, 10, 4, 4, 6, 16, 5, 1),
@@ -35,6 +36,7 @@ def child(rounds):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
     import tensorflow as tf
+
     sys.path.insert(0, os.path.dirname(HERE))
     from bayes_keras.layers import grouped_convolution as gc
 
@@ -45,6 +47,7 @@ def child(rounds):
                 tape.watch([x, k])
                 y = conv(x, k)
             return tape.gradient(y, [x, k], output_gradients=dy)
+
         return step
 
     rows = []
@@ -54,8 +57,13 @@ def child(rounds):
         variants = {"floor": (lambda x, k: tf.nn.conv2d(x, k, s, "SAME"), xb, kb)}
         if gc.native_gradient_runs():
             variants["native"] = (lambda x, k: tf.nn.conv2d(x, k, s, "SAME"), x, k)
-        variants["portable"] = (gc.portable_grouped_conv2d(lambda x, k: tf.nn.conv2d(x, k, s, "SAME"),
-                                                            n, (s, s), "SAME", (1, 1)), x, k)
+        variants["portable"] = (
+            gc.portable_grouped_conv2d(
+                lambda x, k: tf.nn.conv2d(x, k, s, "SAME"), n, (s, s), "SAME", (1, 1)
+            ),
+            x,
+            k,
+        )
         steps, times = {}, {v: [] for v in variants}
         for v, (conv, xi, ki) in variants.items():
             steps[v] = step_fn(conv)
@@ -84,20 +92,37 @@ def main():
         return child(args.rounds)
     result = {"rounds": args.rounds, "settings": {}}
     for onednn in ("0", "1"):
-        env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-        out = subprocess.run([sys.executable, __file__, "--child", "--rounds", str(args.rounds)], env=env,
-                             capture_output=True, text=True, check=True).stdout
+        env = dict(
+            os.environ,
+            TF_ENABLE_ONEDNN_OPTS=onednn,
+            TF_CPP_MIN_LOG_LEVEL="3",
+            CUDA_VISIBLE_DEVICES="",
+        )
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", "--rounds", str(args.rounds)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         result["settings"][onednn] = json.loads(out.strip().splitlines()[-1])
-    lines = ["# Particle convolution, forward + backward (ms, median)", "",
-             f"{os.cpu_count()} CPU cores; {args.rounds} interleaved rounds. floor: one convolution on an N-times "
-             "larger batch; native: TensorFlow's grouped gradient; portable: bayes_keras' gradient from forward "
-             "convolutions.", "",
-             "| layer | oneDNN | floor | native | portable | portable / floor |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Particle convolution, forward + backward (ms, median)",
+        "",
+        f"{os.cpu_count()} CPU cores; {args.rounds} interleaved rounds. floor: one convolution on an N-times "
+        "larger batch; native: TensorFlow's grouped gradient; portable: bayes_keras' gradient from forward "
+        "convolutions.",
+        "",
+        "| layer | oneDNN | floor | native | portable | portable / floor |",
+        "|---|---|---|---|---|---|",
+    ]
     for onednn, rows in result["settings"].items():
         for r in rows:
             native = f"{r['native']:.2f}" if "native" in r else "no gradient"
-            lines.append(f"| {r['shape']} | {'on' if onednn == '1' else 'off'} | {r['floor']:.2f} | {native} | "
-                         f"{r['portable']:.2f} | {r['portable'] / r['floor']:.2f} |")
+            lines.append(
+                f"| {r['shape']} | {'on' if onednn == '1' else 'off'} | {r['floor']:.2f} | {native} | "
+                f"{r['portable']:.2f} | {r['portable'] / r['floor']:.2f} |"
+            )
     lines += ["", "Command: `python benchmarks/grouped_conv.py`", ""]
     harness.save_results("grouped_conv", result, lines)
     print("\n".join(lines))

@@ -73,6 +73,7 @@ def machine_info():
 
     try:
         import tf_keras
+
         tf_keras_version = tf_keras.__version__
     except ImportError:
         tf_keras_version = None
@@ -129,11 +130,12 @@ def hand_written_adam(variables, learning_rate=1e-3):
 
     def apply(grads):
         count.assign_add(1.0)
-        scale = learning_rate * tf.sqrt(1.0 - 0.999 ** count) / (1.0 - 0.9 ** count)
+        scale = learning_rate * tf.sqrt(1.0 - 0.999**count) / (1.0 - 0.9**count)
         for v, g, (m, s) in zip(variables, grads, slots):
             m.assign(0.9 * m + 0.1 * g)
             s.assign(0.999 * s + 0.001 * tf.square(g))
             v.assign_sub(scale * m / (tf.sqrt(s) + 1e-7))
+
     return apply
 
 
@@ -159,7 +161,11 @@ def floor_rows(variants, args, ratios):
         median = {k: float(np.median(v)) for k, v in times.items()}
         ratio = ratios(times)
         rows.append({"num_particles": n, "median_us": median, "ratio": ratio})
-        shown = {k: round(v, 2) for k, v in ratio.items()} if isinstance(ratio, dict) else round(ratio, 2)
+        shown = (
+            {k: round(v, 2) for k, v in ratio.items()}
+            if isinstance(ratio, dict)
+            else round(ratio, 2)
+        )
         print(n, {k: round(v, 1) for k, v in median.items()}, shown, flush=True)
     return rows
 
@@ -173,6 +179,7 @@ def gradient_pass(loss, variables):
         with tf.GradientTape() as tape:
             value = loss()
         return tape.gradient(value, variables)
+
     return step
 
 
@@ -188,6 +195,7 @@ def training_step(loss, variables):
             value = loss()
         adam(tape.gradient(value, variables))
         return [value]
+
     return step
 
 
@@ -195,15 +203,19 @@ def refresh_keras_batch_norm(model, x, batch_size=64):
     """A plain Keras model's BatchNormalization moving statistics recomputed for its current weights as
     `BayesianModel.refresh_batch_norm` does for particle networks (each batch's statistics averaged with its
     size as weight; training-mode passes, weights unchanged), so that comparisons treat both sides alike."""
-    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]  # flat models
+    layers = [
+        layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)
+    ]  # flat models
     momenta = [layer.momentum for layer in layers]
     try:
         seen = 0
         for start in range(0, len(x), batch_size):
-            count = len(x[start:start + batch_size])
-            for layer in layers:  # the running average of the batches so far, weighted by their sizes
+            count = len(x[start : start + batch_size])
+            for (
+                layer
+            ) in layers:  # the running average of the batches so far, weighted by their sizes
                 layer.momentum = seen / (seen + count)
-            model(x[start:start + batch_size], training=True)
+            model(x[start : start + batch_size], training=True)
             seen += count
     finally:
         for layer, momentum in zip(layers, momenta):

@@ -48,24 +48,35 @@ from transfer_digits import entropy, fit_temperature  # noqa: E402
 METRICS = ("accuracy", "nll", "ece", "ood_auroc")
 # the ensemble's Adam gets the learning rate tuned for Keras' LoRA (the same baseline, N times); the Bayesian
 # methods run with their defaults
-BAYESIAN = {"LoRA ensemble (IndependentParticles)": lambda rate: bk.optimizers.IndependentParticles(rate),
-            "Bayesian LoRA, MGVBP diagonal": lambda rate: bk.optimizers.MGVBP(structure="diagonal"),
-            "Bayesian LoRA, SVGD": lambda rate: bk.optimizers.SVGD(),
-            "Bayesian LoRA, GPF": lambda rate: bk.optimizers.GaussianParticleFlow()}
+BAYESIAN = {
+    "LoRA ensemble (IndependentParticles)": lambda rate: bk.optimizers.IndependentParticles(rate),
+    "Bayesian LoRA, MGVBP diagonal": lambda rate: bk.optimizers.MGVBP(structure="diagonal"),
+    "Bayesian LoRA, SVGD": lambda rate: bk.optimizers.SVGD(),
+    "Bayesian LoRA, GPF": lambda rate: bk.optimizers.GaussianParticleFlow(),
+}
 
 
 def split():
     """(pretraining 0-4, fine-tuning 5-9, 5-9 test, 0-4 test as OOD), 8x8 digits."""
     (x, y), (x_test, y_test) = bk.datasets.load_digits()
     old, new, new_test = y < 5, y >= 5, y_test >= 5
-    return (x[old], y[old]), (x[new], y[new] - 5), (x_test[new_test], y_test[new_test] - 5), x_test[y_test < 5]
+    return (
+        (x[old], y[old]),
+        (x[new], y[new] - 5),
+        (x_test[new_test], y_test[new_test] - 5),
+        x_test[y_test < 5],
+    )
 
 
 def pretrained(pretrain, epochs):
     keras.utils.set_random_seed(0)
     vit = bk.zoo.keras_vision_transformer(num_classes=5)
-    augmented = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.RandomTranslation(0.1, 0.1, seed=0), vit])
-    augmented.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    augmented = keras.Sequential(
+        [keras.Input((8, 8, 1)), keras.layers.RandomTranslation(0.1, 0.1, seed=0), vit]
+    )
+    augmented.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     augmented.fit(*pretrain, epochs=epochs, batch_size=64, verbose=0)
     return vit
 
@@ -97,7 +108,9 @@ def keras_lora(vit, rank, dropout=0.0, learning_rate=1e-3):
             projection.trainable = False
         for projection in (layer.query_dense, layer.value_dense):
             projection.enable_lora(rank)
-            projection.bias.trainable = False  # as in Bayesian LoRA: only the factors (and the head) train
+            projection.bias.trainable = (
+                False  # as in Bayesian LoRA: only the factors (and the head) train
+            )
     model.compile(keras.optimizers.Adam(learning_rate), "sparse_categorical_crossentropy")
     return model
 
@@ -124,10 +137,14 @@ def run_seed(vit, data, seed, args):
     validation = {}
     for rate in args.keras_rates:
         model = lora_fit(x[:cut], y[:cut], learning_rate=rate)
-        validation[rate] = float(bk.metrics.evaluate_probs(model.predict(x[cut:], verbose=0), y[cut:])["nll"])
+        validation[rate] = float(
+            bk.metrics.evaluate_probs(model.predict(x[cut:], verbose=0), y[cut:])["nll"]
+        )
     found["learning_rate"] = min(validation, key=validation.get)
     model = lora_fit(x, y)
-    found["LoRA"] = scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
+    found["LoRA"] = scores(
+        model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test
+    )
     model = lora_fit(x[:cut], y[:cut])
     head = model.get_layer("head")
     features = keras.Model(model.input, head.input)
@@ -140,10 +157,14 @@ def run_seed(vit, data, seed, args):
     found["LoRA + MC dropout"] = scores(mc(x_test), mc(x_ood), y_test)
     for name, optimizer in BAYESIAN.items():
         keras.utils.set_random_seed(seed)
-        model = bk.bayesianize(fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=seed)
+        model = bk.bayesianize(
+            fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=seed
+        )
         model.compile(optimizer=optimizer(found["learning_rate"]))
         model.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
-        found[name] = scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
+        found[name] = scores(
+            model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test
+        )
     return found
 
 
@@ -155,7 +176,10 @@ def run_seeds(vit, data, args, start):
         rates.append(found.pop("learning_rate"))
         for name, s in found.items():
             results.setdefault(name, []).append(s)
-        print(f"seed {seed} done at {time.perf_counter() - start:.0f} s (Keras LoRA rate {rates[-1]:g})", flush=True)
+        print(
+            f"seed {seed} done at {time.perf_counter() - start:.0f} s (Keras LoRA rate {rates[-1]:g})",
+            flush=True,
+        )
     return results, rates
 
 
@@ -174,44 +198,81 @@ def cost(vit, args, batch):
     single = keras_lora(vit, args.rank)
     same_arithmetic = keras_lora(vit, args.rank)
     separate = [keras_lora(vit, args.rank) for _ in range(args.particles)]
-    bayesian = bk.bayesianize(fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=0)
+    bayesian = bk.bayesianize(
+        fine_tune_model(vit), num_particles=args.particles, lora_rank=args.rank, seed=0
+    )
     bayesian.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=1000)
-    steps = {"one LoRA": stepper(single), "Bayesian LoRA": stepper(bayesian),
-             f"one LoRA on a {args.particles}x batch": stepper(same_arithmetic)}
+    steps = {
+        "one LoRA": stepper(single),
+        "Bayesian LoRA": stepper(bayesian),
+        f"one LoRA on a {args.particles}x batch": stepper(same_arithmetic),
+    }
     separate_steps = [stepper(m) for m in separate]
-    fns = {"one LoRA": lambda: [steps["one LoRA"](iterator)["loss"]],
-           "Bayesian LoRA": lambda: [steps["Bayesian LoRA"](iterator)["loss"]],
-           f"one LoRA on a {args.particles}x batch": lambda: [steps[f"one LoRA on a {args.particles}x batch"](larger)["loss"]],
-           f"{args.particles} LoRA fine-tunes": lambda: [s(iterator)["loss"] for s in separate_steps]}
+    fns = {
+        "one LoRA": lambda: [steps["one LoRA"](iterator)["loss"]],
+        "Bayesian LoRA": lambda: [steps["Bayesian LoRA"](iterator)["loss"]],
+        f"one LoRA on a {args.particles}x batch": lambda: [
+            steps[f"one LoRA on a {args.particles}x batch"](larger)["loss"]
+        ],
+        f"{args.particles} LoRA fine-tunes": lambda: [s(iterator)["loss"] for s in separate_steps],
+    }
     times = harness.interleaved_microseconds(fns, args.rounds, args.steps, np.random.default_rng(0))
     nbytes = lambda model: sum(v.numpy().nbytes for v in model.trainable_variables)  # noqa: E731
-    trainable = {"one LoRA": nbytes(single), "Bayesian LoRA": nbytes(bayesian),
-                 f"one LoRA on a {args.particles}x batch": nbytes(single),
-                 f"{args.particles} LoRA fine-tunes": args.particles * nbytes(single)}
-    return [{"variant": name, "batch": batch, "ms_per_step": float(np.median(t)) / 1e3,
-             "ratio_to_separate": harness.paired_ratio(times, name, f"{args.particles} LoRA fine-tunes"),
-             "trainable_bytes": trainable[name]} for name, t in times.items()]
+    trainable = {
+        "one LoRA": nbytes(single),
+        "Bayesian LoRA": nbytes(bayesian),
+        f"one LoRA on a {args.particles}x batch": nbytes(single),
+        f"{args.particles} LoRA fine-tunes": args.particles * nbytes(single),
+    }
+    return [
+        {
+            "variant": name,
+            "batch": batch,
+            "ms_per_step": float(np.median(t)) / 1e3,
+            "ratio_to_separate": harness.paired_ratio(
+                times, name, f"{args.particles} LoRA fine-tunes"
+            ),
+            "trainable_bytes": trainable[name],
+        }
+        for name, t in times.items()
+    ]
 
 
 def table(results, rates, costs, args, machine, command, seconds):
-    lines = ["# Bayesian LoRA on a vision transformer: pretrained on digits 0-4, fine-tuned on digits 5-9", "",
-             f"`{command}`: bk.zoo.keras_vision_transformer (18k weights) pretrained {args.pretrain_epochs} epochs on "
-             f"0-4; rank-{args.rank} LoRA on query / value of both blocks and a new head, {args.epochs} epochs, batch "
-             f"64; {args.particles} particles; mean +- sd over seeds {args.seeds}. OOD AUROC: predictive entropy, "
-             f"test digits 0-4. Machine: {machine['processor']}, {machine['cpu_count']} CPUs, oneDNN "
-             f"{machine['onednn']}; the whole run {seconds / 60:.1f} min.", "",
-             "| variant | accuracy | NLL | ECE | OOD AUROC |", "|---|---|---|---|---|"]
+    lines = [
+        "# Bayesian LoRA on a vision transformer: pretrained on digits 0-4, fine-tuned on digits 5-9",
+        "",
+        f"`{command}`: bk.zoo.keras_vision_transformer (18k weights) pretrained {args.pretrain_epochs} epochs on "
+        f"0-4; rank-{args.rank} LoRA on query / value of both blocks and a new head, {args.epochs} epochs, batch "
+        f"64; {args.particles} particles; mean +- sd over seeds {args.seeds}. OOD AUROC: predictive entropy, "
+        f"test digits 0-4. Machine: {machine['processor']}, {machine['cpu_count']} CPUs, oneDNN "
+        f"{machine['onednn']}; the whole run {seconds / 60:.1f} min.",
+        "",
+        "| variant | accuracy | NLL | ECE | OOD AUROC |",
+        "|---|---|---|---|---|",
+    ]
     for name, runs in results.items():
-        cells = [f"{np.mean([r[m] for r in runs]):.3f} +- {np.std([r[m] for r in runs]):.3f}" for m in METRICS]
+        cells = [
+            f"{np.mean([r[m] for r in runs]):.3f} +- {np.std([r[m] for r in runs]):.3f}"
+            for m in METRICS
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", f"Keras' LoRA variants use the Adam learning rate with the best validation NLL among {args.keras_rates} "
-              f"(chosen per seed: {rates}).", "",
-              f"Fit step on one fixed batch (median of {args.rounds} interleaved rounds of {args.steps} steps; ratio "
-              "paired within rounds):", "",
-              "| batch | variant | ms / step | ratio to the separate fine-tunes | trainable bytes |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Keras' LoRA variants use the Adam learning rate with the best validation NLL among {args.keras_rates} "
+        f"(chosen per seed: {rates}).",
+        "",
+        f"Fit step on one fixed batch (median of {args.rounds} interleaved rounds of {args.steps} steps; ratio "
+        "paired within rounds):",
+        "",
+        "| batch | variant | ms / step | ratio to the separate fine-tunes | trainable bytes |",
+        "|---|---|---|---|---|",
+    ]
     for row in costs:
-        lines.append(f"| {row['batch']} | {row['variant']} | {row['ms_per_step']:.1f} | {row['ratio_to_separate']:.2f} | "
-                     f"{row['trainable_bytes']:,} |")
+        lines.append(
+            f"| {row['batch']} | {row['variant']} | {row['ms_per_step']:.1f} | {row['ratio_to_separate']:.2f} | "
+            f"{row['trainable_bytes']:,} |"
+        )
     return lines
 
 
@@ -224,10 +285,20 @@ def main():
     parser.add_argument("--rank", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--keras-rates", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2],
-                        help="Adam learning rates tried for Keras' LoRA (the best validation NLL is used)")
-    parser.add_argument("--cost-batches", type=int, nargs="+", default=[64, 512],
-                        help="batch sizes of the step-time comparison")
+    parser.add_argument(
+        "--keras-rates",
+        type=float,
+        nargs="+",
+        default=[1e-3, 3e-3, 1e-2],
+        help="Adam learning rates tried for Keras' LoRA (the best validation NLL is used)",
+    )
+    parser.add_argument(
+        "--cost-batches",
+        type=int,
+        nargs="+",
+        default=[64, 512],
+        help="batch sizes of the step-time comparison",
+    )
     parser.add_argument("--out", default="lora_digits")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -239,9 +310,19 @@ def main():
     seconds = time.perf_counter() - start
     machine, command = harness.machine_info(), " ".join(["python"] + sys.argv)
     lines = table(results, rates, costs, args, machine, command, seconds)
-    paths = harness.save_results(args.out, {"command": command, "args": vars(args), "machine": machine,
-                                            "results": results, "keras_learning_rates": rates, "cost": costs,
-                                            "seconds": seconds}, lines)
+    paths = harness.save_results(
+        args.out,
+        {
+            "command": command,
+            "args": vars(args),
+            "machine": machine,
+            "results": results,
+            "keras_learning_rates": rates,
+            "cost": costs,
+            "seconds": seconds,
+        },
+        lines,
+    )
     print("\n".join(lines))
     print("wrote", *paths)
 

@@ -44,7 +44,10 @@ def _models():
     lenet = bk.zoo.lenet5(num_particles=10, likelihood="categorical")
     mlp = bk.zoo.mlp(64, 10, (256, 256), num_particles=10, likelihood="categorical")
     x_mlp = np.random.default_rng(0).normal(size=(10_000, 64)).astype("float32")
-    return {"lenet5, digits test set (450)": (lenet, x_digits), "mlp 64-256-256-10, 10,000 rows": (mlp, x_mlp)}
+    return {
+        "lenet5, digits test set (450)": (lenet, x_digits),
+        "mlp 64-256-256-10, 10,000 rows": (mlp, x_mlp),
+    }
 
 
 def _block(function, batch):
@@ -84,20 +87,35 @@ def main():
         model.predict(x, batch_size=BATCH, verbose=0)
         predict_s = _median_time(lambda: model.predict(x, batch_size=BATCH, verbose=0))
         count_s = _median_time(lambda: call_checks.non_finite_inputs(x, "predict"))
-        rows.append({"model": name, "step_counted_ms": 1e3 * median["counted"],
-                     "step_not_counted_ms": 1e3 * median["not counted"],
-                     "step_ratio": median["counted"] / median["not counted"],
-                     "control_ratio": median["counted"] / median["counted again"],
-                     "predict_s": predict_s, "predict_count_s": count_s, "predict_fraction": count_s / predict_s})
-    lines = ["# Cost of counting NaN / Inf inputs in prediction (benchmarks/nan_count_cost.py)", "",
-             f"Step: one batch of {BATCH} through the compiled forward pass, median over {ROUNDS} rounds of blocks of "
-             f"{CALLS} calls (shuffled order in each round); control = the counted step against itself. predict: the "
-             "numpy count over the inputs against the whole predict call (median of 15).", "",
-             "| model | step, counted (ms) | step, not counted (ms) | step ratio | control | predict (s) | "
-             "predict's count (s) | share |", "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['step_counted_ms']:.3f} | {r['step_not_counted_ms']:.3f} | {r['step_ratio']:.3f} | "
-              f"{r['control_ratio']:.3f} | {r['predict_s']:.4f} | {r['predict_count_s']:.5f} | "
-              f"{100 * r['predict_fraction']:.2f}% |" for r in rows]
+        rows.append(
+            {
+                "model": name,
+                "step_counted_ms": 1e3 * median["counted"],
+                "step_not_counted_ms": 1e3 * median["not counted"],
+                "step_ratio": median["counted"] / median["not counted"],
+                "control_ratio": median["counted"] / median["counted again"],
+                "predict_s": predict_s,
+                "predict_count_s": count_s,
+                "predict_fraction": count_s / predict_s,
+            }
+        )
+    lines = [
+        "# Cost of counting NaN / Inf inputs in prediction (benchmarks/nan_count_cost.py)",
+        "",
+        f"Step: one batch of {BATCH} through the compiled forward pass, median over {ROUNDS} rounds of blocks of "
+        f"{CALLS} calls (shuffled order in each round); control = the counted step against itself. predict: the "
+        "numpy count over the inputs against the whole predict call (median of 15).",
+        "",
+        "| model | step, counted (ms) | step, not counted (ms) | step ratio | control | predict (s) | "
+        "predict's count (s) | share |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['step_counted_ms']:.3f} | {r['step_not_counted_ms']:.3f} | {r['step_ratio']:.3f} | "
+        f"{r['control_ratio']:.3f} | {r['predict_s']:.4f} | {r['predict_count_s']:.5f} | "
+        f"{100 * r['predict_fraction']:.2f}% |"
+        for r in rows
+    ]
     harness.save_results("nan_count_cost", {"rows": rows, "machine": harness.machine_info()}, lines)
     print("\n".join(lines))
 

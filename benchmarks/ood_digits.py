@@ -30,7 +30,9 @@ import bayes_keras as bk  # noqa: E402
 EPOCHS, BATCH, PARTICLES = 30, 64, 10
 OPTIMIZERS = {
     "deep ensemble (IndependentParticles(3e-3))": lambda: bk.optimizers.IndependentParticles(3e-3),
-    "GPF (3e-3, per layer)": lambda: bk.optimizers.GaussianParticleFlow(3e-3, structure="layer", step_rule="rmsprop"),
+    "GPF (3e-3, per layer)": lambda: bk.optimizers.GaussianParticleFlow(
+        3e-3, structure="layer", step_rule="rmsprop"
+    ),
     "SVGD()": lambda: bk.optimizers.SVGD(),
     "MatrixSVGD()": lambda: bk.optimizers.MatrixSVGD(),
     "PreconditionedParticles()": lambda: bk.optimizers.PreconditionedParticles(),
@@ -50,7 +52,9 @@ def scores_deterministic(data, seed):
     (xtr, ytr), (x_in, y_in), x_out = data
     keras.utils.set_random_seed(seed)
     model = bk.zoo.keras_lenet5(xtr.shape[1:], 5)
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     model.fit(xtr, ytr, batch_size=BATCH, epochs=EPOCHS, verbose=0)
 
     def entropy(x):
@@ -59,8 +63,11 @@ def scores_deterministic(data, seed):
 
     h_in, p_in = entropy(x_in)
     h_out, _ = entropy(x_out)
-    return {"accuracy": bk.metrics.accuracy(p_in, y_in), "auroc_entropy": bk.metrics.auroc(h_in, h_out),
-            "auroc_mutual_information": float("nan")}
+    return {
+        "accuracy": bk.metrics.accuracy(p_in, y_in),
+        "auroc_entropy": bk.metrics.auroc(h_in, h_out),
+        "auroc_mutual_information": float("nan"),
+    }
 
 
 def scores_bayesian(data, seed, name):
@@ -70,12 +77,17 @@ def scores_bayesian(data, seed, name):
     model.compile(optimizer=OPTIMIZERS[name]())
     model.fit(xtr, ytr, batch_size=BATCH, epochs=EPOCHS, verbose=0)
     auroc = bk.metrics.ood_auroc(model, x_in, x_out)
-    return {"accuracy": bk.metrics.accuracy(model.predict(x_in, verbose=0), y_in),
-            "auroc_entropy": auroc["total_entropy"], "auroc_mutual_information": auroc["mutual_information"]}
+    return {
+        "accuracy": bk.metrics.accuracy(model.predict(x_in, verbose=0), y_in),
+        "auroc_entropy": auroc["total_entropy"],
+        "auroc_mutual_information": auroc["mutual_information"],
+    }
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="*", default=[DETERMINISTIC] + list(OPTIMIZERS))
     parser.add_argument("--out", default="ood_digits")
@@ -86,23 +98,32 @@ def main():
         runs = []
         for seed in args.seeds:
             start = time.perf_counter()
-            run = scores_deterministic(data, seed) if name == DETERMINISTIC else scores_bayesian(data, seed, name)
+            run = (
+                scores_deterministic(data, seed)
+                if name == DETERMINISTIC
+                else scores_bayesian(data, seed, name)
+            )
             run["seconds"] = time.perf_counter() - start
             runs.append(run)
             print(name, seed, {k: round(v, 4) for k, v in run.items()}, flush=True)
         results[name] = runs
     cols = ("accuracy", "auroc_entropy", "auroc_mutual_information")
-    lines = [f"LeNet-5, digits 0-4 for training ({len(data[0][1])} images), held out: {len(data[1][1])} of 0-4 vs "
-             f"{len(data[2])} of 5-9; {EPOCHS} epochs, {PARTICLES} particles; mean ± sd over seeds {args.seeds}", "",
-             "| method | accuracy (0-4) | AUROC, predictive entropy | AUROC, mutual information |", "|---|---|---|---|"]
+    lines = [
+        f"LeNet-5, digits 0-4 for training ({len(data[0][1])} images), held out: {len(data[1][1])} of 0-4 vs "
+        f"{len(data[2])} of 5-9; {EPOCHS} epochs, {PARTICLES} particles; mean ± sd over seeds {args.seeds}",
+        "",
+        "| method | accuracy (0-4) | AUROC, predictive entropy | AUROC, mutual information |",
+        "|---|---|---|---|",
+    ]
     for name, runs in results.items():
         cells = []
         for k in cols:
             v = np.array([r[k] for r in runs])
             cells.append("n/a" if np.all(np.isnan(v)) else f"{v.mean():.4f} ± {v.std():.4f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    harness.save_results(args.out, {"args": vars(args), "results": results, "machine": harness.machine_info()},
-                         lines)
+    harness.save_results(
+        args.out, {"args": vars(args), "results": results, "machine": harness.machine_info()}, lines
+    )
     print("\n".join(lines))
 
 

@@ -52,9 +52,19 @@ def variants(n, rng):
     def weights(shapes):
         return [tf.Variable(rng.normal(size=s) * 0.1, dtype=tf.float32) for s in shapes]
 
-    shared = weights([(INPUTS, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, CLASSES), (HIDDEN,), (HIDDEN,), (CLASSES,)])
-    particle = weights([(INPUTS, n * HIDDEN), (n, HIDDEN, HIDDEN), (n, HIDDEN, CLASSES),
-                        (n * HIDDEN,), (n, 1, HIDDEN), (n, 1, CLASSES)])
+    shared = weights(
+        [(INPUTS, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, CLASSES), (HIDDEN,), (HIDDEN,), (CLASSES,)]
+    )
+    particle = weights(
+        [
+            (INPUTS, n * HIDDEN),
+            (n, HIDDEN, HIDDEN),
+            (n, HIDDEN, CLASSES),
+            (n * HIDDEN,),
+            (n, 1, HIDDEN),
+            (n, 1, CLASSES),
+        ]
+    )
     layer_shared = weights([(HIDDEN, HIDDEN)])
     layer_particle = weights([(n, HIDDEN, HIDDEN)])
     h_tiled = tf.constant(rng.normal(size=(n * BATCH, HIDDEN)), tf.float32)
@@ -71,10 +81,10 @@ def variants(n, rng):
 
     def particle_major_loss():
         w1, w2, w3, b1, b2, b3 = particle
-        h = tf.nn.relu(tf.matmul(x, w1) + b1)                                # (batch, N * hidden)
-        h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])      # (N, batch, hidden)
+        h = tf.nn.relu(tf.matmul(x, w1) + b1)  # (batch, N * hidden)
+        h = tf.transpose(tf.reshape(h, [BATCH, n, HIDDEN]), [1, 0, 2])  # (N, batch, hidden)
         h = tf.nn.relu(tf.matmul(h, w2) + b2)
-        logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])             # (batch, N, classes)
+        logits = tf.transpose(tf.matmul(h, w3) + b3, [1, 0, 2])  # (batch, N, classes)
         return cross_entropy(y_particles, logits)
 
     def batch_major_loss():
@@ -85,7 +95,9 @@ def variants(n, rng):
         return cross_entropy(y_particles, logits)
 
     def particle_major_loss_and_prior():
-        return particle_major_loss() + tf.add_n([0.5 * tf.reduce_sum(tf.square(w)) for w in particle])
+        return particle_major_loss() + tf.add_n(
+            [0.5 * tf.reduce_sum(tf.square(w)) for w in particle]
+        )
 
     model = bk.zoo.mlp(INPUTS, CLASSES, (HIDDEN, HIDDEN), num_particles=n, likelihood="categorical")
     model(x)
@@ -99,22 +111,29 @@ def variants(n, rng):
     def layer_batched_loss():
         return tf.reduce_sum(tf.square(tf.matmul(h_particles, layer_particle[0])))
 
-    return {"shared": harness.gradient_pass(shared_loss, shared),
-            "particle_major": harness.gradient_pass(particle_major_loss, particle),
-            "batch_major": harness.gradient_pass(batch_major_loss, particle),
-            "bayes_keras": harness.gradient_pass(bayes_keras_loss, model.trainable_variables),
-            "layer_gemm": harness.gradient_pass(layer_loss, layer_shared),
-            "layer_batched_gemm": harness.gradient_pass(layer_batched_loss, layer_particle),
-            "shared_train": harness.training_step(shared_loss, shared),
-            "particle_train": harness.training_step(particle_major_loss_and_prior, particle)}
+    return {
+        "shared": harness.gradient_pass(shared_loss, shared),
+        "particle_major": harness.gradient_pass(particle_major_loss, particle),
+        "batch_major": harness.gradient_pass(batch_major_loss, particle),
+        "bayes_keras": harness.gradient_pass(bayes_keras_loss, model.trainable_variables),
+        "layer_gemm": harness.gradient_pass(layer_loss, layer_shared),
+        "layer_batched_gemm": harness.gradient_pass(layer_batched_loss, layer_particle),
+        "shared_train": harness.training_step(shared_loss, shared),
+        "particle_train": harness.training_step(particle_major_loss_and_prior, particle),
+    }
 
 
 def main():
     args = harness.floor_arguments(__doc__.split("\n")[0], rounds=40, steps=50)
 
     def ratios(times):
-        paired = {k: harness.paired_ratio(times, k, "shared") for k in ("particle_major", "batch_major", "bayes_keras")}
-        paired["layer_batched_gemm"] = harness.paired_ratio(times, "layer_batched_gemm", "layer_gemm")
+        paired = {
+            k: harness.paired_ratio(times, k, "shared")
+            for k in ("particle_major", "batch_major", "bayes_keras")
+        }
+        paired["layer_batched_gemm"] = harness.paired_ratio(
+            times, "layer_batched_gemm", "layer_gemm"
+        )
         paired["train"] = harness.paired_ratio(times, "particle_train", "shared_train")
         return paired
 
@@ -122,29 +141,48 @@ def main():
 
     setting = harness.onednn_setting()
     stem = "particle_dense_floor" + ("" if setting == "default" else f"_onednn_{setting}")
-    lines = ["# The arithmetic floor of N particles of an MLP against one MLP on an N-times-larger batch", "",
-             f"Machine: {harness.machine_info()['processor']}, {os.cpu_count()} CPU cores; oneDNN: {setting} "
-             "(TF_ENABLE_ONEDNN_OPTS). Forward + backward of the summed cross-entropy, MLP 64-50-50-10, batch 64, "
-             "inside tf.function; microseconds (median of rounds); ratios are medians of within-round ratios to "
-             "`shared` (one weight set on the N x 64 batch: the arithmetic step_time.py's (f) runs).", "",
-             "| N | shared us | particle-major us | batch-major us | bayes_keras us | particle-major / shared | "
-             "batch-major / shared | bayes_keras / shared | one layer: N batched GEMMs / one GEMM | "
-             "shared_train us | particle_train us | training step: particle / shared |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# The arithmetic floor of N particles of an MLP against one MLP on an N-times-larger batch",
+        "",
+        f"Machine: {harness.machine_info()['processor']}, {os.cpu_count()} CPU cores; oneDNN: {setting} "
+        "(TF_ENABLE_ONEDNN_OPTS). Forward + backward of the summed cross-entropy, MLP 64-50-50-10, batch 64, "
+        "inside tf.function; microseconds (median of rounds); ratios are medians of within-round ratios to "
+        "`shared` (one weight set on the N x 64 batch: the arithmetic step_time.py's (f) runs).",
+        "",
+        "| N | shared us | particle-major us | batch-major us | bayes_keras us | particle-major / shared | "
+        "batch-major / shared | bayes_keras / shared | one layer: N batched GEMMs / one GEMM | "
+        "shared_train us | particle_train us | training step: particle / shared |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         m, r = row["median_us"], row["ratio"]
-        lines.append(f"| {row['num_particles']} | {m['shared']:.0f} | {m['particle_major']:.0f} | {m['batch_major']:.0f} | "
-                     f"{m['bayes_keras']:.0f} | {r['particle_major']:.2f} | {r['batch_major']:.2f} | "
-                     f"{r['bayes_keras']:.2f} | {r['layer_batched_gemm']:.2f} | {m['shared_train']:.0f} | "
-                     f"{m['particle_train']:.0f} | {r['train']:.2f} |")
-    lines += ["", "particle-major / shared is the least any N-weight-set MLP forward + backward built on TensorFlow's "
-              "kernels costs relative to (f)'s arithmetic on this machine. The training-step columns add what "
-              "step_time.py's (a) and (f) add: an Adam update (of N weight sets on the particle side) and, for the "
-              "particles, their N(0, 1) log prior; their ratio is the floor of (a)/(f).", "",
-              f"Command: `python {' '.join(sys.argv)}`"]
+        lines.append(
+            f"| {row['num_particles']} | {m['shared']:.0f} | {m['particle_major']:.0f} | {m['batch_major']:.0f} | "
+            f"{m['bayes_keras']:.0f} | {r['particle_major']:.2f} | {r['batch_major']:.2f} | "
+            f"{r['bayes_keras']:.2f} | {r['layer_batched_gemm']:.2f} | {m['shared_train']:.0f} | "
+            f"{m['particle_train']:.0f} | {r['train']:.2f} |"
+        )
+    lines += [
+        "",
+        "particle-major / shared is the least any N-weight-set MLP forward + backward built on TensorFlow's "
+        "kernels costs relative to (f)'s arithmetic on this machine. The training-step columns add what "
+        "step_time.py's (a) and (f) add: an Adam update (of N weight sets on the particle side) and, for the "
+        "particles, their N(0, 1) log prior; their ratio is the floor of (a)/(f).",
+        "",
+        f"Command: `python {' '.join(sys.argv)}`",
+    ]
     print("\n".join(lines))
-    harness.save_results(stem, {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(),
-                                "onednn": setting, "args": vars(args), "rows": rows}, lines)
+    harness.save_results(
+        stem,
+        {
+            "command": "python " + " ".join(sys.argv),
+            "machine": harness.machine_info(),
+            "onednn": setting,
+            "args": vars(args),
+            "rows": rows,
+        },
+        lines,
+    )
 
 
 if __name__ == "__main__":

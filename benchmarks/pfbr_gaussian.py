@@ -54,19 +54,37 @@ def main():
         problem = pfbr.GaussianMeanProblem(dim=d)
         operator = pfbr.ParticleFlowBayesRule(latent_dim=d)
         start = time.time()
-        history = operator.meta_fit(problem, iterations=args.iterations, tasks_per_iteration=args.tasks,
-                                    num_particles=args.train_particles, sequence_length=10,
-                                    learning_rate=args.learning_rate, seed=args.seed)["loss"]
+        history = operator.meta_fit(
+            problem,
+            iterations=args.iterations,
+            tasks_per_iteration=args.tasks,
+            num_particles=args.train_particles,
+            sequence_length=10,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+        )["loss"]
         train_seconds = time.time() - start
         rng = np.random.default_rng(10_000 + args.seed)
         task, observations = problem.sample_tasks(args.sequences, args.length, rng, prefix=0)
         mean, precision = problem.exact_posterior(task, observations)
-        moved, cloud, weights = pfbr.SequentialMonteCarlo().filter(problem, task, observations,
-                                                                   num_particles=args.particles, seed=args.seed + 1,
-                                                                   weighted=True)
-        runs = {"PFBR": (operator.filter(problem, task, observations, num_particles=args.particles, seed=args.seed + 1),
-                         None),
-                "SMC": (cloud, weights), "SMC, moved": (moved, None)}
+        moved, cloud, weights = pfbr.SequentialMonteCarlo().filter(
+            problem,
+            task,
+            observations,
+            num_particles=args.particles,
+            seed=args.seed + 1,
+            weighted=True,
+        )
+        runs = {
+            "PFBR": (
+                operator.filter(
+                    problem, task, observations, num_particles=args.particles, seed=args.seed + 1
+                ),
+                None,
+            ),
+            "SMC": (cloud, weights),
+            "SMC, moved": (moved, None),
+        }
         names = list(runs) + ["exact draws"]
         cross_entropy = {name: np.zeros((args.sequences, args.length)) for name in names}
         mean_error = {name: np.zeros((args.sequences, args.length)) for name in names}
@@ -81,7 +99,10 @@ def main():
                     if name == "exact draws":
                         particles, w = exact, None
                     else:
-                        particles, w = runs[name][0][n, k], None if runs[name][1] is None else runs[name][1][n, k]
+                        particles, w = (
+                            runs[name][0][n, k],
+                            None if runs[name][1] is None else runs[name][1][n, k],
+                        )
                     cross_entropy[name][k, n] = pfbr.kde_cross_entropy(particles, target, weights=w)
                     m, sd = pfbr.weighted_moments(particles, w)
                     mean_error[name][k, n] = np.mean(np.abs(m - mean[k, n]) / std)
@@ -89,36 +110,63 @@ def main():
                 ess[k, n] = pfbr.effective_sample_size(weights[n, k])
         for name, values in cross_entropy.items():
             by_step = values.mean(0)
-            rows.append({"dim": d, "method": name, "train_seconds": train_seconds if name == "PFBR" else None,
-                         "mean_error_in_sds": float(mean_error[name].mean()), "sd_ratio": float(sd_ratio[name].mean()),
-                         "mean": float(by_step.mean()), "at": {n: float(by_step[n - 1]) for n in REPORT_STEPS if n <= args.length},
-                         "by_step": by_step.round(4).tolist(),
-                         "effective_sample_size_median": float(np.median(ess)) if name == "SMC" else None,
-                         "effective_sample_size_min": float(ess.min()) if name == "SMC" else None})
+            rows.append(
+                {
+                    "dim": d,
+                    "method": name,
+                    "train_seconds": train_seconds if name == "PFBR" else None,
+                    "mean_error_in_sds": float(mean_error[name].mean()),
+                    "sd_ratio": float(sd_ratio[name].mean()),
+                    "mean": float(by_step.mean()),
+                    "at": {n: float(by_step[n - 1]) for n in REPORT_STEPS if n <= args.length},
+                    "by_step": by_step.round(4).tolist(),
+                    "effective_sample_size_median": float(np.median(ess))
+                    if name == "SMC"
+                    else None,
+                    "effective_sample_size_min": float(ess.min()) if name == "SMC" else None,
+                }
+            )
         rows[-len(names)]["meta_training_loss"] = history
-        print(d, [(r["method"], round(r["mean"], 3)) for r in rows[-len(names):]], flush=True)
+        print(d, [(r["method"], round(r["mean"], 3)) for r in rows[-len(names) :]], flush=True)
 
     steps = [n for n in REPORT_STEPS if n <= args.length]
-    result = {"command": "python " + " ".join(sys.argv), "machine": harness.machine_info(), "args": vars(args), "rows": rows}
-    lines = ["# PFBR vs one-pass SMC on the conjugate Gaussian, trained on 10 observations, tested on "
-             f"{args.length}", "",
-             f"{args.sequences} unseen sequences from the N(0, I) prior, {args.particles} particles for every method; "
-             "mean error (in exact posterior sds) and sd ratio to the exact posterior, averaged over coordinates, "
-             "steps and sequences; KDE cross-entropy to the exact posterior (lower is better), mean over sequences. "
-             f"'exact draws' = {args.particles} draws of the exact posterior (the metric's floor at this N). SMC: "
-             "its weighted cloud before resampling (weighted moments; weighted KDE, Silverman's bandwidth at the "
-             "effective sample size, whose median (min) is given); 'SMC, moved': the equally weighted cloud it "
-             "carries on (resampled, then Liu-West moved), as earlier versions of this table scored SMC. "
-             f"Meta-training: {args.iterations} iterations x {args.tasks} tasks x {args.train_particles} particles, "
-             "10-observation sequences.", "",
-             "| d | method | mean error (sds) | sd ratio | cross-entropy, mean over steps | "
-             + " | ".join(f"step {n}" for n in steps) + " | ESS |",
-             "|---|---|---|---|---|" + "---|" * (len(steps) + 1)]
+    result = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": harness.machine_info(),
+        "args": vars(args),
+        "rows": rows,
+    }
+    lines = [
+        "# PFBR vs one-pass SMC on the conjugate Gaussian, trained on 10 observations, tested on "
+        f"{args.length}",
+        "",
+        f"{args.sequences} unseen sequences from the N(0, I) prior, {args.particles} particles for every method; "
+        "mean error (in exact posterior sds) and sd ratio to the exact posterior, averaged over coordinates, "
+        "steps and sequences; KDE cross-entropy to the exact posterior (lower is better), mean over sequences. "
+        f"'exact draws' = {args.particles} draws of the exact posterior (the metric's floor at this N). SMC: "
+        "its weighted cloud before resampling (weighted moments; weighted KDE, Silverman's bandwidth at the "
+        "effective sample size, whose median (min) is given); 'SMC, moved': the equally weighted cloud it "
+        "carries on (resampled, then Liu-West moved), as earlier versions of this table scored SMC. "
+        f"Meta-training: {args.iterations} iterations x {args.tasks} tasks x {args.train_particles} particles, "
+        "10-observation sequences.",
+        "",
+        "| d | method | mean error (sds) | sd ratio | cross-entropy, mean over steps | "
+        + " | ".join(f"step {n}" for n in steps)
+        + " | ESS |",
+        "|---|---|---|---|---|" + "---|" * (len(steps) + 1),
+    ]
     for row in rows:
-        ess = ("-" if row["effective_sample_size_median"] is None else
-               f"{row['effective_sample_size_median']:.0f} ({row['effective_sample_size_min']:.0f})")
-        lines.append(f"| {row['dim']} | {row['method']} | {row['mean_error_in_sds']:.3f} | {row['sd_ratio']:.3f} | "
-                     f"{row['mean']:.3f} | " + " | ".join(f"{row['at'][n]:.3f}" for n in steps) + f" | {ess} |")
+        ess = (
+            "-"
+            if row["effective_sample_size_median"] is None
+            else f"{row['effective_sample_size_median']:.0f} ({row['effective_sample_size_min']:.0f})"
+        )
+        lines.append(
+            f"| {row['dim']} | {row['method']} | {row['mean_error_in_sds']:.3f} | {row['sd_ratio']:.3f} | "
+            f"{row['mean']:.3f} | "
+            + " | ".join(f"{row['at'][n]:.3f}" for n in steps)
+            + f" | {ess} |"
+        )
     lines += ["", f"Command: `{result['command']}`"]
     print("\n".join(lines))
     harness.save_results("pfbr_gaussian", result, lines)

@@ -22,8 +22,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -72,14 +73,23 @@ def main():
             times[label].append(time.perf_counter() - start)
     median = {k: float(np.median(v)) for k, v in times.items()}
     ratio = median["global batch (shipped)"] / median["own part only"]
-    lines = ["# Global-batch draws of random layers under 2 replicas (benchmarks/random_layer_draws.py)", "",
-             "Epoch of 8 training steps (global batch 64, 32x32x3 images, 2 particle convolutions of 8 particles with "
-             f"Dropout(0.3) after each), MirroredStrategy over 2 logical CPU devices; median of {ROUNDS} alternating "
-             "rounds.", "", "| draws | epoch (s) | per step (ms) |", "|---|---|---|"]
+    lines = [
+        "# Global-batch draws of random layers under 2 replicas (benchmarks/random_layer_draws.py)",
+        "",
+        "Epoch of 8 training steps (global batch 64, 32x32x3 images, 2 particle convolutions of 8 particles with "
+        f"Dropout(0.3) after each), MirroredStrategy over 2 logical CPU devices; median of {ROUNDS} alternating "
+        "rounds.",
+        "",
+        "| draws | epoch (s) | per step (ms) |",
+        "|---|---|---|",
+    ]
     lines += [f"| {k} | {v:.3f} | {1e3 * v / 8:.1f} |" for k, v in median.items()]
     lines += ["", f"Ratio: {ratio:.3f}."]
-    harness.save_results("random_layer_draws", {"median_s": median, "times_s": times, "ratio": ratio,
-                                                "machine": harness.machine_info()}, lines)
+    harness.save_results(
+        "random_layer_draws",
+        {"median_s": median, "times_s": times, "ratio": ratio, "machine": harness.machine_info()},
+        lines,
+    )
     print("\n".join(lines))
 
 

@@ -34,8 +34,14 @@ import harness  # noqa: E402
 EPOCHS, BATCH, SAMPLES, TEMPERATURE = 20, 64, 10, 0.1
 BASES = {
     "MGVBP diagonal (empirical Fisher)": lambda seed: bk.optimizers.MGVBP(
-        2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="diagonal", curvature="empirical_fisher",
-        initial_precision=1e3, seed=seed),
+        2e-3,
+        mean_learning_rate=3e-2,
+        momentum=0.8,
+        structure="diagonal",
+        curvature="empirical_fisher",
+        initial_precision=1e3,
+        seed=seed,
+    ),
     "MeanFieldVI": lambda seed: bk.optimizers.MeanFieldVI(1e-2, initial_std=3e-2, seed=seed),
 }
 
@@ -52,15 +58,37 @@ def lenet(args):
             model.fit(xtr, ytr, batch_size=BATCH, epochs=args.epochs, verbose=0)
             base_seconds = time.perf_counter() - t0
             base = bk.metrics.evaluate_probs(model.predict(xte, verbose=0), yte)
-            history = bk.refine(model, xtr, ytr, num_stages=args.stages, steps_per_stage=args.steps, seed=seed,
-                                verbose=0)
+            history = bk.refine(
+                model,
+                xtr,
+                ytr,
+                num_stages=args.stages,
+                steps_per_stage=args.steps,
+                seed=seed,
+                verbose=0,
+            )
             refined = bk.metrics.evaluate_probs(model.predict(xte, verbose=0), yte)
-            rows.append({"base": name, "seed": seed, "base_scores": base, "refined_scores": refined,
-                         "elbo_aux": history.history["elbo_aux"], "refinement_steps": history.refinement_steps,
-                         "base_steps": history.base_steps, "base_seconds": base_seconds,
-                         "refinement_seconds": history.seconds})
-            print(name, seed, {k: round(v, 4) for k, v in base.items()}, {k: round(v, 4) for k, v in refined.items()},
-                  [round(v, 3) for v in history.history["elbo_aux"]], flush=True)
+            rows.append(
+                {
+                    "base": name,
+                    "seed": seed,
+                    "base_scores": base,
+                    "refined_scores": refined,
+                    "elbo_aux": history.history["elbo_aux"],
+                    "refinement_steps": history.refinement_steps,
+                    "base_steps": history.base_steps,
+                    "base_seconds": base_seconds,
+                    "refinement_seconds": history.seconds,
+                }
+            )
+            print(
+                name,
+                seed,
+                {k: round(v, 4) for k, v in base.items()},
+                {k: round(v, 4) for k, v in refined.items()},
+                [round(v, 3) for v in history.history["elbo_aux"]],
+                flush=True,
+            )
     return rows
 
 
@@ -80,19 +108,37 @@ def diabetes(args):
         xtr, xte = (x_all[train] - x_mean) / x_std, (x_all[test] - x_mean) / x_std
         ytr, yte = (y_all[train] - y_mean) / y_std, (y_all[test] - y_mean) / y_std
         keras.utils.set_random_seed(split)
-        model = bk.zoo.mlp(10, 1, (50,), num_particles=SAMPLES, likelihood=bk.likelihoods.Normal(scale="learned"))
+        model = bk.zoo.mlp(
+            10, 1, (50,), num_particles=SAMPLES, likelihood=bk.likelihoods.Normal(scale="learned")
+        )
         model.compile(optimizer=bk.optimizers.MeanFieldVI(1e-2, seed=split))
         model.fit(xtr, ytr, batch_size=32, epochs=args.diabetes_epochs, verbose=0)
 
         def test_ll():
-            return float(np.mean(model.predictive(xte).log_prob(yte[:, None]).numpy()) - np.log(y_std))
+            return float(
+                np.mean(model.predictive(xte).log_prob(yte[:, None]).numpy()) - np.log(y_std)
+            )
 
         base = test_ll()
-        history = bk.refine(model, xtr, ytr, num_stages=args.stages, steps_per_stage=args.steps, seed=split,
-                            verbose=0)
-        rows.append({"split": split, "base_test_ll": base, "refined_test_ll": test_ll(),
-                     "elbo_aux": history.history["elbo_aux"], "refinement_steps": history.refinement_steps,
-                     "base_steps": history.base_steps})
+        history = bk.refine(
+            model,
+            xtr,
+            ytr,
+            num_stages=args.stages,
+            steps_per_stage=args.steps,
+            seed=split,
+            verbose=0,
+        )
+        rows.append(
+            {
+                "split": split,
+                "base_test_ll": base,
+                "refined_test_ll": test_ll(),
+                "elbo_aux": history.history["elbo_aux"],
+                "refinement_steps": history.refinement_steps,
+                "base_steps": history.base_steps,
+            }
+        )
         print(rows[-1], flush=True)
     return rows
 
@@ -107,10 +153,14 @@ def plot(result, path):
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     for ax, name in zip(axes[:2], BASES):
         for r in (r for r in result["lenet"] if r["base"] == name):
-            ax.step(range(len(r["elbo_aux"])), r["elbo_aux"], where="post", label=f"seed {r['seed']}")
+            ax.step(
+                range(len(r["elbo_aux"])), r["elbo_aux"], where="post", label=f"seed {r['seed']}"
+            )
         ax.set_title(f"LeNet-5, base {name}", fontsize=9)
     for r in result["diabetes"]:
-        axes[2].step(range(len(r["elbo_aux"])), r["elbo_aux"], where="post", label=f"split {r['split']}")
+        axes[2].step(
+            range(len(r["elbo_aux"])), r["elbo_aux"], where="post", label=f"split {r['split']}"
+        )
     axes[2].set_title("diabetes, MeanFieldVI base", fontsize=9)
     for ax in axes:
         ax.set_xlabel("stage k (0: base ELBO)")
@@ -134,7 +184,9 @@ def main():
     parser.add_argument("--splits", type=int, default=5)
     parser.add_argument("--diabetes-epochs", type=int, default=300)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--render", action="store_true", help="only redraw the plot from the saved .json")
+    parser.add_argument(
+        "--render", action="store_true", help="only redraw the plot from the saved .json"
+    )
     args = parser.parse_args()
     if args.render:
         import json
@@ -148,33 +200,58 @@ def main():
     lenet_rows = lenet(args)
     diabetes_rows = diabetes(args)
     command = "python benchmarks/refinement_networks.py" + (" --quick" if args.quick else "")
-    result = {"lenet": lenet_rows, "diabetes": diabetes_rows, "settings": vars(args), "command": command,
-              "machine": harness.machine_info(), "seconds": time.perf_counter() - start}
-    lines = ["# Local refinement of Bayesian networks", "",
-             f"## LeNet-5 on digits (M = {SAMPLES}, K = {args.stages}, {args.steps} steps per stage; seeds "
-             f"{args.seeds}; mean ± sd)", "",
-             "| base posterior | predictive | accuracy | NLL | ECE | ELBO_aux per example (base -> K) | cost |",
-             "|---|---|---|---|---|---|---|"]
+    result = {
+        "lenet": lenet_rows,
+        "diabetes": diabetes_rows,
+        "settings": vars(args),
+        "command": command,
+        "machine": harness.machine_info(),
+        "seconds": time.perf_counter() - start,
+    }
+    lines = [
+        "# Local refinement of Bayesian networks",
+        "",
+        f"## LeNet-5 on digits (M = {SAMPLES}, K = {args.stages}, {args.steps} steps per stage; seeds "
+        f"{args.seeds}; mean ± sd)",
+        "",
+        "| base posterior | predictive | accuracy | NLL | ECE | ELBO_aux per example (base -> K) | cost |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in BASES:
         rows = [r for r in lenet_rows if r["base"] == name]
         cost = np.mean([r["refinement_steps"] / r["base_steps"] for r in rows])
         elbo = np.mean([r["elbo_aux"] for r in rows], axis=0)
         for which in ("base", "refined"):
             scores = [r[f"{which}_scores"] for r in rows]
-            lines.append(f"| {name} | {which} | {mean_sd([s['accuracy'] for s in scores])} | "
-                         f"{mean_sd([s['nll'] for s in scores])} | {mean_sd([s['ece'] for s in scores])} | " +
-                         (f"{elbo[0]:.3f} -> {elbo[-1]:.3f} | {cost:.2f} x base steps |" if which == "refined"
-                          else "| |"))
-    lines += ["", f"## diabetes, one hidden layer of 50 ReLU ({args.splits} splits 80/20; test log likelihood per "
-              "example, original units)", "",
-              "| | base (MeanFieldVI) | refined |", "|---|---|---|",
-              f"| test LL | {mean_sd([r['base_test_ll'] for r in diabetes_rows])} | "
-              f"{mean_sd([r['refined_test_ll'] for r in diabetes_rows])} |",
-              "| refined - base, per split | " + ", ".join(
-                  f"{r['refined_test_ll'] - r['base_test_ll']:+.3f}" for r in diabetes_rows) + " | |",
-              "", "The paper (MNIST LeNet-5): VI -0.032 -> refined -0.025 test log likelihood at ~30% extra cost; UCI "
-              "rows improve by 0.02-0.12 nats.", "", "Plot of the bounds per stage: refinement_networks.png.", "",
-              f"Command: `{command}` ({result['seconds']:.0f} s)."]
+            lines.append(
+                f"| {name} | {which} | {mean_sd([s['accuracy'] for s in scores])} | "
+                f"{mean_sd([s['nll'] for s in scores])} | {mean_sd([s['ece'] for s in scores])} | "
+                + (
+                    f"{elbo[0]:.3f} -> {elbo[-1]:.3f} | {cost:.2f} x base steps |"
+                    if which == "refined"
+                    else "| |"
+                )
+            )
+    lines += [
+        "",
+        f"## diabetes, one hidden layer of 50 ReLU ({args.splits} splits 80/20; test log likelihood per "
+        "example, original units)",
+        "",
+        "| | base (MeanFieldVI) | refined |",
+        "|---|---|---|",
+        f"| test LL | {mean_sd([r['base_test_ll'] for r in diabetes_rows])} | "
+        f"{mean_sd([r['refined_test_ll'] for r in diabetes_rows])} |",
+        "| refined - base, per split | "
+        + ", ".join(f"{r['refined_test_ll'] - r['base_test_ll']:+.3f}" for r in diabetes_rows)
+        + " | |",
+        "",
+        "The paper (MNIST LeNet-5): VI -0.032 -> refined -0.025 test log likelihood at ~30% extra cost; UCI "
+        "rows improve by 0.02-0.12 nats.",
+        "",
+        "Plot of the bounds per stage: refinement_networks.png.",
+        "",
+        f"Command: `{command}` ({result['seconds']:.0f} s).",
+    ]
     harness.save_results("refinement_networks", result, lines)
     plot(result, os.path.join(harness.RESULTS_DIR, "refinement_networks.png"))
     print("\n".join(lines))

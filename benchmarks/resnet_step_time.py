@@ -35,7 +35,9 @@ VARIANTS = {"bk_full": "a", "bk_hybrid": "h", "keras_loop": "b", "keras_batched"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--particles", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=6)
@@ -50,17 +52,24 @@ def main():
 
     def keras_resnet():
         model = bk.zoo.keras_resnet20(SHAPE, CLASSES)
-        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            keras.optimizers.Adam(1e-3),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
         return model
 
     def bayesian(n, parts):
-        model = bk.zoo.resnet20(SHAPE, CLASSES, num_particles=n, deterministic_parts=parts, dataset_size=50_000)
+        model = bk.zoo.resnet20(
+            SHAPE, CLASSES, num_particles=n, deterministic_parts=parts, dataset_size=50_000
+        )
         model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
         return model
 
     def make(key, n, models, data=None):
         xd, yd, it = (x, y, iterator) if data is None else data
-        variant = st.Variant("resnet20", key, n, models, [st.make_stepper(m, xd, yd, "fit", it) for m in models])
+        variant = st.Variant(
+            "resnet20", key, n, models, [st.make_stepper(m, xd, yd, "fit", it) for m in models]
+        )
         for _ in range(2):
             harness.sync(variant.step())
         print(f"  built {variant.name} ({time.perf_counter() - t_start:.0f} s)", flush=True)
@@ -69,29 +78,48 @@ def main():
     loop_models = [keras_resnet() for _ in range(max(args.particles))]
     groups = []
     for n in args.particles:
-        members = {"bk_full": make("bk_full", n, [bayesian(n, ())]),
-                   "bk_hybrid": make("bk_hybrid", n, [bayesian(n, HYBRID)]),
-                   "keras_loop": make("keras_loop", n, loop_models[:n]),
-                   "keras_batched": make("keras_batched", n, [keras_resnet()], data=st.tiled_batch(x, y, n))}
+        members = {
+            "bk_full": make("bk_full", n, [bayesian(n, ())]),
+            "bk_hybrid": make("bk_hybrid", n, [bayesian(n, HYBRID)]),
+            "keras_loop": make("keras_loop", n, loop_models[:n]),
+            "keras_batched": make(
+                "keras_batched", n, [keras_resnet()], data=st.tiled_batch(x, y, n)
+            ),
+        }
         groups.append(st.Group("resnet20", n, members))
     st.run_rounds(groups, args.rounds, args.steps, 0, t_start)
     rows = []
     for g in groups:
         ms = {k: 1e3 * statistics.median(v[k] for v in g.visits) for k in VARIANTS}
-        ratio = {f"{VARIANTS[a]}/{VARIANTS[b]}": statistics.median(v[a] / v[b] for v in g.visits)
-                 for a, b in (("bk_full", "keras_loop"), ("bk_hybrid", "keras_loop"), ("bk_full", "keras_batched"))}
+        ratio = {
+            f"{VARIANTS[a]}/{VARIANTS[b]}": statistics.median(v[a] / v[b] for v in g.visits)
+            for a, b in (
+                ("bk_full", "keras_loop"),
+                ("bk_hybrid", "keras_loop"),
+                ("bk_full", "keras_batched"),
+            )
+        }
         rows.append({"N": g.n, "ms": ms, "ratios": ratio})
-    lines = [f"ResNet-20 (CIFAR variant), 32 x 32 x 3 inputs, batch {args.batch}, one compiled training step; "
-             f"median of {args.rounds} paired rounds of {args.steps} steps; {harness.onednn_setting()}. Command: "
-             "`python benchmarks/resnet_step_time.py`.", "",
-             "(a) particles, all Bayesian; (h) hybrid (stem, stages 1-2 shared); (b) N separate Keras ResNet-20s; "
-             "(f) one Keras ResNet-20 on N x the batch.", "",
-             "| N | (a) ms | (h) ms | (b) ms | (f) ms | a/b | h/b | a/f |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"ResNet-20 (CIFAR variant), 32 x 32 x 3 inputs, batch {args.batch}, one compiled training step; "
+        f"median of {args.rounds} paired rounds of {args.steps} steps; {harness.onednn_setting()}. Command: "
+        "`python benchmarks/resnet_step_time.py`.",
+        "",
+        "(a) particles, all Bayesian; (h) hybrid (stem, stages 1-2 shared); (b) N separate Keras ResNet-20s; "
+        "(f) one Keras ResNet-20 on N x the batch.",
+        "",
+        "| N | (a) ms | (h) ms | (b) ms | (f) ms | a/b | h/b | a/f |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['N']} | {r['ms']['bk_full']:.0f} | {r['ms']['bk_hybrid']:.0f} | {r['ms']['keras_loop']:.0f} "
-                     f"| {r['ms']['keras_batched']:.0f} | {r['ratios']['a/b']:.2f} | {r['ratios']['h/b']:.2f} | "
-                     f"{r['ratios']['a/f']:.2f} |")
-    harness.save_results(args.out, {"args": vars(args), "rows": rows, "machine": harness.machine_info()}, lines)
+        lines.append(
+            f"| {r['N']} | {r['ms']['bk_full']:.0f} | {r['ms']['bk_hybrid']:.0f} | {r['ms']['keras_loop']:.0f} "
+            f"| {r['ms']['keras_batched']:.0f} | {r['ratios']['a/b']:.2f} | {r['ratios']['h/b']:.2f} | "
+            f"{r['ratios']['a/f']:.2f} |"
+        )
+    harness.save_results(
+        args.out, {"args": vars(args), "rows": rows, "machine": harness.machine_info()}, lines
+    )
     print("\n".join(lines))
 
 

@@ -77,13 +77,20 @@ VARIANTS = {  # key -> (letter, description)
     "keras_single": ("c", "one Keras model, Adam"),
     "bk_gpf": ("d", "bayes_keras, N particles, GaussianParticleFlow(1e-2, 'full')"),
     "tfp_flipout": ("e", "tfp Flipout (mean-field VI, 1 sample) in tf_keras, Adam"),
-    "keras_batched": ("f", "one Keras model, Adam, on N copies of the batch (N x 64 examples): the arithmetic "
-                           "of N particles, perfectly batched"),
+    "keras_batched": (
+        "f",
+        "one Keras model, Adam, on N copies of the batch (N x 64 examples): the arithmetic "
+        "of N particles, perfectly batched",
+    ),
 }
-RATIOS = (("a/f", "bk_ensemble", "keras_batched"), ("a/b", "bk_ensemble", "keras_loop"),
-          ("a/e", "bk_ensemble", "tfp_flipout"),
-          ("d/a", "bk_gpf", "bk_ensemble"), ("a/c", "bk_ensemble", "keras_single"),
-          ("f/e", "keras_batched", "tfp_flipout"))
+RATIOS = (
+    ("a/f", "bk_ensemble", "keras_batched"),
+    ("a/b", "bk_ensemble", "keras_loop"),
+    ("a/e", "bk_ensemble", "tfp_flipout"),
+    ("d/a", "bk_gpf", "bk_ensemble"),
+    ("a/c", "bk_ensemble", "keras_single"),
+    ("f/e", "keras_batched", "tfp_flipout"),
+)
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -104,9 +111,13 @@ def bayesian_model(arch, n, optimizer, dataset_size):
 
 
 def keras_model(arch):
-    model = bk.zoo.keras_mlp(64, 10, (50, 50)) if arch == "mlp" else bk.zoo.keras_lenet5((8, 8, 1), 10)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = (
+        bk.zoo.keras_mlp(64, 10, (50, 50)) if arch == "mlp" else bk.zoo.keras_lenet5((8, 8, 1), 10)
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     return model
 
 
@@ -121,24 +132,34 @@ def flipout_model(arch, dataset_size):
         return tfd.kl_divergence(q, p) / float(dataset_size)
 
     if arch == "mlp":
-        layers = [tf_keras.Input((64,)),
-                  tfpl.DenseFlipout(50, activation="relu", kernel_divergence_fn=kl),
-                  tfpl.DenseFlipout(50, activation="relu", kernel_divergence_fn=kl),
-                  tfpl.DenseFlipout(10, kernel_divergence_fn=kl)]
+        layers = [
+            tf_keras.Input((64,)),
+            tfpl.DenseFlipout(50, activation="relu", kernel_divergence_fn=kl),
+            tfpl.DenseFlipout(50, activation="relu", kernel_divergence_fn=kl),
+            tfpl.DenseFlipout(10, kernel_divergence_fn=kl),
+        ]
     else:
-        layers = [tf_keras.Input((8, 8, 1)),
-                  tfpl.Convolution2DFlipout(6, 5, padding="same", activation="relu", kernel_divergence_fn=kl),
-                  tf_keras.layers.MaxPooling2D(2),
-                  tfpl.Convolution2DFlipout(16, 5, padding="same", activation="relu", kernel_divergence_fn=kl),
-                  tf_keras.layers.MaxPooling2D(2),
-                  tf_keras.layers.Flatten(),
-                  tfpl.DenseFlipout(120, activation="relu", kernel_divergence_fn=kl),
-                  tfpl.DenseFlipout(84, activation="relu", kernel_divergence_fn=kl),
-                  tfpl.DenseFlipout(10, kernel_divergence_fn=kl)]
+        layers = [
+            tf_keras.Input((8, 8, 1)),
+            tfpl.Convolution2DFlipout(
+                6, 5, padding="same", activation="relu", kernel_divergence_fn=kl
+            ),
+            tf_keras.layers.MaxPooling2D(2),
+            tfpl.Convolution2DFlipout(
+                16, 5, padding="same", activation="relu", kernel_divergence_fn=kl
+            ),
+            tf_keras.layers.MaxPooling2D(2),
+            tf_keras.layers.Flatten(),
+            tfpl.DenseFlipout(120, activation="relu", kernel_divergence_fn=kl),
+            tfpl.DenseFlipout(84, activation="relu", kernel_divergence_fn=kl),
+            tfpl.DenseFlipout(10, kernel_divergence_fn=kl),
+        ]
     model = tf_keras.Sequential(layers)
     # tf_keras adds model.losses (the layers' KL terms) to the compiled loss.
-    model.compile(optimizer=tf_keras.optimizers.Adam(1e-3),
-                  loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=tf_keras.optimizers.Adam(1e-3),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     return model
 
 
@@ -224,14 +245,35 @@ def build_groups(archs, ns, driver, warmup):
         loop_models = [keras_model(arch) for _ in range(max(ns))]
         for n in ns:
             members = {
-                "bk_ensemble": make("bk_ensemble", n, [bayesian_model(
-                    arch, n, bk.optimizers.IndependentParticles(1e-3), dataset_size)]),
+                "bk_ensemble": make(
+                    "bk_ensemble",
+                    n,
+                    [
+                        bayesian_model(
+                            arch, n, bk.optimizers.IndependentParticles(1e-3), dataset_size
+                        )
+                    ],
+                ),
                 "keras_loop": make("keras_loop", n, loop_models[:n]),
                 "keras_single": single,
-                "bk_gpf": make("bk_gpf", n, [bayesian_model(
-                    arch, n, bk.optimizers.GaussianParticleFlow(1e-2, structure="full", step_rule="rmsprop"), dataset_size)]),
+                "bk_gpf": make(
+                    "bk_gpf",
+                    n,
+                    [
+                        bayesian_model(
+                            arch,
+                            n,
+                            bk.optimizers.GaussianParticleFlow(
+                                1e-2, structure="full", step_rule="rmsprop"
+                            ),
+                            dataset_size,
+                        )
+                    ],
+                ),
                 "tfp_flipout": flipout,
-                "keras_batched": make("keras_batched", n, [keras_model(arch)], data=tiled_batch(x, y, n)),
+                "keras_batched": make(
+                    "keras_batched", n, [keras_model(arch)], data=tiled_batch(x, y, n)
+                ),
             }
             groups.append(Group(arch, n, members))
     return groups, variants
@@ -244,24 +286,37 @@ def summarise(groups, variants=VARIANTS, ratios=RATIOS):
     rows = []
     for g in groups:
         per_key = {k: [v[k] for v in g.visits] for k in variants}
-        rows.append({
-            "model": g.arch,
-            "N": g.n,
-            "seconds_per_step": {k: statistics.median(t) for k, t in per_key.items()},
-            "min_seconds_per_step": {k: min(t) for k, t in per_key.items()},
-            # paired: the ratio within each visit, then the median over visits
-            "ratios": {name: statistics.median(v[num] / v[den] for v in g.visits) for name, num, den in ratios},
-            "ratios_of_medians": {name: statistics.median(per_key[num]) / statistics.median(per_key[den])
-                                  for name, num, den in ratios},
-            "ratios_of_minima": {name: min(per_key[num]) / min(per_key[den]) for name, num, den in ratios},
-        })
+        rows.append(
+            {
+                "model": g.arch,
+                "N": g.n,
+                "seconds_per_step": {k: statistics.median(t) for k, t in per_key.items()},
+                "min_seconds_per_step": {k: min(t) for k, t in per_key.items()},
+                # paired: the ratio within each visit, then the median over visits
+                "ratios": {
+                    name: statistics.median(v[num] / v[den] for v in g.visits)
+                    for name, num, den in ratios
+                },
+                "ratios_of_medians": {
+                    name: statistics.median(per_key[num]) / statistics.median(per_key[den])
+                    for name, num, den in ratios
+                },
+                "ratios_of_minima": {
+                    name: min(per_key[num]) / min(per_key[den]) for name, num, den in ratios
+                },
+            }
+        )
     return rows
 
 
 def markdown_table(rows, variants=VARIANTS, ratios=RATIOS, extra_columns=()):
     """`extra_columns`: (header, row -> cell text) pairs appended after the ratios."""
-    head = (["model", "N"] + [f"({variants[k][0]}) {k} ms" for k in variants] + [r[0] for r in ratios]
-            + [h for h, _ in extra_columns])
+    head = (
+        ["model", "N"]
+        + [f"({variants[k][0]}) {k} ms" for k in variants]
+        + [r[0] for r in ratios]
+        + [h for h, _ in extra_columns]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["model"], str(r["N"])]
@@ -299,9 +354,11 @@ def targets(rows):
 
 def method_note(args):
     if args.driver == "fit":
-        driver = ("`model.train_function(iterator)` on a persistent tf.data iterator repeating one fixed batch, i.e. "
-                  "what `fit` executes per step (`train_on_batch` would instead charge tf_keras (e) for building a "
-                  "one-batch tf.data pipeline on every call)")
+        driver = (
+            "`model.train_function(iterator)` on a persistent tf.data iterator repeating one fixed batch, i.e. "
+            "what `fit` executes per step (`train_on_batch` would instead charge tf_keras (e) for building a "
+            "one-batch tf.data pipeline on every call)"
+        )
     else:
         driver = "`model.train_on_batch(xb, yb)` on one fixed batch, including each framework's per-call overhead"
     return (
@@ -323,13 +380,23 @@ def method_note(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 40; quick 6)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per timed block (default 10; quick 5)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant after the tracing step")
-    parser.add_argument("--particles", type=int, nargs="+", default=None, help="values of N (default 5 10 20)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved timing rounds (default 40; quick 6)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per timed block (default 10; quick 5)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps per variant after the tracing step"
+    )
+    parser.add_argument(
+        "--particles", type=int, nargs="+", default=None, help="values of N (default 5 10 20)"
+    )
     parser.add_argument("--models", nargs="+", choices=ARCHS, default=list(ARCHS))
     parser.add_argument("--driver", choices=("fit", "train_on_batch"), default="fit")
-    parser.add_argument("--quick", action="store_true", help="~1 minute smoke run (fewer rounds/steps)")
+    parser.add_argument(
+        "--quick", action="store_true", help="~1 minute smoke run (fewer rounds/steps)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=RESULTS_DIR, help="results directory")
     args = parser.parse_args(argv)
@@ -353,35 +420,70 @@ def main(argv=None):
     for name, c in checks.items():
         print(f"  {'PASS' if c['pass'] else 'FAIL'}  {name}: {c['ratio']:.3f}")
 
-    command = " ".join(["python", "benchmarks/step_time.py"] + (sys.argv[1:] if argv is None else list(argv)))
+    command = " ".join(
+        ["python", "benchmarks/step_time.py"] + (sys.argv[1:] if argv is None else list(argv))
+    )
     result = {
-        "description": ("seconds per training step: median over interleaved rounds; ratios are medians of "
-                        "per-round paired ratios"),
-        "settings": {"batch_size": BATCH_SIZE, "rounds": args.rounds, "steps_per_block": args.steps,
-                     "warmup_steps": args.warmup, "particles": ns, "models": args.models,
-                     "driver": args.driver, "seed": args.seed, "quick": args.quick, "command": command},
-        "variants": {k: {"letter": letter, "description": d} for k, (letter, d) in VARIANTS.items()},
+        "description": (
+            "seconds per training step: median over interleaved rounds; ratios are medians of "
+            "per-round paired ratios"
+        ),
+        "settings": {
+            "batch_size": BATCH_SIZE,
+            "rounds": args.rounds,
+            "steps_per_block": args.steps,
+            "warmup_steps": args.warmup,
+            "particles": ns,
+            "models": args.models,
+            "driver": args.driver,
+            "seed": args.seed,
+            "quick": args.quick,
+            "command": command,
+        },
+        "variants": {
+            k: {"letter": letter, "description": d} for k, (letter, d) in VARIANTS.items()
+        },
         "jit_compile": {v.name: v.jit_compile for v in variants},
         "rows": rows,
         # every block of every variant (keras_single / tfp_flipout are timed in every group visit)
-        "median_seconds_per_step_all_blocks": {v.name: statistics.median(v.samples) for v in variants},
+        "median_seconds_per_step_all_blocks": {
+            v.name: statistics.median(v.samples) for v in variants
+        },
         "raw_seconds_per_step": {v.name: v.samples for v in variants},
         "raw_visits": [{"model": g.arch, "N": g.n, "visits": g.visits} for g in groups],
         "targets": checks,
         "machine": harness.machine_info(),
-        "timing": {"load_average_at_start": load_at_start, "build_and_warmup_s": t_built - t_start,
-                   "total_s": time.perf_counter() - t_start},
+        "timing": {
+            "load_average_at_start": load_at_start,
+            "build_and_warmup_s": t_built - t_start,
+            "total_s": time.perf_counter() - t_start,
+        },
     }
     stem = write_results(args, result, table)
-    print(f"\nWrote {args.out}/{stem}.json and {stem}.md ({time.perf_counter() - t_start:.0f} s total)")
+    print(
+        f"\nWrote {args.out}/{stem}.json and {stem}.md ({time.perf_counter() - t_start:.0f} s total)"
+    )
 
 
-_LIBRARY_NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras",
-                  "tensorflow_probability": "TFP"}
+_LIBRARY_NAMES = {
+    "tensorflow": "TensorFlow",
+    "keras": "Keras",
+    "tf_keras": "tf_keras",
+    "tensorflow_probability": "TFP",
+}
 
 
-def write_report(out, stem, result, title, variants_line, table, note,
-                 libraries=("tensorflow", "keras", "tensorflow_probability"), machine_extra=""):
+def write_report(
+    out,
+    stem,
+    result,
+    title,
+    variants_line,
+    table,
+    note,
+    libraries=("tensorflow", "keras", "tensorflow_probability"),
+    machine_extra="",
+):
     """Write `result` as out/stem.json and a markdown report out/stem.md (shared by the step-time benchmarks)."""
     m = result["machine"]
     device = f"GPUs {m['gpus']}" if m["gpus"] else "no GPU"
@@ -399,8 +501,12 @@ def write_report(out, stem, result, title, variants_line, table, note,
         "",
         note,
         "",
-        "Targets (paired ratio): " + "; ".join(f"{name}: {c['ratio']:.3f} {'pass' if c['pass'] else 'FAIL'}"
-                                               for name, c in result["targets"].items()) + ".",
+        "Targets (paired ratio): "
+        + "; ".join(
+            f"{name}: {c['ratio']:.3f} {'pass' if c['pass'] else 'FAIL'}"
+            for name, c in result["targets"].items()
+        )
+        + ".",
         "",
         f"Command: `{result['settings']['command']}`",
     ]
@@ -411,10 +517,18 @@ def write_results(args, result, table):
     stem = "step_time" if args.driver == "fit" else f"step_time_{args.driver}"
     if harness.onednn_setting() != "default":
         stem += f"_onednn_{harness.onednn_setting()}"
-    write_report(args.out, stem, result, "Seconds per training step: particles vs. separate models vs. Flipout VI",
-                 "Milliseconds per step (median). Variants: "
-                 + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items()) + ".",
-                 table, method_note(args), libraries=("tensorflow", "keras", "tf_keras", "tensorflow_probability"))
+    write_report(
+        args.out,
+        stem,
+        result,
+        "Seconds per training step: particles vs. separate models vs. Flipout VI",
+        "Milliseconds per step (median). Variants: "
+        + "; ".join(f"({letter}) {k}: {d}" for k, (letter, d) in VARIANTS.items())
+        + ".",
+        table,
+        method_note(args),
+        libraries=("tensorflow", "keras", "tf_keras", "tensorflow_probability"),
+    )
     return stem
 
 

@@ -39,14 +39,20 @@ GRIDS = {
     "vanilla SVGD (dim-wise RMSProp)": (lambda lr: bk.optimizers.SVGD(lr), (0.01, 0.03, 0.1, 0.3)),
     "vanilla SVGD (SGD)": (lambda lr: bk.optimizers.SVGD(lr, step_rule="sgd"), (1e-3, 3e-3, 1e-2)),
     "MatrixSVGD (average, exact Hessian)": (
-        lambda lr: bk.optimizers.MatrixSVGD(lr, bk.preconditioners.HessianPreconditioner(),
-                                                rescaling="none"), (1.0, 3.0, 10.0)),
+        lambda lr: bk.optimizers.MatrixSVGD(
+            lr, bk.preconditioners.HessianPreconditioner(), rescaling="none"
+        ),
+        (1.0, 3.0, 10.0),
+    ),
 }
 
 
 def data():
     (x, y), (xt, yt) = bk.datasets.load_breast_cancer(test_fraction=0.2, seed=0, add_bias=True)
-    return (x.astype(np.float32), y.astype(np.float32)), (xt.astype(np.float32), yt.astype(np.float32))
+    return (x.astype(np.float32), y.astype(np.float32)), (
+        xt.astype(np.float32),
+        yt.astype(np.float32),
+    )
 
 
 def log_posterior(x, y):
@@ -54,8 +60,10 @@ def log_posterior(x, y):
 
     def log_prob(w):  # w (N, D): Bernoulli likelihood, prior N(0, I)
         logits = tf.matmul(w, xc, transpose_b=True)  # (N, n)
-        loglik = -tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(tf.broadcast_to(yc, tf.shape(logits)),
-                                                                         logits), axis=1)
+        loglik = -tf.reduce_sum(
+            tf.nn.sigmoid_cross_entropy_with_logits(tf.broadcast_to(yc, tf.shape(logits)), logits),
+            axis=1,
+        )
         return loglik - 0.5 * tf.reduce_sum(tf.square(w), axis=1)
 
     return log_prob
@@ -67,7 +75,9 @@ def test_ll(trajectory, xt, yt):
     signed = np.where(yt > 0.5, logits, -logits)  # log p(y | w) = log sigmoid(+-logit), stably
     log_lik = -np.logaddexp(0.0, -signed)  # (T, N, B)
     n = log_lik.shape[1]
-    return np.mean(np.logaddexp.reduce(log_lik, axis=1) - np.log(n), axis=1)  # log mean_n p(y | w_n)
+    return np.mean(
+        np.logaddexp.reduce(log_lik, axis=1) - np.log(n), axis=1
+    )  # log mean_n p(y | w_n)
 
 
 def first_iteration(curve, level):
@@ -87,17 +97,23 @@ def main():
         for lr in grid:
             runs = []
             for seed in SEEDS:
-                x0 = np.random.default_rng(seed).standard_normal((N_PARTICLES, x.shape[1]))  # from the prior
+                x0 = np.random.default_rng(seed).standard_normal(
+                    (N_PARTICLES, x.shape[1])
+                )  # from the prior
                 run = bk.run_particles(log_prob, x0, make(lr), STEPS, record_trajectory=True)
                 runs.append(test_ll(run.trajectory, xt, yt))
             curves[(name, lr)] = np.mean(runs, axis=0)
-            print(f"{name:38s} lr {lr:<6g} final test LL {np.mean(curves[(name, lr)][-STEPS // 4:]):.4f}",
-                  flush=True)
+            print(
+                f"{name:38s} lr {lr:<6g} final test LL {np.mean(curves[(name, lr)][-STEPS // 4 :]):.4f}",
+                flush=True,
+            )
 
     def final(c):
-        return float(np.mean(c[-STEPS // 4:]))
+        return float(np.mean(c[-STEPS // 4 :]))
 
-    vanilla = max((k for k in curves if k[0].startswith("vanilla SVGD (dim")), key=lambda k: final(curves[k]))
+    vanilla = max(
+        (k for k in curves if k[0].startswith("vanilla SVGD (dim")), key=lambda k: final(curves[k])
+    )
     level = final(curves[vanilla])
     vanilla_iters = first_iteration(curves[vanilla], level)
     delta = 2e-3  # the stationary test LLs of the methods differ by ~1e-3: also report reaching level - delta
@@ -105,38 +121,63 @@ def main():
     rows = []
     for (name, lr), c in curves.items():
         it, it_d = first_iteration(c, level), first_iteration(c, level - delta)
-        rows.append({"method": name, "lr": lr, "final_test_ll": final(c), "iters_to_vanilla_final": it,
-                     "ratio": None if it is None else it / vanilla_iters,
-                     "iters_to_vanilla_final_minus_delta": it_d,
-                     "ratio_minus_delta": None if it_d is None else it_d / vanilla_iters_d})
-    lines = ["| method | lr | final test LL (last 25%) | iterations to vanilla's final test LL | ratio to vanilla "
-             f"| iterations to it - {delta:g} | ratio |",
-             "|---|---|---|---|---|---|---|"]
+        rows.append(
+            {
+                "method": name,
+                "lr": lr,
+                "final_test_ll": final(c),
+                "iters_to_vanilla_final": it,
+                "ratio": None if it is None else it / vanilla_iters,
+                "iters_to_vanilla_final_minus_delta": it_d,
+                "ratio_minus_delta": None if it_d is None else it_d / vanilla_iters_d,
+            }
+        )
+    lines = [
+        "| method | lr | final test LL (last 25%) | iterations to vanilla's final test LL | ratio to vanilla "
+        f"| iterations to it - {delta:g} | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         chosen = " (vanilla reference)" if (r["method"], r["lr"]) == vanilla else ""
-        lines.append(f"| {r['method']}{chosen} | {r['lr']:g} | {r['final_test_ll']:.4f} | "
-                     f"{r['iters_to_vanilla_final'] if r['iters_to_vanilla_final'] else 'never'} | "
-                     f"{'-' if r['ratio'] is None else format(r['ratio'], '.2f')} | "
-                     f"{r['iters_to_vanilla_final_minus_delta'] or 'never'} | "
-                     f"{'-' if r['ratio_minus_delta'] is None else format(r['ratio_minus_delta'], '.2f')} |")
+        lines.append(
+            f"| {r['method']}{chosen} | {r['lr']:g} | {r['final_test_ll']:.4f} | "
+            f"{r['iters_to_vanilla_final'] if r['iters_to_vanilla_final'] else 'never'} | "
+            f"{'-' if r['ratio'] is None else format(r['ratio'], '.2f')} | "
+            f"{r['iters_to_vanilla_final_minus_delta'] or 'never'} | "
+            f"{'-' if r['ratio_minus_delta'] is None else format(r['ratio_minus_delta'], '.2f')} |"
+        )
     table = "\n".join(lines)
-    note = (f"Full-batch Bayesian logistic regression, breast_cancer (455 train / 114 test, stratified, standardised, "
-            f"bias, prior N(0, I)), {N_PARTICLES} particles drawn from the prior, {STEPS} iterations, mean test-LL "
-            f"curve over seeds {list(SEEDS)}. Reference: the vanilla SVGD (dimension-wise RMSProp) learning rate "
-            f"with the best final test LL ({vanilla[1]:g}: final {level:.4f}, reached at iteration {vanilla_iters} "
-            "by the mean curve). 'iterations to ...' = first iteration at which a configuration's mean curve "
-            "reaches that level. MatrixSVGD: mode average, Q = mean over particles of the exact Hessian of the "
-            "negative log posterior (bk.preconditioners.HessianPreconditioner, default damping), Q-metric RBF kernel, "
-            "SGD; vanilla: RBF with the median rule.")
+    note = (
+        f"Full-batch Bayesian logistic regression, breast_cancer (455 train / 114 test, stratified, standardised, "
+        f"bias, prior N(0, I)), {N_PARTICLES} particles drawn from the prior, {STEPS} iterations, mean test-LL "
+        f"curve over seeds {list(SEEDS)}. Reference: the vanilla SVGD (dimension-wise RMSProp) learning rate "
+        f"with the best final test LL ({vanilla[1]:g}: final {level:.4f}, reached at iteration {vanilla_iters} "
+        "by the mean curve). 'iterations to ...' = first iteration at which a configuration's mean curve "
+        "reaches that level. MatrixSVGD: mode average, Q = mean over particles of the exact Hessian of the "
+        "negative log posterior (bk.preconditioners.HessianPreconditioner, default damping), Q-metric RBF kernel, "
+        "SGD; vanilla: RBF with the median rule."
+    )
     print("\n" + table + "\n\n" + note)
     harness.save_results(
         "svgd_logreg_hessian",
-        {"rows": rows, "reference": {"method": vanilla[0], "lr": vanilla[1], "final": level, "iterations": vanilla_iters},
-         "curves": {f"{k[0]} | lr {k[1]:g}": v.tolist() for k, v in curves.items()},
-         "machine": platform.platform(), "seconds": time.time() - t0},
+        {
+            "rows": rows,
+            "reference": {
+                "method": vanilla[0],
+                "lr": vanilla[1],
+                "final": level,
+                "iterations": vanilla_iters,
+            },
+            "curves": {f"{k[0]} | lr {k[1]:g}": v.tolist() for k, v in curves.items()},
+            "machine": platform.platform(),
+            "seconds": time.time() - t0,
+        },
         "# breast_cancer logistic regression, full batch: vanilla SVGD vs MatrixSVGD with the exact "
         f"Hessian\n\n{table}\n\n{note}\n\nCommand: `python benchmarks/svgd_logreg_hessian.py` "
-        f"({time.time() - t0:.0f} s on {os.cpu_count()} cores).", args.out, indent=1)
+        f"({time.time() - t0:.0f} s on {os.cpu_count()} cores).",
+        args.out,
+        indent=1,
+    )
 
 
 if __name__ == "__main__":

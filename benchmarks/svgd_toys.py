@@ -73,8 +73,13 @@ from bayes_keras.core.step_rules import StepRule  # noqa: E402
 RESULTS = harness.RESULTS_DIR
 # (name, mode, curvature source); "hessian": exact Hessian of -log p, eigenvalue-clipped;
 # "surrogate": the authors' PSD curvature (Gauss-Newton / responsibility-weighted precisions).
-METHODS = (("vanilla", None, None), ("average", "average", "hessian"), ("mixture", "mixture", "hessian"),
-           ("average_surrogate", "average", "surrogate"), ("mixture_surrogate", "mixture", "surrogate"))
+METHODS = (
+    ("vanilla", None, None),
+    ("average", "average", "hessian"),
+    ("mixture", "mixture", "hessian"),
+    ("average_surrogate", "average", "surrogate"),
+    ("mixture_surrogate", "mixture", "surrogate"),
+)
 NAMES = tuple(m[0] for m in METHODS)
 
 
@@ -104,7 +109,9 @@ def star(num_components=5, radius=1.5, skewness=100.0):
     mus, covs = np.array(mus), np.array(covs)
     precs = np.linalg.inv(covs)
     mu_t, prec_t = tf.constant(mus, tf.float32), tf.constant(precs, tf.float32)
-    const = tf.constant(0.5 * np.linalg.slogdet(precs)[1] - np.log(2 * np.pi) - np.log(num_components), tf.float32)
+    const = tf.constant(
+        0.5 * np.linalg.slogdet(precs)[1] - np.log(2 * np.pi) - np.log(num_components), tf.float32
+    )
 
     def log_prob(x):
         diff = x[:, None, :] - mu_t[None]  # (N, K, 2)
@@ -119,7 +126,9 @@ def star(num_components=5, radius=1.5, skewness=100.0):
     def surrogate(x):
         """The authors' PSD curvature: responsibility-weighted component precisions sum_k r_k(x) P_k."""
         diff = x[:, None, :] - mu_t[None]
-        resp = tf.nn.softmax(-0.5 * tf.einsum("nkd,kde,nke->nk", diff, prec_t, diff) + const[None], axis=1)
+        resp = tf.nn.softmax(
+            -0.5 * tf.einsum("nkd,kde,nke->nk", diff, prec_t, diff) + const[None], axis=1
+        )
         return tf.einsum("nk,kde->nde", resp, prec_t)
 
     return log_prob, sample, surrogate
@@ -137,7 +146,7 @@ def double_banana(a=0.0, b=100.0, prior_var=1.0, y_var=0.09, y=np.log(30.0)):
         out = []
         while sum(len(o) for o in out) < m:
             x = rng.standard_normal((20 * m, 2)) * np.sqrt(prior_var)
-            accept = rng.random(len(x)) < np.exp(-(forward_np(x) - y) ** 2 / (2 * y_var))
+            accept = rng.random(len(x)) < np.exp(-((forward_np(x) - y) ** 2) / (2 * y_var))
             out.append(x[accept])
         return np.concatenate(out)[:m]
 
@@ -145,7 +154,10 @@ def double_banana(a=0.0, b=100.0, prior_var=1.0, y_var=0.09, y=np.log(30.0)):
         """The authors' PSD curvature: Gauss-Newton, I / prior_var + J J^T / y_var with J = grad F."""
         x1, x2 = x[:, 0], x[:, 1]
         e = (a - x1) ** 2 + b * (x2 - x1**2) ** 2 + 1e-10
-        jac = tf.stack([2 * (x1 - a) + 4 * b * x1 * (x1**2 - x2), 2 * b * (x2 - x1**2)], 1) / e[:, None]
+        jac = (
+            tf.stack([2 * (x1 - a) + 4 * b * x1 * (x1**2 - x2), 2 * b * (x2 - x1**2)], 1)
+            / e[:, None]
+        )
         eye = tf.eye(2, batch_shape=[tf.shape(x)[0]], dtype=x.dtype)
         return eye / prior_var + jac[:, :, None] * jac[:, None, :] / y_var
 
@@ -164,8 +176,8 @@ class MMD:
         self.s2 = 2.0 * bandwidth**2
         total, count = 0.0, 0
         for start in range(0, len(samples), 1000):  # U-statistic of k(y, y'), in chunks
-            block = np.exp(-_sq(samples[start:start + 1000], samples) / self.s2)
-            total += block.sum() - np.trace(block[:, start:start + 1000])
+            block = np.exp(-_sq(samples[start : start + 1000], samples) / self.s2)
+            total += block.sum() - np.trace(block[:, start : start + 1000])
             count += block.size - min(1000, len(samples) - start)
         self.kyy = total / count
 
@@ -186,9 +198,13 @@ def make_optimizer(method, config, surrogate, min_eigenvalue):
     if mode is None:
         return bk.optimizers.SVGD(lr, step_rule=step_rule(rule))
     if source == "hessian":
-        pre = bk.preconditioners.HessianPreconditioner(min_eigenvalue=min_eigenvalue, shrinkage=shrinkage)
+        pre = bk.preconditioners.HessianPreconditioner(
+            min_eigenvalue=min_eigenvalue, shrinkage=shrinkage
+        )
     else:
-        pre = bk.preconditioners.CallablePreconditioner(surrogate, min_eigenvalue=min_eigenvalue, shrinkage=shrinkage)
+        pre = bk.preconditioners.CallablePreconditioner(
+            surrogate, min_eigenvalue=min_eigenvalue, shrinkage=shrinkage
+        )
     return bk.optimizers.MatrixSVGD(lr, pre, mode=mode, step_rule=step_rule(rule), rescaling="none")
 
 
@@ -200,8 +216,13 @@ def run_one(log_prob, surrogate, x0, method, config, iters, mmd, min_eigenvalue)
     traj = run.trajectory.astype(np.float64)
     curve = np.array([mmd(p) if np.all(np.isfinite(p)) else np.nan for p in traj])
     entropy = float(opt.mixture_weight_entropy) if method[1] == "mixture" else None
-    return {"mmd2": curve, "particles": traj[-1], "seconds": seconds, "entropy": entropy,
-            "skipped": int(run.skipped_steps) + int(getattr(opt, "skipped_curvature_steps", 0))}
+    return {
+        "mmd2": curve,
+        "particles": traj[-1],
+        "seconds": seconds,
+        "entropy": entropy,
+        "skipped": int(run.skipped_steps) + int(getattr(opt, "skipped_curvature_steps", 0)),
+    }
 
 
 def tail_score(curve, k=20):
@@ -213,11 +234,19 @@ def grid_for(method, quick):
     """(step rule, learning rate, shrinkage) candidates of a method."""
     _, mode, _ = method
     if mode is None:
-        rules = {"sgd": [0.01, 0.03, 0.1, 0.3], "rmsprop": [0.003, 0.01, 0.03, 0.1], "adagrad": [0.1, 0.3, 0.7, 1.5]}
+        rules = {
+            "sgd": [0.01, 0.03, 0.1, 0.3],
+            "rmsprop": [0.003, 0.01, 0.03, 0.1],
+            "adagrad": [0.1, 0.3, 0.7, 1.5],
+        }
         if quick:
             rules = {"sgd": [0.03], "adagrad": [0.7]}
     else:  # Q^{-1} makes the step scale-free: larger SGD steps
-        rules = {"sgd": [0.03, 0.1, 0.3, 1.0], "rmsprop": [0.003, 0.01, 0.03, 0.1], "adagrad": [0.1, 0.3, 0.7, 1.5]}
+        rules = {
+            "sgd": [0.03, 0.1, 0.3, 1.0],
+            "rmsprop": [0.003, 0.01, 0.03, 0.1],
+            "adagrad": [0.1, 0.3, 0.7, 1.5],
+        }
         if quick:
             rules = {"sgd": [0.3], "adagrad": [0.7]}
     # shrinkage only changes the mixture (the average of the Q_l is unchanged by it)
@@ -237,53 +266,91 @@ def main():
     args = parser.parse_args()
     seeds = 1 if args.quick else args.seeds
     started = time.time()
-    report = {"config": vars(args) | {"seeds": seeds, "grids": {m[0]: grid_for(m, args.quick) for m in METHODS}},
-              "toys": {}}
+    report = {
+        "config": vars(args)
+        | {"seeds": seeds, "grids": {m[0]: grid_for(m, args.quick) for m in METHODS}},
+        "toys": {},
+    }
     plots = {}
     for toy, make in TARGETS.items():
         log_prob, sampler, surrogate = make()
         mmd = MMD(sampler(args.exact_samples, np.random.default_rng(12345)), args.mmd_bandwidth)
-        x0s = [np.random.default_rng(40 + s).standard_normal((args.particles, 2)) * 1.5 for s in range(seeds)]
+        x0s = [
+            np.random.default_rng(40 + s).standard_normal((args.particles, 2)) * 1.5
+            for s in range(seeds)
+        ]
         toy_report = {"grid": {}, "best": {}}
         best_runs = {}
         for method in METHODS:
             name = method[0]
             candidates = []
             for config in grid_for(method, args.quick):
-                r = run_one(log_prob, surrogate, x0s[0], method, config, args.iters, mmd, args.min_eigenvalue)
+                r = run_one(
+                    log_prob,
+                    surrogate,
+                    x0s[0],
+                    method,
+                    config,
+                    args.iters,
+                    mmd,
+                    args.min_eigenvalue,
+                )
                 score = tail_score(r["mmd2"])
                 toy_report["grid"]["%s/%s/lr=%s/shrinkage=%s" % ((name,) + config)] = {
-                    "mmd2_last20_mean": score, "seconds": r["seconds"], "skipped": r["skipped"]}
+                    "mmd2_last20_mean": score,
+                    "seconds": r["seconds"],
+                    "skipped": r["skipped"],
+                }
                 candidates.append((score, config, r))
-                print(f"{toy:14s} {name:18s} {config} last-20 MMD^2 = {score:.3e} ({r['seconds']:.1f} s)", flush=True)
+                print(
+                    f"{toy:14s} {name:18s} {config} last-20 MMD^2 = {score:.3e} ({r['seconds']:.1f} s)",
+                    flush=True,
+                )
             score, config, r0 = min(candidates, key=lambda c: c[0])
-            runs = [r0] + [run_one(log_prob, surrogate, x0, method, config, args.iters, mmd, args.min_eigenvalue)
-                           for x0 in x0s[1:]]
+            runs = [r0] + [
+                run_one(
+                    log_prob, surrogate, x0, method, config, args.iters, mmd, args.min_eigenvalue
+                )
+                for x0 in x0s[1:]
+            ]
             best_runs[name] = runs
             curves = np.array([r["mmd2"] for r in runs])
             toy_report["best"][name] = {
-                "step_rule": config[0], "learning_rate": config[1], "shrinkage": config[2],
+                "step_rule": config[0],
+                "learning_rate": config[1],
+                "shrinkage": config[2],
                 "mmd2_mean_curve": curves.mean(0).tolist(),
                 "mmd2_final_per_seed": curves[:, -1].tolist(),
                 "final_mmd2": float(curves[:, -1].mean()),
-                "mixture_weight_entropy_final": [r["entropy"] for r in runs] if method[1] == "mixture" else None,
+                "mixture_weight_entropy_final": [r["entropy"] for r in runs]
+                if method[1] == "mixture"
+                else None,
                 "skipped_steps": [r["skipped"] for r in runs],
                 "seconds_per_run": float(np.mean([r["seconds"] for r in runs])),
             }
         target = toy_report["best"]["vanilla"]["final_mmd2"]
         for name in NAMES:
             best = toy_report["best"][name]
-            best["iterations_to_vanilla_final"] = harness.first_reach(best["mmd2_mean_curve"], target, higher_is_better=False)
-            best["iterations_to_vanilla_final_per_seed"] = [harness.first_reach(r["mmd2"], target, higher_is_better=False) for r in best_runs[name]]
-        toy_report["final_particles_seed0"] = {m: best_runs[m][0]["particles"].tolist() for m in NAMES}
+            best["iterations_to_vanilla_final"] = harness.first_reach(
+                best["mmd2_mean_curve"], target, higher_is_better=False
+            )
+            best["iterations_to_vanilla_final_per_seed"] = [
+                harness.first_reach(r["mmd2"], target, higher_is_better=False)
+                for r in best_runs[name]
+            ]
+        toy_report["final_particles_seed0"] = {
+            m: best_runs[m][0]["particles"].tolist() for m in NAMES
+        }
         report["toys"][toy] = toy_report
         plots[toy] = log_prob
     report["environment"] = {
-        "machine": f"{os.cpu_count()} CPU cores ({platform.machine()})", "python": platform.python_version(),
+        "machine": f"{os.cpu_count()} CPU cores ({platform.machine()})",
+        "python": platform.python_version(),
         "tensorflow": tf.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_seconds": round(time.time() - started, 1),
-        "command": "python benchmarks/svgd_toys.py" + (" --quick" if args.quick else "")}
+        "command": "python benchmarks/svgd_toys.py" + (" --quick" if args.quick else ""),
+    }
     harness.save_results("svgd_toys", report, markdown(report), RESULTS, indent=1)
     plot(report, plots, os.path.join(RESULTS, "svgd_toys.png"))
     print(markdown(report))
@@ -291,37 +358,53 @@ def main():
 
 def markdown(report):
     cfg = report["config"]
-    lines = ["# SVGD vs Matrix-SVGD on the 2-D toys", "",
-             f"{cfg['particles']} particles, x0 ~ N(0, 1.5^2 I), {cfg['iters']} iterations, {cfg['seeds']} seed(s); "
-             f"squared MMD (RBF, fixed bandwidth s = {cfg['mmd_bandwidth']}) to {cfg['exact_samples']} exact samples. "
-             "Best (step rule, learning rate, shrinkage) per method chosen on seed 0 by the mean MMD^2 of the last "
-             "20 iterations; the curves, final MMD^2 and iteration counts are for the mean curve over seeds "
-             "(per-seed counts alongside). Curvature: 'hessian' = exact Hessian of -log p, eigenvalues clipped "
-             f"at {cfg['min_eigenvalue']}; 'surrogate' = the authors' PSD curvature (star: responsibility-weighted "
-             "component precisions; double banana: Gauss-Newton).", "",
-             "| toy | method | curvature | step rule | lr | shrinkage | final MMD^2 | iterations to vanilla's final "
-             "MMD^2 | per seed |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# SVGD vs Matrix-SVGD on the 2-D toys",
+        "",
+        f"{cfg['particles']} particles, x0 ~ N(0, 1.5^2 I), {cfg['iters']} iterations, {cfg['seeds']} seed(s); "
+        f"squared MMD (RBF, fixed bandwidth s = {cfg['mmd_bandwidth']}) to {cfg['exact_samples']} exact samples. "
+        "Best (step rule, learning rate, shrinkage) per method chosen on seed 0 by the mean MMD^2 of the last "
+        "20 iterations; the curves, final MMD^2 and iteration counts are for the mean curve over seeds "
+        "(per-seed counts alongside). Curvature: 'hessian' = exact Hessian of -log p, eigenvalues clipped "
+        f"at {cfg['min_eigenvalue']}; 'surrogate' = the authors' PSD curvature (star: responsibility-weighted "
+        "component precisions; double banana: Gauss-Newton).",
+        "",
+        "| toy | method | curvature | step rule | lr | shrinkage | final MMD^2 | iterations to vanilla's final "
+        "MMD^2 | per seed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for toy, t in report["toys"].items():
         for name, mode, source in METHODS:
             b = t["best"][name]
             it = b["iterations_to_vanilla_final"]
-            per = ", ".join("-" if v is None else str(v) for v in b["iterations_to_vanilla_final_per_seed"])
-            lines.append(f"| {toy} | {mode or 'vanilla'} | {source or '-'} | {b['step_rule']} | {b['learning_rate']} | "
-                         f"{b['shrinkage'] if mode == 'mixture' else '-'} | {b['final_mmd2']:.2e} | "
-                         f"{'-' if it is None else it} | {per} |")
+            per = ", ".join(
+                "-" if v is None else str(v) for v in b["iterations_to_vanilla_final_per_seed"]
+            )
+            lines.append(
+                f"| {toy} | {mode or 'vanilla'} | {source or '-'} | {b['step_rule']} | {b['learning_rate']} | "
+                f"{b['shrinkage'] if mode == 'mixture' else '-'} | {b['final_mmd2']:.2e} | "
+                f"{'-' if it is None else it} | {per} |"
+            )
     entropies = []
     for toy, t in report["toys"].items():
         for name in ("mixture", "mixture_surrogate"):
             e = t["best"][name]["mixture_weight_entropy_final"]
             entropies.append(f"{toy}/{name}: {', '.join(f'{v:.2f}' for v in e)}")
-    lines += ["", "'-': never reached within the run. Mixture weight entropy after the last step (nats; uniform "
-              f"= log {cfg['particles']} = {np.log(cfg['particles']):.2f}): " + "; ".join(entropies) + ".", "",
-              "Method and targets: see the docstring of benchmarks/svgd_toys.py; the whole grid is in "
-              "svgd_toys.json.", "",
-              f"Machine: {report['environment']['machine']}, TensorFlow {report['environment']['tensorflow']}, "
-              f"{report['environment']['date']}, {report['environment']['wall_seconds']} s. Command: "
-              f"`{report['environment']['command']}`", ""]
+    lines += [
+        "",
+        "'-': never reached within the run. Mixture weight entropy after the last step (nats; uniform "
+        f"= log {cfg['particles']} = {np.log(cfg['particles']):.2f}): "
+        + "; ".join(entropies)
+        + ".",
+        "",
+        "Method and targets: see the docstring of benchmarks/svgd_toys.py; the whole grid is in "
+        "svgd_toys.json.",
+        "",
+        f"Machine: {report['environment']['machine']}, TensorFlow {report['environment']['tensorflow']}, "
+        f"{report['environment']['date']}, {report['environment']['wall_seconds']} s. Command: "
+        f"`{report['environment']['command']}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -333,7 +416,9 @@ def plot(report, plots, path):
 
     toys = list(report["toys"])
     shown = ("vanilla", "average_surrogate", "mixture_surrogate", "average", "mixture")
-    fig, axes = plt.subplots(len(toys), 1 + len(shown), figsize=(3.6 * (1 + len(shown)), 3.8 * len(toys)))
+    fig, axes = plt.subplots(
+        len(toys), 1 + len(shown), figsize=(3.6 * (1 + len(shown)), 3.8 * len(toys))
+    )
     grid = np.linspace(-3, 3, 200)
     gx, gy = np.meshgrid(grid, grid)
     pts = np.stack([gx.ravel(), gy.ravel()], 1).astype(np.float32)
@@ -342,8 +427,13 @@ def plot(report, plots, path):
         for name in NAMES:
             b = t["best"][name]
             curve = np.array(b["mmd2_mean_curve"])
-            row[0].plot(np.log10(np.maximum(curve, 1e-8)), label=f"{name} ({b['step_rule']} {b['learning_rate']})")
-        row[0].axhline(np.log10(max(t["best"]["vanilla"]["final_mmd2"], 1e-8)), color="gray", ls=":", lw=0.8)
+            row[0].plot(
+                np.log10(np.maximum(curve, 1e-8)),
+                label=f"{name} ({b['step_rule']} {b['learning_rate']})",
+            )
+        row[0].axhline(
+            np.log10(max(t["best"]["vanilla"]["final_mmd2"], 1e-8)), color="gray", ls=":", lw=0.8
+        )
         row[0].set(title=f"{toy}: log10 MMD^2 (mean over seeds)", xlabel="iteration")
         row[0].legend(fontsize=7)
         dens = np.exp(plots[toy](tf.constant(pts)).numpy()).reshape(gx.shape)

@@ -127,22 +127,54 @@ GRIDS = {
     },
 }
 QUICK_GRIDS = {
-    "logreg": {"vanilla": {"rmsprop": [0.01, 0.03]}, "average": {"sgd": [1.0, 3.0]}, "mixture": {"sgd": [0.1, 0.3]}},
-    "bnn": {"vanilla": {"rmsprop": [1e-3, 3e-3]}, "average": {"sgd": [0.1, 0.3]}, "mixture": {"sgd": [0.03, 0.1]},
-            "ensemble": {"adam": [1e-3, 3e-3]}},
+    "logreg": {
+        "vanilla": {"rmsprop": [0.01, 0.03]},
+        "average": {"sgd": [1.0, 3.0]},
+        "mixture": {"sgd": [0.1, 0.3]},
+    },
+    "bnn": {
+        "vanilla": {"rmsprop": [1e-3, 3e-3]},
+        "average": {"sgd": [0.1, 0.3]},
+        "mixture": {"sgd": [0.03, 0.1]},
+        "ensemble": {"adam": [1e-3, 3e-3]},
+    },
 }
 DEFAULTS = {  # experiment -> settings (command line overrides)
     # KFAC for the 31-weight logistic regression: this batch's factors, inverted every step (no EMA). The
     # particles move from the prior to the posterior within tens of steps while the Fisher changes by
     # orders of magnitude; an EMA (0.95) and inversions every 5 steps lag behind it (measured: the matrix
     # variants then need 175 instead of 80 iterations), and a 31 x 31 inverse costs nothing.
-    "logreg": {"iters": 1200, "eval_every": 5, "dense_until": 0, "tolerance": 1e-3, "batch": 256, "particles": 20,
-               "seeds": 5, "kfac_ema": 0.0, "kfac_inversion_period": 1},
-    "bnn": {"iters": 800, "eval_every": 10, "dense_until": 30, "tolerance": 5e-3, "batch": 100, "particles": 10,
-            "seeds": 5, "noise": repr(math.sqrt(0.5)), "prior": "he", "kfac_ema": 0.95, "kfac_inversion_period": 5},
+    "logreg": {
+        "iters": 1200,
+        "eval_every": 5,
+        "dense_until": 0,
+        "tolerance": 1e-3,
+        "batch": 256,
+        "particles": 20,
+        "seeds": 5,
+        "kfac_ema": 0.0,
+        "kfac_inversion_period": 1,
+    },
+    "bnn": {
+        "iters": 800,
+        "eval_every": 10,
+        "dense_until": 30,
+        "tolerance": 5e-3,
+        "batch": 100,
+        "particles": 10,
+        "seeds": 5,
+        "noise": repr(math.sqrt(0.5)),
+        "prior": "he",
+        "kfac_ema": 0.95,
+        "kfac_inversion_period": 5,
+    },
 }
-METHOD_LABELS = {"vanilla": "vanilla SVGD", "average": "Matrix-SVGD (average, KFAC)",
-                 "mixture": "Matrix-SVGD (mixture, KFAC)", "ensemble": "IndependentParticles (Adam)"}
+METHOD_LABELS = {
+    "vanilla": "vanilla SVGD",
+    "average": "Matrix-SVGD (average, KFAC)",
+    "mixture": "Matrix-SVGD (mixture, KFAC)",
+    "ensemble": "IndependentParticles (Adam)",
+}
 
 
 # -- data -----------------------------------------------------------------------------------------------
@@ -174,7 +206,13 @@ def bnn_data(split):
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.1, random_state=split)
     (x_tr, x_te), _, _ = _standardise(x_tr, x_te)
     (y_tr, y_te), _, y_sd = _standardise(y_tr, y_te)
-    return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te, "y_scale": float(y_sd[0])}
+    return {
+        "x_train": x_tr,
+        "y_train": y_tr,
+        "x_test": x_te,
+        "y_test": y_te,
+        "y_scale": float(y_sd[0]),
+    }
 
 
 # -- models and optimizers ------------------------------------------------------------------------------
@@ -182,8 +220,13 @@ def logreg_model(num_features, num_particles):
     """One Dense(1) particle layer (kernel + bias = the 31 weights), particles drawn from the prior N(0, I)."""
     inputs = keras.Input((num_features,))
     prior_draw = keras.initializers.RandomNormal(stddev=1.0)
-    logits = bk.layers.Dense(1, num_particles=num_particles, kernel_initializer=prior_draw,
-                             bias_initializer=prior_draw, name="logreg")(inputs)
+    logits = bk.layers.Dense(
+        1,
+        num_particles=num_particles,
+        kernel_initializer=prior_draw,
+        bias_initializer=prior_draw,
+        name="logreg",
+    )(inputs)
     return bk.BayesianModel(inputs, logits, likelihood="bernoulli", name="bayesian_logreg")
 
 
@@ -193,11 +236,19 @@ def bnn_model(num_features, num_particles, noise="learned", prior="1"):
     scale = "learned" if noise == "learned" else float(noise)
     p = bk.priors.Normal(scale="he" if prior == "he" else float(prior))
     inputs = keras.Input((num_features,))
-    h = bk.layers.Dense(50, activation="relu", num_particles=num_particles, kernel_prior=p, bias_prior=p,
-                        name="dense_0")(inputs)
+    h = bk.layers.Dense(
+        50,
+        activation="relu",
+        num_particles=num_particles,
+        kernel_prior=p,
+        bias_prior=p,
+        name="dense_0",
+    )(inputs)
     h = bk.layers.Dense(50, activation="relu", kernel_prior=p, bias_prior=p, name="dense_1")(h)
     out = bk.layers.Dense(1, kernel_prior=p, bias_prior=p, name="out")(h)
-    return bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=scale), name="bayesian_mlp")
+    return bk.BayesianModel(
+        inputs, out, likelihood=bk.likelihoods.Normal(scale=scale), name="bayesian_mlp"
+    )
 
 
 def make_optimizer(method, rule, lr, args):
@@ -208,9 +259,15 @@ def make_optimizer(method, rule, lr, args):
         return bk.optimizers.SVGD(lr, step_rule=rule, **shared)
     if method == "ensemble":
         return bk.optimizers.IndependentParticles(lr, **shared)
-    pre = bk.preconditioners.KFACPreconditioner(damping=args.kfac_damping, ema_decay=args.kfac_ema,
-                                                inversion_period=args.kfac_inversion_period, fisher=args.kfac_fisher)
-    return bk.optimizers.MatrixSVGD(lr, pre, mode=method, step_rule=rule, rescaling="none", **shared)
+    pre = bk.preconditioners.KFACPreconditioner(
+        damping=args.kfac_damping,
+        ema_decay=args.kfac_ema,
+        inversion_period=args.kfac_inversion_period,
+        fisher=args.kfac_fisher,
+    )
+    return bk.optimizers.MatrixSVGD(
+        lr, pre, mode=method, step_rule=rule, rescaling="none", **shared
+    )
 
 
 # -- one run ------------------------------------------------------------------------------------------
@@ -238,7 +295,9 @@ def _evaluator(model, data):
     """(test LL, test error or RMSE, train LL) of the posterior predictive with the current particles; LL per
     example and RMSE in the original target units."""
     log_scale = math.log(data["y_scale"])
-    sets = {k: (tf.constant(data["x_" + k]), tf.constant(data["y_" + k])) for k in ("test", "train")}
+    sets = {
+        k: (tf.constant(data["x_" + k]), tf.constant(data["y_" + k])) for k in ("test", "train")
+    }
 
     def make(x, y):
         @tf.function
@@ -249,7 +308,9 @@ def _evaluator(model, data):
             if isinstance(summary, dict):  # regression: RMSE of the predictive mean
                 err = tf.sqrt(tf.reduce_mean(tf.square(summary["mean"] - y)))
             else:  # classification: error rate of the predictive probability
-                err = tf.reduce_mean(tf.cast(tf.not_equal(tf.cast(summary > 0.5, y.dtype), y), tf.float32))
+                err = tf.reduce_mean(
+                    tf.cast(tf.not_equal(tf.cast(summary > 0.5, y.dtype), y), tf.float32)
+                )
             return ll, err
 
         return ev
@@ -275,9 +336,12 @@ def run_one(experiment, method, rule, lr, data, seed, args):
     opt = make_optimizer(method, rule, lr, args)
     n = len(data["x_train"])
     model.compile(optimizer=opt, dataset_size=n)
-    ds = (tf.data.Dataset.from_tensor_slices((data["x_train"], data["y_train"]))
-          .shuffle(n, seed=seed, reshuffle_each_iteration=True).repeat()
-          .batch(args.batch, drop_remainder=True))
+    ds = (
+        tf.data.Dataset.from_tensor_slices((data["x_train"], data["y_train"]))
+        .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(args.batch, drop_remainder=True)
+    )
     curve = _Curve(_evaluator(model, data), schedule(args))
     t0 = time.perf_counter()
     model.fit(ds, steps_per_epoch=args.iters, epochs=1, verbose=0, callbacks=[curve])
@@ -285,13 +349,21 @@ def run_one(experiment, method, rule, lr, data, seed, args):
     ll = np.array([p[0] for p in curve.points])
     err = np.array([p[1] for p in curve.points])
     train_ll = np.array([p[2] for p in curve.points])
-    out = {"ll": ll, "err": err, "train_ll": train_ll, "seconds": seconds, "skipped_steps": model.skipped_steps}
+    out = {
+        "ll": ll,
+        "err": err,
+        "train_ll": train_ll,
+        "seconds": seconds,
+        "skipped_steps": model.skipped_steps,
+    }
     if method in ("average", "mixture"):
         out["skipped_curvature_steps"] = int(opt.skipped_curvature_steps.numpy())
     if method == "mixture":
         out["mixture_weight_entropy"] = float(opt.mixture_weight_entropy.numpy())
     if experiment == "bnn":
-        out["noise_scale"] = float(np.ravel(model.likelihood.noise_scale().numpy())[0]) * data["y_scale"]
+        out["noise_scale"] = (
+            float(np.ravel(model.likelihood.noise_scale().numpy())[0]) * data["y_scale"]
+        )
     return out
 
 
@@ -336,8 +408,12 @@ def add_reach(summary, runs, targets, its):
 
     targets: name -> (curve key, level)."""
     for name, (key, level) in targets.items():
-        summary["reach_" + name] = harness.first_reach(summary[key + "_mean_curve"], level, iterations=its)
-        summary["reach_" + name + "_per_run"] = [harness.first_reach(r[key], level, iterations=its) for r in runs]
+        summary["reach_" + name] = harness.first_reach(
+            summary[key + "_mean_curve"], level, iterations=its
+        )
+        summary["reach_" + name + "_per_run"] = [
+            harness.first_reach(r[key], level, iterations=its) for r in runs
+        ]
 
 
 def _ratio(a, b):
@@ -351,10 +427,19 @@ def run_experiment(experiment, args):
         methods = ["vanilla"] + methods
     configs = grid_configs(experiment, args.quick, methods)
     its = schedule(args)
-    datasets = ([logreg_data()] * args.seeds if experiment == "logreg"
-                else [bnn_data(s) for s in range(args.seeds)])
-    report = {"experiment": experiment, "config": {k: v for k, v in vars(args).items() if k != "experiment"},
-              "grids": {m: configs[m] for m in methods}, "iterations": its.tolist(), "runs": {}, "best": {}}
+    datasets = (
+        [logreg_data()] * args.seeds
+        if experiment == "logreg"
+        else [bnn_data(s) for s in range(args.seeds)]
+    )
+    report = {
+        "experiment": experiment,
+        "config": {k: v for k, v in vars(args).items() if k != "experiment"},
+        "grids": {m: configs[m] for m in methods},
+        "iterations": its.tolist(),
+        "runs": {},
+        "best": {},
+    }
     runs = {}
     for method in methods:
         for rule, lr in configs[method]:
@@ -363,9 +448,12 @@ def run_experiment(experiment, args):
             for s, data in enumerate(datasets):
                 r = run_one(experiment, method, rule, lr, data, s, args)
                 runs[key].append(r)
-                print(f"[{experiment}] {method:9s} {rule:8s} lr={lr:<7g} seed/split {s}: final test LL "
-                      f"{tail_mean(r['ll'], its):.4f}, train LL {tail_mean(r['train_ll'], its):.4f} "
-                      f"({r['seconds']:.1f} s)", flush=True)
+                print(
+                    f"[{experiment}] {method:9s} {rule:8s} lr={lr:<7g} seed/split {s}: final test LL "
+                    f"{tail_mean(r['ll'], its):.4f}, train LL {tail_mean(r['train_ll'], its):.4f} "
+                    f"({r['seconds']:.1f} s)",
+                    flush=True,
+                )
             report["runs"][key] = summarise(method, rule, lr, runs[key], its)
     # Each method at the learning rate with the best final test LL (mean curve over the runs).
     chosen = {}
@@ -373,8 +461,11 @@ def run_experiment(experiment, args):
         keys = [k for k, v in report["runs"].items() if v["method"] == method]
         chosen[method] = max(keys, key=lambda k: report["runs"][k]["final_ll"])
     vanilla = report["runs"][chosen["vanilla"]]
-    targets = {"ll": ("ll", vanilla["final_ll"]), "ll_tol": ("ll", vanilla["final_ll"] - args.tolerance),
-               "train_ll": ("train_ll", vanilla["final_train_ll"])}
+    targets = {
+        "ll": ("ll", vanilla["final_ll"]),
+        "ll_tol": ("ll", vanilla["final_ll"] - args.tolerance),
+        "train_ll": ("train_ll", vanilla["final_train_ll"]),
+    }
     report["targets"] = {k: v[1] for k, v in targets.items()}
     for key, summary in report["runs"].items():
         add_reach(summary, runs[key], targets, its)
@@ -383,10 +474,17 @@ def run_experiment(experiment, args):
         b["config_key"] = chosen[method]
         # The fastest learning rate of the method's grid that reaches the level AND ends there (final test LL
         # within δ of vanilla's final): a step so large that the curve only passes the level is not counted.
-        eligible = [v for v in report["runs"].values() if v["method"] == method
-                    and v["final_ll"] >= vanilla["final_ll"] - args.tolerance]
+        eligible = [
+            v
+            for v in report["runs"].values()
+            if v["method"] == method and v["final_ll"] >= vanilla["final_ll"] - args.tolerance
+        ]
         for name in targets:
-            hits = [(v["reach_" + name], v["learning_rate"]) for v in eligible if v["reach_" + name] is not None]
+            hits = [
+                (v["reach_" + name], v["learning_rate"])
+                for v in eligible
+                if v["reach_" + name] is not None
+            ]
             b["fastest_" + name] = min(hits) if hits else None
         report["best"][method] = b
     v = report["best"]["vanilla"]
@@ -402,9 +500,13 @@ def run_experiment(experiment, args):
         report["claims"][m] = c
     report["environment"] = {
         "machine": f"{os.cpu_count()} CPU cores ({platform.machine()}), shared with other jobs",
-        "python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "wall_seconds": round(time.time() - started, 1), "command": "python " + " ".join(sys.argv)}
+        "wall_seconds": round(time.time() - started, 1),
+        "command": "python " + " ".join(sys.argv),
+    }
     return report
 
 
@@ -431,29 +533,45 @@ def markdown(report):
     digits = 4 if exp == "logreg" else 3
     edig = 4 if exp == "logreg" else 2
     if exp == "logreg":
-        lines = ["# Matrix-SVGD (KFAC) vs SVGD: Bayesian logistic regression on breast_cancer (model.fit)", "",
-                 f"{cfg['particles']} particles drawn from the prior N(0, I) on 31 weights (30 standardised features "
-                 f"+ bias); one bk.layers.Dense(1) particle layer, Bernoulli likelihood; fixed stratified 80/20 split "
-                 f"(455 / 114); batch {cfg['batch']}; {cfg['iters']} iterations; {cfg['seeds']} seed(s) "
-                 "(initialisation and mini-batch order). LL = log posterior-predictive density per example; "
-                 "error = test error of the predictive probability."]
+        lines = [
+            "# Matrix-SVGD (KFAC) vs SVGD: Bayesian logistic regression on breast_cancer (model.fit)",
+            "",
+            f"{cfg['particles']} particles drawn from the prior N(0, I) on 31 weights (30 standardised features "
+            f"+ bias); one bk.layers.Dense(1) particle layer, Bernoulli likelihood; fixed stratified 80/20 split "
+            f"(455 / 114); batch {cfg['batch']}; {cfg['iters']} iterations; {cfg['seeds']} seed(s) "
+            "(initialisation and mini-batch order). LL = log posterior-predictive density per example; "
+            "error = test error of the predictive probability.",
+        ]
         err_name = "test error"
     else:
-        prior = "N(0, 2 / fan_in) (He-scaled)" if cfg["prior"] == "he" else f"N(0, {cfg['prior']}^2)"
-        noise = ("one learned noise scale shared by the particles (type-II ML)" if cfg["noise"] == "learned" else
-                 f"fixed noise scale {float(cfg['noise']):.4g} on the standardised targets "
-                 f"(variance {float(cfg['noise']) ** 2:.3g})")
-        lines = ["# Matrix-SVGD (KFAC) vs SVGD: BNN regression on diabetes (model.fit)", "",
-                 f"10 -> 50 -> 50 -> 1 ReLU, {cfg['particles']} particles, prior {prior} on every weight and bias, "
-                 f"Normal likelihood with {noise}; {cfg['seeds']} random 90/10 splits (397 / 45); standardised x and "
-                 f"y; batch {cfg['batch']}; {cfg['iters']} iterations. RMSE and LL in the ORIGINAL target units "
-                 "(LL per example)."]
+        prior = (
+            "N(0, 2 / fan_in) (He-scaled)" if cfg["prior"] == "he" else f"N(0, {cfg['prior']}^2)"
+        )
+        noise = (
+            "one learned noise scale shared by the particles (type-II ML)"
+            if cfg["noise"] == "learned"
+            else f"fixed noise scale {float(cfg['noise']):.4g} on the standardised targets "
+            f"(variance {float(cfg['noise']) ** 2:.3g})"
+        )
+        lines = [
+            "# Matrix-SVGD (KFAC) vs SVGD: BNN regression on diabetes (model.fit)",
+            "",
+            f"10 -> 50 -> 50 -> 1 ReLU, {cfg['particles']} particles, prior {prior} on every weight and bias, "
+            f"Normal likelihood with {noise}; {cfg['seeds']} random 90/10 splits (397 / 45); standardised x and "
+            f"y; batch {cfg['batch']}; {cfg['iters']} iterations. RMSE and LL in the ORIGINAL target units "
+            "(LL per example).",
+        ]
         err_name = "test RMSE"
     dense = f"after every step up to {cfg['dense_until']}, then " if cfg["dense_until"] else ""
     tau = cfg.get("decay_tau")
-    rates = "constant" if tau is None else f"lr for {tau} steps, then lr {tau} / t (ConstantThenInverseTime)"
+    rates = (
+        "constant"
+        if tau is None
+        else f"lr for {tau} steps, then lr {tau} / t (ConstantThenInverseTime)"
+    )
     lines += [
-        "", f"KFAC: {cfg['kfac_fisher']} Fisher, damping {cfg['kfac_damping']} (+ the prior precision), EMA decay "
+        "",
+        f"KFAC: {cfg['kfac_fisher']} Fisher, damping {cfg['kfac_damping']} (+ the prior precision), EMA decay "
         f"{cfg['kfac_ema']}, inverses every {cfg['kfac_inversion_period']} steps. Learning rates: {rates}. "
         "Every learning rate of every method's grid is run on all the runs below; each method is shown at the "
         "learning rate with the best final test LL (mean curve over runs; selected on the test sets, as in the "
@@ -464,11 +582,13 @@ def markdown(report):
         f"final train LL {tg['train_ll']:.4f}; 'fastest' = the fastest learning rate of the method's grid that "
         "reaches the level among those whose own final test LL is within δ of vanilla's (a step so large that the "
         "curve only passes the level on its way to a worse plateau does not count). s / run includes the "
-        "evaluations.", "",
+        "evaluations.",
+        "",
         f"| method | step rule | lr | final test LL | final {err_name} | final train LL | peak test LL (iter.) | "
         "iter. to vanilla's final test LL | per run | -δ | fastest lr: iter. to vanilla's final test LL | "
         "fastest, -δ | iter. to vanilla's final train LL | s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for method, b in best.items():
         per = ", ".join(_fmt_it(v) for v in b["reach_ll_per_run"])
         lines.append(
@@ -478,30 +598,44 @@ def markdown(report):
             f"{b['final_train_ll_mean']:.{digits}f} | "
             f"{b['peak_ll']:.{digits}f} ({b['peak_ll_iteration']}) | {_fmt_it(b['reach_ll'])} | {per} | "
             f"{_fmt_it(b['reach_ll_tol'])} | {_fmt_fastest(b['fastest_ll'])} | {_fmt_fastest(b['fastest_ll_tol'])} | "
-            f"{_fmt_it(b['reach_train_ll'])} | {b['seconds_per_run']:.1f} |")
+            f"{_fmt_it(b['reach_train_ll'])} | {b['seconds_per_run']:.1f} |"
+        )
 
     def verdict(r):
         if r is None:
             return "never reaches it"
         return f"ratio {r:.2f} ({'<= 1/3' if r <= 1 / 3 else ('fewer, > 1/3' if r < 1 else 'not fewer')})"
 
-    lines += ["", "Iterations of a matrix variant / iterations of vanilla SVGD to reach vanilla's final test LL "
-              "(selected learning rates; fastest learning rates of each grid; exact level and -δ):", ""]
+    lines += [
+        "",
+        "Iterations of a matrix variant / iterations of vanilla SVGD to reach vanilla's final test LL "
+        "(selected learning rates; fastest learning rates of each grid; exact level and -δ):",
+        "",
+    ]
     for m, c in report["claims"].items():
-        lines.append(f"- {METHOD_LABELS[m]}: selected {verdict(c['selected_ll'])}, "
-                     f"-δ {verdict(c['selected_ll_tol'])}; "
-                     f"fastest {verdict(c['fastest_ll'])}, -δ {verdict(c['fastest_ll_tol'])}.")
+        lines.append(
+            f"- {METHOD_LABELS[m]}: selected {verdict(c['selected_ll'])}, "
+            f"-δ {verdict(c['selected_ll_tol'])}; "
+            f"fastest {verdict(c['fastest_ll'])}, -δ {verdict(c['fastest_ll_tol'])}."
+        )
     if "mixture" in best:
         ent = ", ".join(f"{e:.2f}" for e in best["mixture"]["mixture_weight_entropy"])
-        lines += ["", f"Mixture weight entropy after the last step (nats; uniform = log {cfg['particles']} = "
-                  f"{math.log(cfg['particles']):.2f}, 0 = one-hot), selected lr: {ent}."]
+        lines += [
+            "",
+            f"Mixture weight entropy after the last step (nats; uniform = log {cfg['particles']} = "
+            f"{math.log(cfg['particles']):.2f}, 0 = one-hot), selected lr: {ent}.",
+        ]
     if exp == "bnn" and cfg["noise"] == "learned":
         noise = ", ".join(f"{m}: {np.mean(b['noise_scale']):.1f}" for m, b in best.items())
         lines += ["", f"Learned noise scale (original units, mean over splits): {noise}."]
-    lines += ["", "Whole grid (every configuration on all runs):", "",
-              f"| method | step rule | lr | final test LL | final {err_name} | final train LL | iter. to vanilla's "
-              "final test LL | -δ | iter. to vanilla's final train LL | skipped steps | s / run |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Whole grid (every configuration on all runs):",
+        "",
+        f"| method | step rule | lr | final test LL | final {err_name} | final train LL | iter. to vanilla's "
+        "final test LL | -δ | iter. to vanilla's final train LL | skipped steps | s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key, g in report["runs"].items():
         mark = " (selected)" if best[g["method"]]["config_key"] == key else ""
         skipped = sum(g["skipped_steps"]) + sum(x or 0 for x in g["skipped_curvature_steps"])
@@ -511,13 +645,20 @@ def markdown(report):
             tr = f"{g['final_train_ll_mean']:.{digits}f}"
         else:
             ll, err, tr = "diverged", "-", "-"
-        lines.append(f"| {g['method']} | {g['step_rule']} | {g['learning_rate']:g}{mark} | {ll} | {err} | {tr} | "
-                     f"{_fmt_it(g['reach_ll'])} | {_fmt_it(g['reach_ll_tol'])} | {_fmt_it(g['reach_train_ll'])} | "
-                     f"{skipped} | {g['seconds_per_run']:.1f} |")
+        lines.append(
+            f"| {g['method']} | {g['step_rule']} | {g['learning_rate']:g}{mark} | {ll} | {err} | {tr} | "
+            f"{_fmt_it(g['reach_ll'])} | {_fmt_it(g['reach_ll_tol'])} | {_fmt_it(g['reach_train_ll'])} | "
+            f"{skipped} | {g['seconds_per_run']:.1f} |"
+        )
     env = report["environment"]
-    lines += ["", "Method and protocol: see the docstring of benchmarks/svgd_uci.py; all curves are in the JSON.", "",
-              f"Machine: {env['machine']}, TensorFlow {env['tensorflow']}, Keras {env['keras']}, {env['date']}, "
-              f"{env['wall_seconds']} s. Command: `{env['command']}`", ""]
+    lines += [
+        "",
+        "Method and protocol: see the docstring of benchmarks/svgd_uci.py; all curves are in the JSON.",
+        "",
+        f"Machine: {env['machine']}, TensorFlow {env['tensorflow']}, Keras {env['keras']}, {env['date']}, "
+        f"{env['wall_seconds']} s. Command: `{env['command']}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -538,12 +679,23 @@ def plot(report, path):
             ax.plot(its, m, color=color[method], label=label)
             ax.fill_between(its, m - s, m + s, color=color[method], alpha=0.12)
     level = report["targets"]["ll"] - report["config"]["tolerance"]
-    for key, g in report["runs"].items():  # the other learning rates that end within δ of vanilla's final
+    for key, g in report[
+        "runs"
+    ].items():  # the other learning rates that end within δ of vanilla's final
         if key == report["best"][g["method"]]["config_key"] or not g["final_ll"] >= level:
             continue
         for ax, curve in ((axes[1], "ll"), (axes[2], "train_ll")):
-            ax.plot(its, g[curve + "_mean_curve"], color=color[g["method"]], ls="--", lw=0.7, alpha=0.8,
-                    label=f"{g['method']} ({g['step_rule']} {g['learning_rate']:g})" if ax is axes[1] else None)
+            ax.plot(
+                its,
+                g[curve + "_mean_curve"],
+                color=color[g["method"]],
+                ls="--",
+                lw=0.7,
+                alpha=0.8,
+                label=f"{g['method']} ({g['step_rule']} {g['learning_rate']:g})"
+                if ax is axes[1]
+                else None,
+            )
     for ax, key in ((axes[0], "ll"), (axes[1], "ll"), (axes[2], "train_ll")):
         ax.axhline(report["targets"][key], color="gray", ls=":", lw=0.8)
         ax.set(xlabel="iteration (mini-batch step)")
@@ -567,8 +719,13 @@ def plot(report, path):
         axes[0].set_yscale("symlog", linthresh=0.1)
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=6)
-    fig.suptitle({"logreg": "Bayesian logistic regression, breast_cancer", "bnn": "BNN regression, diabetes"}[
-        report["experiment"]] + "; dotted: vanilla's final")
+    fig.suptitle(
+        {
+            "logreg": "Bayesian logistic regression, breast_cancer",
+            "bnn": "BNN regression, diabetes",
+        }[report["experiment"]]
+        + "; dotted: vanilla's final"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -577,28 +734,60 @@ def plot(report, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", choices=["logreg", "bnn", "all"], default="all")
-    parser.add_argument("--quick", action="store_true", help="small grids, 2 seeds / splits, short runs")
-    parser.add_argument("--methods", nargs="*", default=None, help="subset of methods (default: all)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small grids, 2 seeds / splits, short runs"
+    )
+    parser.add_argument(
+        "--methods", nargs="*", default=None, help="subset of methods (default: all)"
+    )
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--eval-every", type=int, default=None)
-    parser.add_argument("--dense-until", type=int, default=None, help="also evaluate after every step up to this")
+    parser.add_argument(
+        "--dense-until", type=int, default=None, help="also evaluate after every step up to this"
+    )
     parser.add_argument("--seeds", type=int, default=None, help="seeds (logreg) / splits (bnn)")
     parser.add_argument("--kfac-damping", type=float, default=1e-3)
-    parser.add_argument("--kfac-ema", type=float, default=None, help="KFAC EMA decay (default: logreg 0, bnn 0.95)")
-    parser.add_argument("--kfac-inversion-period", type=int, default=None,
-                        help="KFAC inversion period (default: logreg 1, bnn 5)")
-    parser.add_argument("--decay-tau", type=int, default=None,
-                        help="every method's learning rate lr becomes ConstantThenInverseTime(lr, tau): constant for "
-                             "tau steps, then lr tau / t (default: constant learning rates)")
+    parser.add_argument(
+        "--kfac-ema", type=float, default=None, help="KFAC EMA decay (default: logreg 0, bnn 0.95)"
+    )
+    parser.add_argument(
+        "--kfac-inversion-period",
+        type=int,
+        default=None,
+        help="KFAC inversion period (default: logreg 1, bnn 5)",
+    )
+    parser.add_argument(
+        "--decay-tau",
+        type=int,
+        default=None,
+        help="every method's learning rate lr becomes ConstantThenInverseTime(lr, tau): constant for "
+        "tau steps, then lr tau / t (default: constant learning rates)",
+    )
     parser.add_argument("--kfac-fisher", choices=["empirical", "true"], default="empirical")
-    parser.add_argument("--shared-lr", type=float, default=1e-2, help="Adam step of the shared noise scale (bnn)")
-    parser.add_argument("--noise", default=None, help="bnn noise: a fixed scale on the standardised targets "
-                        "(default sqrt(0.5), the authors' variance 0.5) or 'learned' (shared, type-II ML)")
-    parser.add_argument("--prior", default=None, help="bnn prior scale on every weight and bias: 'he' (default, "
-                        "sqrt(2 / fan_in)) or a float (1: the N(0, 1) of the logistic regression)")
-    parser.add_argument("--tag", default="", help="suffix of the output files (variants: --tag learned_noise)")
-    parser.add_argument("--tolerance", type=float, default=None,
-                        help="δ: also report reaching vanilla's final test LL minus δ (nats per example)")
+    parser.add_argument(
+        "--shared-lr", type=float, default=1e-2, help="Adam step of the shared noise scale (bnn)"
+    )
+    parser.add_argument(
+        "--noise",
+        default=None,
+        help="bnn noise: a fixed scale on the standardised targets "
+        "(default sqrt(0.5), the authors' variance 0.5) or 'learned' (shared, type-II ML)",
+    )
+    parser.add_argument(
+        "--prior",
+        default=None,
+        help="bnn prior scale on every weight and bias: 'he' (default, "
+        "sqrt(2 / fan_in)) or a float (1: the N(0, 1) of the logistic regression)",
+    )
+    parser.add_argument(
+        "--tag", default="", help="suffix of the output files (variants: --tag learned_noise)"
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="δ: also report reaching vanilla's final test LL minus δ (nats per example)",
+    )
     args = parser.parse_args()
     experiments = ["logreg", "bnn"] if args.experiment == "all" else [args.experiment]
     os.makedirs(RESULTS, exist_ok=True)
@@ -608,11 +797,19 @@ def main():
             if getattr(ns, key, None) is None:
                 setattr(ns, key, value)
         if args.quick:
-            ns.iters = min(ns.iters, {"logreg": 300, "bnn": 400}[experiment]) if args.iters is None else ns.iters
+            ns.iters = (
+                min(ns.iters, {"logreg": 300, "bnn": 400}[experiment])
+                if args.iters is None
+                else ns.iters
+            )
             ns.seeds = 2 if args.seeds is None else ns.seeds
         ns.iters = (ns.iters // ns.eval_every) * ns.eval_every
         report = run_experiment(experiment, ns)
-        name = f"svgd_uci_{experiment}" + ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "")
+        name = (
+            f"svgd_uci_{experiment}"
+            + ("_quick" if args.quick else "")
+            + (f"_{args.tag}" if args.tag else "")
+        )
         text = markdown(report)
         harness.save_results(name, report, text, RESULTS, indent=1)
         plot(report, os.path.join(RESULTS, name + ".png"))

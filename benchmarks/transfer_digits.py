@@ -41,15 +41,26 @@ METRICS = ("accuracy", "nll", "ece", "ood_auroc")
 
 
 def table(results, args, machine, commands):
-    lines = [f"# Transfer learning on digits: MobileNetV2 (alpha {args.alpha}) pretrained on 0-4, digits 5-9",
-             "", f"{'; then '.join(f'`{c}`' for c in commands)}; {args.particles} particles, {args.epochs} epochs, batch 64; mean +- sd "
-             f"over seeds {args.seeds}. OOD AUROC: predictive entropy, test digits 0-4 as out-of-distribution. "
-             f"Machine: {machine['processor']}, {machine['cpu_count']} CPUs, oneDNN {machine['onednn']}.", ""]
+    lines = [
+        f"# Transfer learning on digits: MobileNetV2 (alpha {args.alpha}) pretrained on 0-4, digits 5-9",
+        "",
+        f"{'; then '.join(f'`{c}`' for c in commands)}; {args.particles} particles, {args.epochs} epochs, batch 64; mean +- sd "
+        f"over seeds {args.seeds}. OOD AUROC: predictive entropy, test digits 0-4 as out-of-distribution. "
+        f"Machine: {machine['processor']}, {machine['cpu_count']} CPUs, oneDNN {machine['onednn']}.",
+        "",
+    ]
     for regime, rows in results.items():
-        lines += [f"## Backbone {regime}", "", "| variant | seeds | accuracy | NLL | ECE | OOD AUROC |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"## Backbone {regime}",
+            "",
+            "| variant | seeds | accuracy | NLL | ECE | OOD AUROC |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, runs in rows.items():
-            cells = [f"{np.mean([r[m] for r in runs]):.4f} +- {np.std([r[m] for r in runs]):.4f}" for m in METRICS]
+            cells = [
+                f"{np.mean([r[m] for r in runs]):.4f} +- {np.std([r[m] for r in runs]):.4f}"
+                for m in METRICS
+            ]
             lines.append(f"| {name} | {len(runs)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -58,16 +69,24 @@ def table(results, args, machine, commands):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--regimes", nargs="+", default=["frozen", "finetuned"], choices=("frozen", "finetuned"))
+    parser.add_argument(
+        "--regimes", nargs="+", default=["frozen", "finetuned"], choices=("frozen", "finetuned")
+    )
     parser.add_argument("--optimizers", nargs="+", default=["GPF", "MGVBP"])
     parser.add_argument("--parts", nargs="+", default=["head", "block"], choices=("head", "block"))
     parser.add_argument("--pretrain-epochs", type=int, default=40)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--particles", type=int, default=10)
     parser.add_argument("--alpha", type=float, default=0.35)
-    parser.add_argument("--variants", nargs="+", default=list(transfer_digits.VARIANTS),
-                        choices=transfer_digits.VARIANTS)
-    parser.add_argument("--merge", action="store_true", help="update the rows re-run in an existing results file")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=list(transfer_digits.VARIANTS),
+        choices=transfer_digits.VARIANTS,
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="update the rows re-run in an existing results file"
+    )
     parser.add_argument("--out", default="transfer_digits")
     args = parser.parse_args()
     pretrain, finetune, test, ood = transfer_digits.digits_split()
@@ -80,21 +99,39 @@ def main():
     if args.merge and os.path.exists(path):
         with open(path) as f:
             earlier = json.load(f)
-        results, commands = earlier["results"], earlier.get("commands", [earlier["command"]]) + commands
+        results, commands = (
+            earlier["results"],
+            earlier.get("commands", [earlier["command"]]) + commands,
+        )
     fresh = set()
     for regime in args.regimes:
         rows = results.setdefault(regime, {})
         for seed in args.seeds:
-            found = transfer_digits.run_variants(backbone, data, regime, args.epochs, seed, args.particles,
-                                                 args.parts, args.optimizers, args.variants)
+            found = transfer_digits.run_variants(
+                backbone,
+                data,
+                regime,
+                args.epochs,
+                seed,
+                args.particles,
+                args.parts,
+                args.optimizers,
+                args.variants,
+            )
             for name, scores in found.items():
                 if (regime, name) not in fresh:  # a merged row is replaced, not extended
                     rows[name] = []
                     fresh.add((regime, name))
                 rows[name].append(scores)
             print(f"{regime} seed {seed} done at {time.perf_counter() - start:.0f} s", flush=True)
-            result = {"command": commands[-1], "commands": commands, "args": vars(args), "machine": machine,
-                      "results": results, "seconds": time.perf_counter() - start}
+            result = {
+                "command": commands[-1],
+                "commands": commands,
+                "args": vars(args),
+                "machine": machine,
+                "results": results,
+                "seconds": time.perf_counter() - start,
+            }
             paths = harness.save_results(args.out, result, table(results, args, machine, commands))
     print("\n".join(table(results, args, machine, commands)))
     print("wrote", *paths)

@@ -38,7 +38,9 @@ import bayes_keras as bk  # noqa: E402
 
 def scores(probs, probs_ood, y):
     s = bk.metrics.evaluate_probs(probs.astype("float32"), y)
-    s["ood_auroc"] = bk.metrics.auroc(transfer_digits.entropy(probs), transfer_digits.entropy(probs_ood))
+    s["ood_auroc"] = bk.metrics.auroc(
+        transfer_digits.entropy(probs), transfer_digits.entropy(probs_ood)
+    )
     return {k: float(v) for k, v in s.items() if k in ("accuracy", "nll", "ece", "ood_auroc")}
 
 
@@ -53,9 +55,13 @@ def laplace(x, y, x_test, x_ood, prior_variance, draws, seed):
         w = w.reshape(f, k)
         logits = x @ w
         grad = x.T @ (softmax(logits, 1) - onehot) + w / prior_variance
-        return -np.sum(onehot * log_softmax(logits, 1)) + 0.5 * np.sum(w * w) / prior_variance, grad.ravel()
+        return -np.sum(onehot * log_softmax(logits, 1)) + 0.5 * np.sum(
+            w * w
+        ) / prior_variance, grad.ravel()
 
-    w_map = minimize(objective, np.zeros(f * k), jac=True, method="L-BFGS-B", options={"maxiter": 10000}).x
+    w_map = minimize(
+        objective, np.zeros(f * k), jac=True, method="L-BFGS-B", options={"maxiter": 10000}
+    ).x
     p = softmax(x @ w_map.reshape(f, k), 1)
     hessian = np.empty((f, k, f, k))
     for a in range(k):  # sum_n x_n x_n^T (diag(p_n) - p_n p_n^T)[a, b]
@@ -68,9 +74,14 @@ def laplace(x, y, x_test, x_ood, prior_variance, draws, seed):
     z = np.random.default_rng(seed).standard_normal((f * k, draws))
     samples = w_map[:, None] + chol_inverse.T @ z
     predictive = lambda a: np.mean([softmax(a @ s.reshape(f, k), 1) for s in samples.T], axis=0)  # noqa: E731
-    kernel_sd = np.sqrt(np.sum(chol_inverse ** 2, axis=0)).reshape(f, k)[:-1].mean()
-    return predictive(x_test), predictive(x_ood), softmax(x_test @ w_map.reshape(f, k), 1), \
-        softmax(x_ood @ w_map.reshape(f, k), 1), float(kernel_sd)
+    kernel_sd = np.sqrt(np.sum(chol_inverse**2, axis=0)).reshape(f, k)[:-1].mean()
+    return (
+        predictive(x_test),
+        predictive(x_ood),
+        softmax(x_test @ w_map.reshape(f, k), 1),
+        softmax(x_ood @ w_map.reshape(f, k), 1),
+        float(kernel_sd),
+    )
 
 
 def main():
@@ -87,43 +98,62 @@ def main():
     rows = {}
 
     def head():
-        return keras.Sequential([keras.Input((fx.shape[1],)),
-                                 keras.layers.Dense(5, activation="softmax", name="head")])
+        return keras.Sequential(
+            [keras.Input((fx.shape[1],)), keras.layers.Dense(5, activation="softmax", name="head")]
+        )
 
     for epochs in args.epochs:
         keras.utils.set_random_seed(0)
         model = head()
         model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
         model.fit(fx, y, epochs=epochs, batch_size=64, verbose=0)
-        rows[f"Keras head, {epochs} epochs"] = scores(model.predict(fx_test, verbose=0),
-                                                      model.predict(fx_ood, verbose=0), y_test)
-        for name, optimizer in (("GaussianParticleFlow()", bk.optimizers.GaussianParticleFlow),
-                                ("MGVBP()", bk.optimizers.MGVBP),
-                                ("ensemble of heads", bk.optimizers.IndependentParticles)):
+        rows[f"Keras head, {epochs} epochs"] = scores(
+            model.predict(fx_test, verbose=0), model.predict(fx_ood, verbose=0), y_test
+        )
+        for name, optimizer in (
+            ("GaussianParticleFlow()", bk.optimizers.GaussianParticleFlow),
+            ("MGVBP()", bk.optimizers.MGVBP),
+            ("ensemble of heads", bk.optimizers.IndependentParticles),
+        ):
             keras.utils.set_random_seed(0)
             model = bk.bayesianize(head(), num_particles=args.particles, seed=0)
             model.compile(optimizer=optimizer())
             start = time.perf_counter()
             model.fit(fx, y, epochs=epochs, batch_size=64, verbose=0)
-            row = scores(model.predict(fx_test, verbose=0), model.predict(fx_ood, verbose=0), y_test)
-            row["kernel_sd"] = float(np.std(model.get_layer("head").weights[0].numpy(), axis=0).mean())
+            row = scores(
+                model.predict(fx_test, verbose=0), model.predict(fx_ood, verbose=0), y_test
+            )
+            row["kernel_sd"] = float(
+                np.std(model.get_layer("head").weights[0].numpy(), axis=0).mean()
+            )
             row["seconds"] = time.perf_counter() - start
             rows[f"{name}, {epochs} epochs"] = row
             print(f"{name}, {epochs} epochs", row, flush=True)
-    test_probs, ood_probs, map_test, map_ood, kernel_sd = laplace(fx, y, fx_test, fx_ood, 1.0, args.draws, 0)
+    test_probs, ood_probs, map_test, map_ood, kernel_sd = laplace(
+        fx, y, fx_test, fx_ood, 1.0, args.draws, 0
+    )
     rows["MAP (prior N(0, 1))"] = scores(map_test, map_ood, y_test)
-    rows[f"Laplace posterior (prior N(0, 1), {args.draws} draws)"] = {**scores(test_probs, ood_probs, y_test),
-                                                                      "kernel_sd": kernel_sd}
+    rows[f"Laplace posterior (prior N(0, 1), {args.draws} draws)"] = {
+        **scores(test_probs, ood_probs, y_test),
+        "kernel_sd": kernel_sd,
+    }
     machine = harness.machine_info()
     result = {"command": " ".join(sys.argv), "args": vars(args), "machine": machine, "rows": rows}
-    lines = ["# A Bayesian head on frozen features against its Laplace posterior", "",
-             f"`{result['command']}`; features of examples/transfer_digits.py's backbone (seed 0), N = "
-             f"{args.particles}, batch 64. Machine: {machine['processor']}, {machine['cpu_count']} CPUs.", "",
-             "| head | accuracy | NLL | ECE | OOD AUROC | kernel sd |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# A Bayesian head on frozen features against its Laplace posterior",
+        "",
+        f"`{result['command']}`; features of examples/transfer_digits.py's backbone (seed 0), N = "
+        f"{args.particles}, batch 64. Machine: {machine['processor']}, {machine['cpu_count']} CPUs.",
+        "",
+        "| head | accuracy | NLL | ECE | OOD AUROC | kernel sd |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         sd = f"{r['kernel_sd']:.4f}" if "kernel_sd" in r else ""
-        lines.append(f"| {name} | {r['accuracy']:.3f} | {r['nll']:.3f} | {r['ece']:.3f} | {r['ood_auroc']:.3f} | "
-                     f"{sd} |")
+        lines.append(
+            f"| {name} | {r['accuracy']:.3f} | {r['nll']:.3f} | {r['ece']:.3f} | {r['ood_auroc']:.3f} | "
+            f"{sd} |"
+        )
     for path in harness.save_results("transfer_head_posterior", result, lines):
         print("wrote", path)
     print("\n".join(lines))

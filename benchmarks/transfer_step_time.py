@@ -54,8 +54,9 @@ def main():
     parser.add_argument("--out", default=harness.RESULTS_DIR)
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
-    backbone = keras.applications.MobileNetV2(input_shape=(32, 32, 1), alpha=args.alpha, include_top=False,
-                                              weights=None, pooling="avg")
+    backbone = keras.applications.MobileNetV2(
+        input_shape=(32, 32, 1), alpha=args.alpha, include_top=False, weights=None, pooling="avg"
+    )
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(args.batch, 32, 32, 1)).astype("float32")
     y = rng.integers(0, 5, args.batch)
@@ -68,8 +69,12 @@ def main():
         return model
 
     def bayesian(regime, bayesian_layers, optimizer):
-        model = bk.bayesianize(transfer_digits.transfer_model(backbone, regime), num_particles=n,
-                               bayesian=bayesian_layers, seed=0)
+        model = bk.bayesianize(
+            transfer_digits.transfer_model(backbone, regime),
+            num_particles=n,
+            bayesian=bayesian_layers,
+            seed=0,
+        )
         model.compile(optimizer=optimizer, dataset_size=size)
         return model
 
@@ -77,8 +82,9 @@ def main():
         "keras_head": lambda: keras_model("frozen"),
         "gpf_head": lambda: bayesian("frozen", ["head"], bk.optimizers.GaussianParticleFlow()),
         "mgvbp_head": lambda: bayesian("frozen", ["head"], bk.optimizers.MGVBP()),
-        "gpf_last_block": lambda: bayesian("frozen", list(transfer_digits.LAST_BLOCK),
-                                           bk.optimizers.GaussianParticleFlow()),
+        "gpf_last_block": lambda: bayesian(
+            "frozen", list(transfer_digits.LAST_BLOCK), bk.optimizers.GaussianParticleFlow()
+        ),
         "keras_finetune": lambda: keras_model("finetuned"),
         "gpf_full": lambda: bayesian("finetuned", None, bk.optimizers.GaussianParticleFlow()),
     }
@@ -92,23 +98,49 @@ def main():
     times = harness.interleaved_microseconds(fns, args.rounds, args.steps, np.random.default_rng(0))
     rows = []
     for name in names:
-        base = "keras_finetune" if name in ("gpf_full",) and "keras_finetune" in times else "keras_head"
+        base = (
+            "keras_finetune"
+            if name in ("gpf_full",) and "keras_finetune" in times
+            else "keras_head"
+        )
         ratio = harness.paired_ratio(times, name, base) if base in times else None
-        rows.append({"variant": name, "ms_per_step": float(np.median(times[name])) / 1e3, "ratio_to": base,
-                     "ratio": ratio, "bayesian_fraction": fractions.get(name)})
-    result = {"command": " ".join(sys.argv), "args": vars(args), "machine": harness.machine_info(), "rows": rows,
-              "microseconds": times}
-    lines = [f"# Fit step time: Bayesian part on a frozen MobileNetV2 (alpha {args.alpha}, 32x32x1), N = {n}, "
-             f"batch {args.batch}", "",
-             f"`{result['command']}`; median of {args.rounds} interleaved rounds of {args.steps} steps; ratios "
-             "paired within rounds. Machine: " + f"{result['machine']['processor']}, {result['machine']['cpu_count']} "
-             f"CPUs, oneDNN {result['machine']['onednn']}, load {result['machine']['load_average_1_5_15min']}.", "",
-             "| variant | ms / step | ratio | to | weights with particles |", "|---|---|---|---|---|"]
+        rows.append(
+            {
+                "variant": name,
+                "ms_per_step": float(np.median(times[name])) / 1e3,
+                "ratio_to": base,
+                "ratio": ratio,
+                "bayesian_fraction": fractions.get(name),
+            }
+        )
+    result = {
+        "command": " ".join(sys.argv),
+        "args": vars(args),
+        "machine": harness.machine_info(),
+        "rows": rows,
+        "microseconds": times,
+    }
+    lines = [
+        f"# Fit step time: Bayesian part on a frozen MobileNetV2 (alpha {args.alpha}, 32x32x1), N = {n}, "
+        f"batch {args.batch}",
+        "",
+        f"`{result['command']}`; median of {args.rounds} interleaved rounds of {args.steps} steps; ratios "
+        "paired within rounds. Machine: "
+        + f"{result['machine']['processor']}, {result['machine']['cpu_count']} "
+        f"CPUs, oneDNN {result['machine']['onednn']}, load {result['machine']['load_average_1_5_15min']}.",
+        "",
+        "| variant | ms / step | ratio | to | weights with particles |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         fraction = "" if r["bayesian_fraction"] is None else f"{r['bayesian_fraction']:.1%}"
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}"
-        lines.append(f"| {r['variant']} | {r['ms_per_step']:.1f} | {ratio} | {r['ratio_to']} | {fraction} |")
-    stem = "transfer_step_time" + {"off": "_onednn_off", "on": "_onednn_on"}.get(harness.onednn_setting(), "")
+        lines.append(
+            f"| {r['variant']} | {r['ms_per_step']:.1f} | {ratio} | {r['ratio_to']} | {fraction} |"
+        )
+    stem = "transfer_step_time" + {"off": "_onednn_off", "on": "_onednn_on"}.get(
+        harness.onednn_setting(), ""
+    )
     for path in harness.save_results(stem, result, lines, out=args.out):
         print("wrote", path)
     print("\n".join(lines))

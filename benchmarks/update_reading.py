@@ -63,13 +63,21 @@ def trace_update(bk, make, package_dir):
     lines = {f: sum(1 for _ in open(os.path.join(os.path.dirname(package_dir), f))) for f in files}
     executed = collections.Counter(f for f, _ in set(events))
     moves = sum(1 for (a, _), (b, _) in zip(events, events[1:]) if a != b)
-    return {"files": files, "file_lines": lines, "total_lines": sum(lines.values()),
-            "executed_lines": dict(executed), "total_executed": sum(executed.values()), "moves": moves}
+    return {
+        "files": files,
+        "file_lines": lines,
+        "total_lines": sum(lines.values()),
+        "executed_lines": dict(executed),
+        "total_executed": sum(executed.values()),
+        "moves": moves,
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repo", default=os.path.dirname(HERE), help="checkout whose bayes_keras is measured")
+    parser.add_argument(
+        "--repo", default=os.path.dirname(HERE), help="checkout whose bayes_keras is measured"
+    )
     parser.add_argument("--stem", default="update_reading")
     args = parser.parse_args()
     sys.path.insert(0, os.path.abspath(args.repo))
@@ -80,17 +88,27 @@ def main():
     import harness
 
     results = {name: trace_update(bk, make, package_dir) for name, make in METHODS.items()}
-    lines = [f"# Files and lines a reader follows through one update ({os.path.abspath(args.repo)})", "",
-             "One eager training step of a 8-16-3 MLP with 4 particles; every bayes_keras line that "
-             "`optimizer.apply` executes (`python benchmarks/update_reading.py`).", "",
-             "| method | files | their lines | lines executed | moves between files |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Files and lines a reader follows through one update ({os.path.abspath(args.repo)})",
+        "",
+        "One eager training step of a 8-16-3 MLP with 4 particles; every bayes_keras line that "
+        "`optimizer.apply` executes (`python benchmarks/update_reading.py`).",
+        "",
+        "| method | files | their lines | lines executed | moves between files |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in results.items():
-        lines.append(f"| {name} | {len(r['files'])} | {r['total_lines']} | {r['total_executed']} | {r['moves']} |")
+        lines.append(
+            f"| {name} | {len(r['files'])} | {r['total_lines']} | {r['total_executed']} | {r['moves']} |"
+        )
     lines.append("")
     for name, r in results.items():
         lines.append(f"- {name}: " + ", ".join(f"{f} ({r['file_lines'][f]})" for f in r["files"]))
-    harness.save_results(args.stem, {"repo": os.path.abspath(args.repo), "methods": results,
-                                     "machine": harness.machine_info()}, lines)
+    harness.save_results(
+        args.stem,
+        {"repo": os.path.abspath(args.repo), "methods": results, "machine": harness.machine_info()},
+        lines,
+    )
     print("\n".join(lines))
 
 

@@ -21,15 +21,17 @@ import bayes_keras as bk  # noqa: E402
 
 def keras_cnn():
     """The plain Keras CNN this example converts (benchmarks/conversion.py measures the same one)."""
-    return keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
 
 
 def main():
@@ -51,10 +53,14 @@ def main():
     print(f"Keras CNN ({cnn.count_params()} weights):   {scores(cnn.predict(x_test, verbose=0))}")
     model = bk.bayesianize(cnn, num_particles=10, seed=args.seed)  # softmax -> categorical
     mi = model.uncertainty(x_test)["mutual_information"].mean()
-    print(f"bayesianized, before training:   {scores(model.predict(x_test, verbose=0))}  mutual information {mi:.4f}")
+    print(
+        f"bayesianized, before training:   {scores(model.predict(x_test, verbose=0))}  mutual information {mi:.4f}"
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-3, structure="layer"))
     model.fit(x, y, epochs=args.bayesian_epochs, batch_size=64, verbose=0)
-    print(f"after {args.bayesian_epochs} epochs of GPF:        {scores(model.predict(x_test, verbose=0))}")
+    print(
+        f"after {args.bayesian_epochs} epochs of GPF:        {scores(model.predict(x_test, verbose=0))}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def strategy_for(cpu_devices):
         return tf.distribute.MultiWorkerMirroredStrategy()  # must be created before any other TF op
     if cpu_devices > 1:  # before TensorFlow initialises its devices
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices
+        )
         return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(cpu_devices)])
     return tf.distribute.MirroredStrategy()  # every GPU, or the CPU when there is none
 
@@ -50,17 +52,26 @@ def main():
 
     (x_train, y_train), (x_test, y_test) = bk.datasets.load_digits(test_fraction=0.25, seed=0)
     keras.utils.set_random_seed(0)
-    with strategy.scope():  # the model, its optimizer state and metrics are mirrored on every replica
+    with (
+        strategy.scope()
+    ):  # the model, its optimizer state and metrics are mirrored on every replica
         model = bk.zoo.lenet5(x_train.shape[1:], 10, num_particles=args.particles)
         steps = args.epochs * -(-len(x_train) // args.batch)
         schedule = keras.optimizers.schedules.CosineDecay(3e-3, steps)
-        model.compile(optimizer=bk.optimizers.GaussianParticleFlow(schedule, structure="layer"), metrics=["accuracy"])
+        model.compile(
+            optimizer=bk.optimizers.GaussianParticleFlow(schedule, structure="layer"),
+            metrics=["accuracy"],
+        )
     model.fit(x_train, y_train, batch_size=args.batch, epochs=args.epochs, verbose=0)
-    scores = bk.metrics.evaluate_probs(model.predict(x_test, batch_size=args.batch, verbose=0), y_test)
+    scores = bk.metrics.evaluate_probs(
+        model.predict(x_test, batch_size=args.batch, verbose=0), y_test
+    )
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
     who = f"worker {task['index']}, " if task else ""
-    print(f"Bayesian LeNet-5 (GPF, {args.particles} particles) on {who}{strategy.num_replicas_in_sync} replica(s): "
-          + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    print(
+        f"Bayesian LeNet-5 (GPF, {args.particles} particles) on {who}{strategy.num_replicas_in_sync} replica(s): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+    )
 
 
 if __name__ == "__main__":

@@ -29,15 +29,21 @@ def main():
     (x, y), (x_test, y_test) = bk.datasets.load_digits()
     keras.utils.set_random_seed(args.seed)
     model = bk.zoo.lenet5(num_particles=10)
-    model.compile(optimizer=bk.optimizers.MeanFieldVI(1e-2, initial_std=3e-2, seed=args.seed), temperature=0.1)
+    model.compile(
+        optimizer=bk.optimizers.MeanFieldVI(1e-2, initial_std=3e-2, seed=args.seed), temperature=0.1
+    )
     model.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
     scores = {"mean-field VI": bk.metrics.evaluate_probs(model.predict(x_test, verbose=0), y_test)}
-    history = bk.refine(model, x, y, num_stages=args.stages, steps_per_stage=args.steps, seed=args.seed, verbose=0)
+    history = bk.refine(
+        model, x, y, num_stages=args.stages, steps_per_stage=args.steps, seed=args.seed, verbose=0
+    )
     scores["refined"] = bk.metrics.evaluate_probs(model.predict(x_test, verbose=0), y_test)
     for name, s in scores.items():
         print(f"{name:<14} accuracy {s['accuracy']:.3f}  NLL {s['nll']:.3f}  ECE {s['ece']:.3f}")
-    print("ELBO_aux per example after each stage (stage 0: the base ELBO):",
-          np.round(history.history["elbo_aux"], 2).tolist())
+    print(
+        "ELBO_aux per example after each stage (stage 0: the base ELBO):",
+        np.round(history.history["elbo_aux"], 2).tolist(),
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,12 @@ import bayes_keras as bk  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20, help="epochs of the feature extractor")
-    parser.add_argument("--iterations", type=int, default=100, help="meta-training iterations of the operator")
-    parser.add_argument("--batches", type=int, default=10, help="labelled batches streamed to the head")
+    parser.add_argument(
+        "--iterations", type=int, default=100, help="meta-training iterations of the operator"
+    )
+    parser.add_argument(
+        "--batches", type=int, default=10, help="labelled batches streamed to the head"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.batches < 1 or args.epochs < 1:
@@ -35,11 +39,17 @@ def main():
     (x, y), (x_test, y_test) = bk.datasets.load_digits()
     keras.utils.set_random_seed(args.seed)
     other = ~np.isin(y, (6, 8))
-    body = keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(6, 5, padding="same", activation="relu"), keras.layers.MaxPooling2D(2),
-        keras.layers.Conv2D(16, 5, padding="same", activation="relu"), keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(), keras.layers.Dense(8, activation="tanh", name="features")])
+    body = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(6, 5, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(16, 5, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(8, activation="tanh", name="features"),
+        ]
+    )
     classifier = keras.Sequential([body, keras.layers.Dense(10)])
     classifier.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     classifier.fit(x[other], y[other], epochs=args.epochs, batch_size=64, verbose=0)
@@ -49,29 +59,48 @@ def main():
     x_task, y_task = x[task], (y[task] == 8).astype(np.float32)
     x_eval, y_eval = x_test[task_test], (y_test[task_test] == 8).astype(np.float32)
     inputs = keras.Input((8, 8, 1))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(1, num_particles=256)(body(inputs)), likelihood="bernoulli")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(1, num_particles=256)(body(inputs)), likelihood="bernoulli"
+    )
     head = pfbr.OutputLayerFilter(model)
     operator = pfbr.ParticleFlowBayesRule(latent_dim=head.latent_dim)
-    operator.meta_fit(head.meta_training_problem(x_task, y_task, batch_size=8), iterations=args.iterations,
-                      tasks_per_iteration=4, num_particles=64, sequence_length=10, seed=args.seed, verbose=0)
+    operator.meta_fit(
+        head.meta_training_problem(x_task, y_task, batch_size=8),
+        iterations=args.iterations,
+        tasks_per_iteration=4,
+        num_particles=64,
+        sequence_length=10,
+        seed=args.seed,
+        verbose=0,
+    )
 
     order = np.random.default_rng(args.seed).permutation(len(x_task))
-    stream = [order[i * 8:(i + 1) * 8] for i in range(args.batches)]
+    stream = [order[i * 8 : (i + 1) * 8] for i in range(args.batches)]
     head.reset(seed=args.seed)
     accuracy = {"PFBR": [], "SMC": []}
     for batch in stream:
         head.update(operator, x_task[batch], y_task[batch])
-        accuracy["PFBR"].append(float(np.mean((model.predict(x_eval, verbose=0).reshape(-1) > 0.5) == y_eval)))
+        accuracy["PFBR"].append(
+            float(np.mean((model.predict(x_eval, verbose=0).reshape(-1) > 0.5) == y_eval))
+        )
     # one-pass SMC with the same particles on the same stream, through the same problem interface
     features = head.features(x_task)
     problem = pfbr.LogisticRegressionProblem(features, y_task, batch_size=8, max_angle=0.0)
-    observations = np.stack([np.concatenate([features[b], y_task[b, None]], 1) for b in stream])[None]
+    observations = np.stack([np.concatenate([features[b], y_task[b, None]], 1) for b in stream])[
+        None
+    ]
     task_tensors = {"angle": np.zeros(1, np.float32)}  # the unrotated task
-    smc = pfbr.SequentialMonteCarlo().filter(problem, task_tensors, observations, num_particles=256, seed=args.seed)
+    smc = pfbr.SequentialMonteCarlo().filter(
+        problem, task_tensors, observations, num_particles=256, seed=args.seed
+    )
     for particles in smc[:, 0]:
         head.set_particles(particles)
-        accuracy["SMC"].append(float(np.mean((model.predict(x_eval, verbose=0).reshape(-1) > 0.5) == y_eval)))
-    print(f"digits 8 vs 6 on frozen LeNet features, {len(x_eval)} held-out images, batches of 8, 256 particles")
+        accuracy["SMC"].append(
+            float(np.mean((model.predict(x_eval, verbose=0).reshape(-1) > 0.5) == y_eval))
+        )
+    print(
+        f"digits 8 vs 6 on frozen LeNet features, {len(x_eval)} held-out images, batches of 8, 256 particles"
+    )
     print("held-out accuracy after each batch:")
     for name, values in accuracy.items():
         print(f"  {name:<5}", " ".join(f"{v:.3f}" for v in values))

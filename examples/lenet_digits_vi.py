@@ -35,11 +35,25 @@ METRICS = ("accuracy", "nll", "ece", "brier", "elbo")
 #   MeanFieldVI: learning rate {3e-3, 1e-2, 3e-2} x initial std {1e-2, 3e-2, 1e-1} (partial grid).
 METHODS = {
     "MGVBP (diagonal, empirical Fisher)": lambda seed: bk.optimizers.MGVBP(
-        2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="diagonal", curvature="empirical_fisher",
-        initial_precision=1e3, seed=seed),
-    "MGVBP (Kronecker per layer, empirical Fisher)": lambda seed: bk.optimizers.MGVBP(  # same settings, untuned
-        2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="kronecker", curvature="empirical_fisher",
-        initial_precision=1e3, seed=seed),
+        2e-3,
+        mean_learning_rate=3e-2,
+        momentum=0.8,
+        structure="diagonal",
+        curvature="empirical_fisher",
+        initial_precision=1e3,
+        seed=seed,
+    ),
+    "MGVBP (Kronecker per layer, empirical Fisher)": lambda seed: (
+        bk.optimizers.MGVBP(  # same settings, untuned
+            2e-3,
+            mean_learning_rate=3e-2,
+            momentum=0.8,
+            structure="kronecker",
+            curvature="empirical_fisher",
+            initial_precision=1e3,
+            seed=seed,
+        )
+    ),
     "MeanFieldVI (Adam)": lambda seed: bk.optimizers.MeanFieldVI(1e-2, initial_std=3e-2, seed=seed),
 }
 
@@ -64,7 +78,9 @@ def run(seeds, verbose=True):
 
 
 def table(results):
-    return lenet_table(results, METRICS, ("accuracy", "NLL", "ECE", "Brier", "train ELBO / example"))
+    return lenet_table(
+        results, METRICS, ("accuracy", "NLL", "ECE", "Brier", "train ELBO / example")
+    )
 
 
 def main():
@@ -72,24 +88,41 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"),
-                        help="where the table goes ('' writes nothing)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results"),
+        help="where the table goes ('' writes nothing)",
+    )
     args = parser.parse_args()
     EPOCHS = args.epochs
     t0 = time.time()
     results = run(tuple(args.seeds))
     md = table(results)
-    print(f"\nHeld-out digits (n_test = 450), mean ± std over seeds {args.seeds}, {EPOCHS} epochs, "
-          f"T = {TEMPERATURE}:\n\n{md}\n\ntotal {time.time() - t0:.0f}s")
+    print(
+        f"\nHeld-out digits (n_test = 450), mean ± std over seeds {args.seeds}, {EPOCHS} epochs, "
+        f"T = {TEMPERATURE}:\n\n{md}\n\ntotal {time.time() - t0:.0f}s"
+    )
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "lenet_digits_vi.json"), "w") as f:
-            json.dump({"seeds": args.seeds, "epochs": EPOCHS, "batch_size": BATCH, "samples": SAMPLES,
-                       "temperature": TEMPERATURE, "results": results}, f, indent=1)
+            json.dump(
+                {
+                    "seeds": args.seeds,
+                    "epochs": EPOCHS,
+                    "batch_size": BATCH,
+                    "samples": SAMPLES,
+                    "temperature": TEMPERATURE,
+                    "results": results,
+                },
+                f,
+                indent=1,
+            )
         with open(os.path.join(args.out, "lenet_digits_vi.md"), "w") as f:
-            f.write(f"Held-out digits, mean ± std over seeds {args.seeds} ({EPOCHS} epochs, batch {BATCH}, "
-                    f"{SAMPLES} samples of q per step and for prediction, T = {TEMPERATURE}).\n"
-                    f"Produced by `python examples/lenet_digits_vi.py`.\n\n{md}\n")
+            f.write(
+                f"Held-out digits, mean ± std over seeds {args.seeds} ({EPOCHS} epochs, batch {BATCH}, "
+                f"{SAMPLES} samples of q per step and for prediction, T = {TEMPERATURE}).\n"
+                f"Produced by `python examples/lenet_digits_vi.py`.\n\n{md}\n"
+            )
 
 
 if __name__ == "__main__":

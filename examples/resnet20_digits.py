@@ -28,10 +28,15 @@ def main():
     (x, y), (x_test, y_test) = bk.datasets.load_digits()
     keras.utils.set_random_seed(args.seed)
     baseline = bk.zoo.keras_resnet20((8, 8, 1), 10)
-    baseline.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    baseline.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     baseline.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
-    scores = {"Keras ResNet-20 (Adam)": bk.metrics.evaluate_probs(
-        tf.nn.softmax(baseline.predict(x_test, verbose=0)).numpy(), y_test)}
+    scores = {
+        "Keras ResNet-20 (Adam)": bk.metrics.evaluate_probs(
+            tf.nn.softmax(baseline.predict(x_test, verbose=0)).numpy(), y_test
+        )
+    }
     keras.utils.set_random_seed(args.seed)
     shared = ("stem", "stage1", "stage2") if args.hybrid else ()
     model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=args.particles, deterministic_parts=shared)

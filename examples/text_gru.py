@@ -30,19 +30,29 @@ def main():
 
     keras.utils.set_random_seed(args.seed)
     baseline = bk.zoo.keras_text_rnn(bk.datasets.DIGIT_TOKENS, 10, cell="gru", dropout=0.1)
-    baseline.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    baseline.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     baseline.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
-    scores = {"Keras GRU (Adam)": bk.metrics.evaluate_probs(
-        tf.nn.softmax(baseline.predict(x_test, verbose=0)).numpy(), y_test)}
+    scores = {
+        "Keras GRU (Adam)": bk.metrics.evaluate_probs(
+            tf.nn.softmax(baseline.predict(x_test, verbose=0)).numpy(), y_test
+        )
+    }
 
     keras.utils.set_random_seed(args.seed)
-    model = bk.zoo.text_rnn(bk.datasets.DIGIT_TOKENS, 10, cell="gru", num_particles=args.particles, dropout=0.1)
+    model = bk.zoo.text_rnn(
+        bk.datasets.DIGIT_TOKENS, 10, cell="gru", num_particles=args.particles, dropout=0.1
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(3e-3, structure="layer"))
     model.fit(x, y, epochs=args.epochs, batch_size=64, verbose=0)
     scores[f"Bayesian GRU (GPF, {args.particles} particles)"] = bk.metrics.evaluate_probs(
-        model.predict(x_test, verbose=0), y_test)
+        model.predict(x_test, verbose=0), y_test
+    )
 
-    print(f"digits as row-shape tokens, {len(x)} train / {len(x_test)} test sequences, {args.epochs} epochs")
+    print(
+        f"digits as row-shape tokens, {len(x)} train / {len(x_test)} test sequences, {args.epochs} epochs"
+    )
     print(f"{'model':<34} {'accuracy':>8} {'NLL':>7} {'ECE':>7}")
     for name, s in scores.items():
         print(f"{name:<34} {s['accuracy']:8.3f} {s['nll']:7.3f} {s['ece']:7.3f}")

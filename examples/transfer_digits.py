@@ -25,10 +25,22 @@ import tensorflow as tf  # noqa: E402
 import bayes_keras as bk  # noqa: E402
 
 SIZE = 32
-LAST_BLOCK = ("block_16_expand", "block_16_expand_BN", "block_16_depthwise", "block_16_depthwise_BN",
-              "block_16_project", "block_16_project_BN", "Conv_1", "Conv_1_bn", "head")
-OPTIMIZERS = {"GPF": bk.optimizers.GaussianParticleFlow, "MGVBP": bk.optimizers.MGVBP,
-              "ensemble": bk.optimizers.IndependentParticles}
+LAST_BLOCK = (
+    "block_16_expand",
+    "block_16_expand_BN",
+    "block_16_depthwise",
+    "block_16_depthwise_BN",
+    "block_16_project",
+    "block_16_project_BN",
+    "Conv_1",
+    "Conv_1_bn",
+    "head",
+)
+OPTIMIZERS = {
+    "GPF": bk.optimizers.GaussianParticleFlow,
+    "MGVBP": bk.optimizers.MGVBP,
+    "ensemble": bk.optimizers.IndependentParticles,
+}
 
 
 def digits_split():
@@ -37,7 +49,12 @@ def digits_split():
     up = lambda a: tf.image.resize(a, (SIZE, SIZE)).numpy()  # noqa: E731
     x, x_test = up(x), up(x_test)
     old, new, old_test, new_test = y < 5, y >= 5, y_test < 5, y_test >= 5
-    return ((x[old], y[old]), (x[new], y[new] - 5), (x_test[new_test], y_test[new_test] - 5), x_test[old_test])
+    return (
+        (x[old], y[old]),
+        (x[new], y[new] - 5),
+        (x_test[new_test], y_test[new_test] - 5),
+        x_test[old_test],
+    )
 
 
 def pretrained_backbone(pretrain, epochs, alpha, seed=0):
@@ -45,13 +62,22 @@ def pretrained_backbone(pretrain, epochs, alpha, seed=0):
     (without them, 20 epochs, the frozen backbone's Keras fine-tune reached 0.50 accuracy on digits 5-9; with
     them, 40 epochs, 0.71: benchmarks/results/transfer_digits.md); returns the backbone."""
     keras.utils.set_random_seed(seed)
-    backbone = keras.applications.MobileNetV2(input_shape=(SIZE, SIZE, 1), alpha=alpha, include_top=False,
-                                              weights=None, pooling="avg")
-    for layer in backbone.layers:  # MobileNetV2's 0.999 averages ~1000 steps: far more than this pretraining has
+    backbone = keras.applications.MobileNetV2(
+        input_shape=(SIZE, SIZE, 1), alpha=alpha, include_top=False, weights=None, pooling="avg"
+    )
+    for layer in (
+        backbone.layers
+    ):  # MobileNetV2's 0.999 averages ~1000 steps: far more than this pretraining has
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = 0.9
-    classifier = keras.Sequential([keras.Input((SIZE, SIZE, 1)), keras.layers.RandomTranslation(0.1, 0.1, seed=seed),
-                                   backbone, keras.layers.Dense(5, activation="softmax")])
+    classifier = keras.Sequential(
+        [
+            keras.Input((SIZE, SIZE, 1)),
+            keras.layers.RandomTranslation(0.1, 0.1, seed=seed),
+            backbone,
+            keras.layers.Dense(5, activation="softmax"),
+        ]
+    )
     classifier.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
     classifier.fit(*pretrain, epochs=epochs, batch_size=64, verbose=0)
     return backbone
@@ -90,7 +116,17 @@ def fit_temperature(logits, y):
     return float(grid[int(np.argmin(nlls))])
 
 
-def run_keras(backbone, data, regime, epochs, seed, dropout=0.0, mc_samples=0, unfrozen=(), name="Keras fine-tune"):
+def run_keras(
+    backbone,
+    data,
+    regime,
+    epochs,
+    seed,
+    dropout=0.0,
+    mc_samples=0,
+    unfrozen=(),
+    name="Keras fine-tune",
+):
     """The deterministic fine-tune trained on all the fine-tuning data, and with temperature scaling (trained on
     the first 80%, the temperature fitted on the last 20%); MC dropout's scores instead when `mc_samples`."""
     (x, y), (x_test, y_test), x_ood = data
@@ -106,15 +142,22 @@ def run_keras(backbone, data, regime, epochs, seed, dropout=0.0, mc_samples=0, u
     if mc_samples:
         mc = lambda a: np.mean([model(a, training=True).numpy() for _ in range(mc_samples)], axis=0)  # noqa: E731
         return {"MC dropout": scores(mc(x_test), mc(x_ood), y_test)}
-    results = {name: scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)}
+    results = {
+        name: scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
+    }
     cut = int(0.8 * len(x))
     model = fitted(x[:cut], y[:cut])
-    head = model.get_layer("head")  # softmax(features @ kernel + bias): its logits for temperature scaling
+    head = model.get_layer(
+        "head"
+    )  # softmax(features @ kernel + bias): its logits for temperature scaling
     features = keras.Model(model.input, head.input)
     logit = lambda a: features.predict(a, verbose=0) @ head.kernel.numpy() + head.bias.numpy()  # noqa: E731
     temperature = fit_temperature(logit(x[cut:]), y[cut:])
     soft = lambda a: tf.nn.softmax(logit(a) / temperature).numpy()  # noqa: E731
-    results[f"{name} + temperature"] = {**scores(soft(x_test), soft(x_ood), y_test), "temperature": temperature}
+    results[f"{name} + temperature"] = {
+        **scores(soft(x_test), soft(x_ood), y_test),
+        "temperature": temperature,
+    }
     return results
 
 
@@ -123,7 +166,9 @@ def run_bayesian(backbone, data, regime, part, optimizer, epochs, particles, see
     (x, y), (x_test, y_test), x_ood = data
     keras.utils.set_random_seed(seed)
     bayesian = ["head"] if part == "head" else list(LAST_BLOCK)
-    model = bk.bayesianize(transfer_model(backbone, regime), num_particles=particles, bayesian=bayesian, seed=seed)
+    model = bk.bayesianize(
+        transfer_model(backbone, regime), num_particles=particles, bayesian=bayesian, seed=seed
+    )
     model.compile(optimizer=OPTIMIZERS[optimizer]())
     model.fit(x, y, epochs=epochs, batch_size=64, verbose=0)
     return scores(model.predict(x_test, verbose=0), model.predict(x_ood, verbose=0), y_test)
@@ -132,31 +177,55 @@ def run_bayesian(backbone, data, regime, part, optimizer, epochs, particles, see
 VARIANTS = ("keras", "keras_block", "mc_dropout", "ensemble", "bayesian")
 
 
-def run_variants(backbone, data, regime, epochs, seed, particles, parts=("head", "block"), optimizers=("GPF", "MGVBP"),
-                 variants=VARIANTS):
+def run_variants(
+    backbone,
+    data,
+    regime,
+    epochs,
+    seed,
+    particles,
+    parts=("head", "block"),
+    optimizers=("GPF", "MGVBP"),
+    variants=VARIANTS,
+):
     """Every variant of the comparison on one seed: {row name: scores}."""
     found = {}
     if "keras" in variants:
         found.update(run_keras(backbone, data, regime, epochs, seed))
-    if "keras_block" in variants and regime == "frozen" and "block" in parts:  # the deterministic fine-tune of
-        found.update(run_keras(backbone, data, regime, epochs, seed, unfrozen=LAST_BLOCK,  # the same layers
-                               name="Keras fine-tune, last block"))
+    if (
+        "keras_block" in variants and regime == "frozen" and "block" in parts
+    ):  # the deterministic fine-tune of
+        found.update(
+            run_keras(
+                backbone,
+                data,
+                regime,
+                epochs,
+                seed,
+                unfrozen=LAST_BLOCK,  # the same layers
+                name="Keras fine-tune, last block",
+            )
+        )
     if "mc_dropout" in variants:
         found.update(run_keras(backbone, data, regime, epochs, seed, dropout=0.2, mc_samples=10))
     if "ensemble" in variants:
-        found[f"ensemble of heads ({particles})"] = run_bayesian(backbone, data, regime, "head", "ensemble", epochs,
-                                                                 particles, seed)
+        found[f"ensemble of heads ({particles})"] = run_bayesian(
+            backbone, data, regime, "head", "ensemble", epochs, particles, seed
+        )
     for part in parts if "bayesian" in variants else ():
         for name in optimizers:
-            found[f"Bayesian {part}, {name} ({particles})"] = run_bayesian(backbone, data, regime, part, name,
-                                                                           epochs, particles, seed)
+            found[f"Bayesian {part}, {name} ({particles})"] = run_bayesian(
+                backbone, data, regime, part, name, epochs, particles, seed
+            )
     return found
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--regime", choices=("frozen", "finetuned"), default="frozen")
-    parser.add_argument("--optimizers", nargs="+", default=["GPF", "MGVBP"], choices=("GPF", "MGVBP"))
+    parser.add_argument(
+        "--optimizers", nargs="+", default=["GPF", "MGVBP"], choices=("GPF", "MGVBP")
+    )
     parser.add_argument("--parts", nargs="+", default=["head", "block"], choices=("head", "block"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--pretrain-epochs", type=int, default=40)
@@ -167,12 +236,23 @@ def main():
     args = parser.parse_args()
     pretrain, finetune, test, ood = digits_split()
     backbone = pretrained_backbone(pretrain, args.pretrain_epochs, args.alpha)
-    results = run_variants(backbone, (finetune, test, ood), args.regime, args.epochs, args.seed, args.particles,
-                           args.parts, args.optimizers, args.variants)
+    results = run_variants(
+        backbone,
+        (finetune, test, ood),
+        args.regime,
+        args.epochs,
+        args.seed,
+        args.particles,
+        args.parts,
+        args.optimizers,
+        args.variants,
+    )
     print(f"digits 5-9 after pretraining on 0-4, backbone {args.regime}:")
     for name, s in results.items():
-        print(f"{name:<45} accuracy {s['accuracy']:.3f}  NLL {s['nll']:.3f}  ECE {s['ece']:.3f}  "
-              f"OOD AUROC {s['ood_auroc']:.3f}")
+        print(
+            f"{name:<45} accuracy {s['accuracy']:.3f}  NLL {s['nll']:.3f}  ECE {s['ece']:.3f}  "
+            f"OOD AUROC {s['ood_auroc']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -86,7 +86,9 @@ def correlated_linear_data(noise):
 
 
 # -- breast_cancer logistic regression and its long-run NUTS posterior (tests/fixtures) ---------------
-NUTS_FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "breast_cancer_nuts.npz")
+NUTS_FIXTURE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "fixtures", "breast_cancer_nuts.npz"
+)
 NUTS_MEAN_TOL = 0.1  # in NUTS posterior standard deviations
 NUTS_SD_TOL = 0.15  # relative error of the marginal standard deviation
 
@@ -105,17 +107,23 @@ def breast_cancer_log_prob():
 
     def log_prob(w):
         logits = tf.matmul(w, x, transpose_b=True)  # (N, 569)
-        return tf.reduce_sum(y * logits - tf.math.softplus(logits), axis=1) - 0.5 * tf.reduce_sum(w * w, axis=1)
+        return tf.reduce_sum(y * logits - tf.math.softplus(logits), axis=1) - 0.5 * tf.reduce_sum(
+            w * w, axis=1
+        )
 
     return log_prob
 
 
-def run_gpf_breast_cancer(num_steps, num_particles=256, seed=0, learning_rate=1.5e-2, step_rule="sgd",
-                          init_spread=0.1):
+def run_gpf_breast_cancer(
+    num_steps, num_particles=256, seed=0, learning_rate=1.5e-2, step_rule="sgd", init_spread=0.1
+):
     """Full-covariance GPF on `breast_cancer_log_prob` through the functional door."""
-    init = init_spread * np.random.default_rng(seed).standard_normal((num_particles, 31)).astype(np.float32)
-    opt = bk.optimizers.GaussianParticleFlow(learning_rate, structure="full", step_rule=step_rule,
-                                             mean_preconditioning=False)
+    init = init_spread * np.random.default_rng(seed).standard_normal((num_particles, 31)).astype(
+        np.float32
+    )
+    opt = bk.optimizers.GaussianParticleFlow(
+        learning_rate, structure="full", step_rule=step_rule, mean_preconditioning=False
+    )
     return bk.run_particles(breast_cancer_log_prob(), init, opt, num_steps)
 
 
@@ -127,9 +135,11 @@ def assert_within_sampling_error(estimate, truth, standard_error, z=4.0, what="e
     bound = z * np.broadcast_to(np.asarray(standard_error, np.float64), np.shape(truth))
     gap = np.abs(estimate - truth)
     worst = int(np.argmax(gap / np.maximum(bound, 1e-300)))
-    assert np.all(gap <= bound), (f"{what}: {np.sum(gap > bound)} of {gap.size} coordinates beyond {z} standard "
-                                  f"errors; worst at {worst}: {estimate.ravel()[worst]:.6g} vs "
-                                  f"{truth.ravel()[worst]:.6g} (se {bound.ravel()[worst] / z:.3g})")
+    assert np.all(gap <= bound), (
+        f"{what}: {np.sum(gap > bound)} of {gap.size} coordinates beyond {z} standard "
+        f"errors; worst at {worst}: {estimate.ravel()[worst]:.6g} vs "
+        f"{truth.ravel()[worst]:.6g} (se {bound.ravel()[worst] / z:.3g})"
+    )
 
 
 def assert_sample_moments(samples, mean, sd, z=4.0, what="samples"):

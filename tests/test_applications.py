@@ -19,9 +19,22 @@ import bayes_keras as bk
 
 # constructor -> the smallest square input it accepts
 SMALLEST = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71, "NASNetLarge": 32}
-FAMILIES = ["ConvNeXtTiny", "DenseNet121", "EfficientNetB0", "EfficientNetV2B0", "InceptionResNetV2", "InceptionV3",
-            "MobileNet", "MobileNetV2", "MobileNetV3Small", "NASNetMobile", "ResNet50", "ResNet50V2", "VGG16",
-            "Xception"]
+FAMILIES = [
+    "ConvNeXtTiny",
+    "DenseNet121",
+    "EfficientNetB0",
+    "EfficientNetV2B0",
+    "InceptionResNetV2",
+    "InceptionV3",
+    "MobileNet",
+    "MobileNetV2",
+    "MobileNetV3Small",
+    "NASNetMobile",
+    "ResNet50",
+    "ResNet50V2",
+    "VGG16",
+    "Xception",
+]
 EVERY = sorted(name for name in dir(keras.applications) if name[0].isupper())
 
 
@@ -51,7 +64,9 @@ def _float64_twin(name, model):
     policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float64")
     try:
-        twin = getattr(keras.applications, name)(weights=None, input_shape=model.input_shape[1:], classes=10)
+        twin = getattr(keras.applications, name)(
+            weights=None, input_shape=model.input_shape[1:], classes=10
+        )
     finally:
         keras.config.set_dtype_policy(policy)
     _without_dropout(twin)
@@ -83,11 +98,15 @@ def _check_exact(name, tmp_path, round_trip=True):
         logits = converted(x, training=training).numpy()
         if np.max(np.abs(tf.nn.softmax(logits).numpy() - expected[:, None])) > atol:
             _within_float32_rounding(name, model, x, logits, training)
-        if round_trip and not training:  # saved before the training-mode call moves the BatchNormalization averages
+        if (
+            round_trip and not training
+        ):  # saved before the training-mode call moves the BatchNormalization averages
             path = os.path.join(tmp_path, f"{name}.keras")
             converted.save(path)
             loaded = keras.models.load_model(path)
-            np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), tf.nn.softmax(logits).numpy(), atol=1e-6)
+            np.testing.assert_allclose(
+                tf.nn.softmax(loaded(x)).numpy(), tf.nn.softmax(logits).numpy(), atol=1e-6
+            )
 
 
 def _keras_logits(model, x, training):
@@ -110,8 +129,12 @@ def _within_float32_rounding(name, model, x, logits, training):
         keras32 = _keras_logits(model, x[order], training)[np.argsort(order)]
         keras_error = max(keras_error, np.max(np.abs(keras32 - exact)) / scale)
     error = np.max(np.abs(logits - exact[:, None])) / scale
-    assert keras_error > 1e-4, f"{name}, training={training}: Keras' float32 output is exact, ours is {error:.2e} off"
-    assert error <= 4 * keras_error, f"{name}, training={training}: {error:.2e} from float64, Keras' {keras_error:.2e}"
+    assert keras_error > 1e-4, (
+        f"{name}, training={training}: Keras' float32 output is exact, ours is {error:.2e} off"
+    )
+    assert error <= 4 * keras_error, (
+        f"{name}, training={training}: {error:.2e} from float64, Keras' {keras_error:.2e}"
+    )
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -120,6 +143,8 @@ def test_smallest_of_each_family_converts_exactly(name, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in EVERY if n not in FAMILIES] + sorted(set(FAMILIES) - ROUND_TRIP))
+@pytest.mark.parametrize(
+    "name", [n for n in EVERY if n not in FAMILIES] + sorted(set(FAMILIES) - ROUND_TRIP)
+)
 def test_every_constructor_converts_exactly(name, tmp_path):
     _check_exact(name, tmp_path)

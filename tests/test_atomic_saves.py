@@ -28,15 +28,21 @@ def _kill_during_saves(mode, target, kills, seed):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     for k in range(kills):
         ready = f"{target}.ready{k}"
-        child = subprocess.Popen([sys.executable, SCRIPT, mode, target, ready], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, SCRIPT, mode, target, ready],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.time() + 240
             while not os.path.exists(ready):
                 assert child.poll() is None, child.stderr.read().decode()[-3000:]
                 assert time.time() < deadline, "the save loop did not start"
                 time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 1.5 if mode == "save" else 4.0))  # several saves: a kill mid-write
+            time.sleep(
+                rng.uniform(0.0, 1.5 if mode == "save" else 4.0)
+            )  # several saves: a kill mid-write
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()
@@ -79,18 +85,26 @@ def test_export_killed_at_random_moments_leaves_a_loadable_export(tmp_path):
     target = str(tmp_path / "served")
     for _ in _kill_during_saves("export", target, kills=3, seed=0):
         path = target if os.path.isdir(target) else atomic_files.backups(target)[0]
-        served = tf.saved_model.load(path)  # the export, or the documented backup of the previous one
+        served = tf.saved_model.load(
+            path
+        )  # the export, or the documented backup of the previous one
         probs = served.predictive(tf.zeros((2, 4)))["probabilities"].numpy()
         np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
-    _model(9).export(target, verbose=False)  # the next export removes the killed ones' temporaries and backups
+    _model(9).export(
+        target, verbose=False
+    )  # the next export removes the killed ones' temporaries and backups
     assert _hidden(tmp_path) == []
 
 
 def _model(version):
     inputs = keras.Input((4,))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical"
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
-    model.set_weights([np.full(w.shape, version, w.dtype) if w.ndim else w for w in model.get_weights()])
+    model.set_weights(
+        [np.full(w.shape, version, w.dtype) if w.ndim else w for w in model.get_weights()]
+    )
     return model
 
 
@@ -145,7 +159,9 @@ def test_export_keeps_a_users_directory_and_backup(tmp_path):
     results.mkdir()
     for name in ("a.csv", "b.txt", "notes.md"):
         (results / name).write_text(name)
-    with pytest.raises(ValueError, match="'.*results'.*holds files of its own \\(a.csv, b.txt, notes.md\\)"):
+    with pytest.raises(
+        ValueError, match="'.*results'.*holds files of its own \\(a.csv, b.txt, notes.md\\)"
+    ):
         _model(1).export(str(results), verbose=False)
     assert sorted(os.listdir(results)) == ["a.csv", "b.txt", "notes.md"]
     assert sorted(os.listdir(tmp_path)) == ["results"]
@@ -161,9 +177,14 @@ def test_export_keeps_a_users_directory_and_backup(tmp_path):
     empty.mkdir()
     _model(1).export(str(empty), verbose=False)  # an empty directory is taken
     tf.saved_model.load(str(empty))
-    (tmp_path / "served" / "README_mine.txt").write_text("notes")  # a file the user added to an export
-    with pytest.raises(ValueError, match=r"earlier export there holds files that are not part of a SavedModel "
-                                         r"\(README_mine.txt\)"):
+    (tmp_path / "served" / "README_mine.txt").write_text(
+        "notes"
+    )  # a file the user added to an export
+    with pytest.raises(
+        ValueError,
+        match=r"earlier export there holds files that are not part of a SavedModel "
+        r"\(README_mine.txt\)",
+    ):
         _model(2).export(served, verbose=False)
     assert (tmp_path / "served" / "README_mine.txt").read_text() == "notes"
     before = sorted(os.listdir(tmp_path))

@@ -16,8 +16,16 @@ N = 3
 
 
 def _keras_einsum(equation, output_shape, bias_axes, shape):
-    layers = [keras.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh",
-                                       bias_initializer="random_normal") for _ in range(N)]
+    layers = [
+        keras.layers.EinsumDense(
+            equation,
+            output_shape,
+            bias_axes=bias_axes,
+            activation="tanh",
+            bias_initializer="random_normal",
+        )
+        for _ in range(N)
+    ]
     for layer in layers:
         layer.build(shape)
     return layers
@@ -29,20 +37,25 @@ def _copy(particle_layer, keras_layers):
         particle_layer.bias.assign(np.stack([k.bias.numpy() for k in keras_layers]))
 
 
-@pytest.mark.parametrize("equation, output_shape, bias_axes, shape", [
-    ("abc,cde->abde", (None, 4, 5), "de", (2, 6, 7)),     # attention's projections
-    ("abcd,cde->abe", (None, 7), "e", (2, 6, 4, 5)),      # attention's output
-    ("ab,bc->ac", (5,), "c", (2, 7)),
-    ("...b,bc->...c", (5,), "c", (2, 6, 7)),               # left ellipsis: the batch axis is its first
-    ("...b,bc->...c", (5,), None, (2, 7)),
-    ("abc...,cd->abd...", (6, 5), "d", (2, 6, 7, 3)),      # right ellipsis
-    ("abc,cd->abd", (6, 5), "bd", (2, 6, 7)),              # a bias over time and units
-])
+@pytest.mark.parametrize(
+    "equation, output_shape, bias_axes, shape",
+    [
+        ("abc,cde->abde", (None, 4, 5), "de", (2, 6, 7)),  # attention's projections
+        ("abcd,cde->abe", (None, 7), "e", (2, 6, 4, 5)),  # attention's output
+        ("ab,bc->ac", (5,), "c", (2, 7)),
+        ("...b,bc->...c", (5,), "c", (2, 6, 7)),  # left ellipsis: the batch axis is its first
+        ("...b,bc->...c", (5,), None, (2, 7)),
+        ("abc...,cd->abd...", (6, 5), "d", (2, 6, 7, 3)),  # right ellipsis
+        ("abc,cd->abd", (6, 5), "bd", (2, 6, 7)),  # a bias over time and units
+    ],
+)
 def test_einsum_dense_is_a_loop_of_keras_layers(equation, output_shape, bias_axes, shape):
     rng = np.random.default_rng(0)
     keras_layers = _keras_einsum(equation, output_shape, bias_axes, shape)
     x = rng.standard_normal(shape).astype("float32")
-    first = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh", num_particles=N)
+    first = bk.layers.EinsumDense(
+        equation, output_shape, bias_axes=bias_axes, activation="tanh", num_particles=N
+    )
     first.build(shape)
     assert tuple(first.kernel.shape) == (N,) + tuple(keras_layers[0].kernel.shape)
     _copy(first, keras_layers)
@@ -53,22 +66,33 @@ def test_einsum_dense_is_a_loop_of_keras_layers(equation, output_shape, bias_axe
     later = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh")
     later.build(xp.shape)
     _copy(later, keras_layers)
-    np.testing.assert_allclose(later(xp).numpy(), np.stack([k(xp[:, i]).numpy() for i, k in enumerate(keras_layers)],
-                                                           1), atol=1e-6)
-    shared = bk.layers.EinsumDense(equation, output_shape, bias_axes=bias_axes, activation="tanh", deterministic=True)
+    np.testing.assert_allclose(
+        later(xp).numpy(),
+        np.stack([k(xp[:, i]).numpy() for i, k in enumerate(keras_layers)], 1),
+        atol=1e-6,
+    )
+    shared = bk.layers.EinsumDense(
+        equation, output_shape, bias_axes=bias_axes, activation="tanh", deterministic=True
+    )
     shared.build(xp.shape)
     shared.kernel.assign(keras_layers[0].kernel.numpy())
     if shared.bias is not None:
         shared.bias.assign(keras_layers[0].bias.numpy())
-    np.testing.assert_allclose(shared(xp).numpy(), np.stack([keras_layers[0](xp[:, i]).numpy() for i in range(N)], 1),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        shared(xp).numpy(),
+        np.stack([keras_layers[0](xp[:, i]).numpy() for i in range(N)], 1),
+        atol=1e-6,
+    )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"equation": "ab->b", "output_shape": 3}, "must have the form"),
-    ({"equation": "ab,bc->ca", "output_shape": 3}, "must start with the batch axis"),
-    ({"equation": "ab,bc->ac", "output_shape": 3, "bias_axes": "z"}, "bias_axes 'z'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"equation": "ab->b", "output_shape": 3}, "must have the form"),
+        ({"equation": "ab,bc->ca", "output_shape": 3}, "must start with the batch axis"),
+        ({"equation": "ab,bc->ac", "output_shape": 3, "bias_axes": "z"}, "bias_axes 'z'"),
+    ],
+)
 def test_einsum_dense_refusals(kwargs, message):
     with pytest.raises(ValueError, match=message):
         layer = bk.layers.EinsumDense(num_particles=2, **kwargs)
@@ -79,39 +103,60 @@ def _copy_attention(layer, keras_layers):
     for name in ("query_dense", "key_dense", "value_dense", "output_dense", "gate_dense"):
         ours = getattr(layer, name)
         if ours is not None:
-            _copy(ours, [getattr(k, "_gate_dense" if name == "gate_dense" else name) for k in keras_layers])
+            _copy(
+                ours,
+                [getattr(k, "_gate_dense" if name == "gate_dense" else name) for k in keras_layers],
+            )
 
 
 def _attention_pair(kwargs, query, value, **call):
-    keras_layers = [keras.layers.MultiHeadAttention(2, 4, bias_initializer="random_normal", **kwargs)
-                    for _ in range(N)]
+    keras_layers = [
+        keras.layers.MultiHeadAttention(2, 4, bias_initializer="random_normal", **kwargs)
+        for _ in range(N)
+    ]
     for i, k in enumerate(keras_layers):
-        k(query[:, i] if query.ndim == 4 else query, value[:, i] if value.ndim == 4 else value, **call)
-    ours = bk.layers.MultiHeadAttention(2, 4, num_particles=None if query.ndim == 4 or value.ndim == 4 else N,
-                                        **kwargs)
+        k(
+            query[:, i] if query.ndim == 4 else query,
+            value[:, i] if value.ndim == 4 else value,
+            **call,
+        )
+    ours = bk.layers.MultiHeadAttention(
+        2, 4, num_particles=None if query.ndim == 4 or value.ndim == 4 else N, **kwargs
+    )
     ours(query, value, **call)
     _copy_attention(ours, keras_layers)
     return ours, keras_layers
 
 
-@pytest.mark.parametrize("kwargs, call", [
-    ({}, {}),
-    ({"use_gate": True, "value_dim": 3, "output_shape": 7}, {}),
-    ({}, {"use_causal_mask": True}),
-    ({"sliding_window": 2}, {"use_causal_mask": True}),
-    ({"dropout": 0.3}, {"training": False}),
-    ({}, {"return_attention_scores": True}),
-])
+@pytest.mark.parametrize(
+    "kwargs, call",
+    [
+        ({}, {}),
+        ({"use_gate": True, "value_dim": 3, "output_shape": 7}, {}),
+        ({}, {"use_causal_mask": True}),
+        ({"sliding_window": 2}, {"use_causal_mask": True}),
+        ({"dropout": 0.3}, {"training": False}),
+        ({}, {"return_attention_scores": True}),
+    ],
+)
 def test_attention_is_a_loop_of_keras_layers(kwargs, call):
     rng = np.random.default_rng(1)
     query = rng.standard_normal((2, N, 5, 6)).astype("float32")
-    value = query if call.get("use_causal_mask") else rng.standard_normal((2, N, 4, 6)).astype("float32")
+    value = (
+        query
+        if call.get("use_causal_mask")
+        else rng.standard_normal((2, N, 4, 6)).astype("float32")
+    )
     mask = rng.uniform(size=(2, 5, value.shape[2])) > 0.3
     ours, keras_layers = _attention_pair(kwargs, query, value, attention_mask=mask, **call)
     got = ours(query, value, attention_mask=mask, **call)
-    expected = [k(query[:, i], value[:, i], attention_mask=mask, **call) for i, k in enumerate(keras_layers)]
+    expected = [
+        k(query[:, i], value[:, i], attention_mask=mask, **call) for i, k in enumerate(keras_layers)
+    ]
     if call.get("return_attention_scores"):
-        np.testing.assert_allclose(got[1].numpy(), np.stack([e[1].numpy() for e in expected], 1), atol=1e-6)
+        np.testing.assert_allclose(
+            got[1].numpy(), np.stack([e[1].numpy() for e in expected], 1), atol=1e-6
+        )
         got, expected = got[0], [e[0] for e in expected]
     np.testing.assert_allclose(got.numpy(), np.stack([e.numpy() for e in expected], 1), atol=1e-5)
 
@@ -133,8 +178,13 @@ def test_attention_padding_masks_as_keras(dropout):
 
     ours, keras_layers = _attention_pair({"dropout": dropout}, query, value)
     got = ours(masked(query), masked(value), value_mask=value_mask).numpy()
-    expected = np.stack([k(masked(query[:, i]), masked(value[:, i]), value_mask=value_mask).numpy()
-                         for i, k in enumerate(keras_layers)], 1)
+    expected = np.stack(
+        [
+            k(masked(query[:, i]), masked(value[:, i]), value_mask=value_mask).numpy()
+            for i, k in enumerate(keras_layers)
+        ],
+        1,
+    )
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
@@ -143,14 +193,18 @@ def test_attention_starts_the_particle_axis_and_attends_across():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 5, 6)).astype("float32")
     ours, keras_layers = _attention_pair({}, x, x)
-    np.testing.assert_allclose(ours(x, x).numpy(), np.stack([k(x, x).numpy() for k in keras_layers], 1), atol=1e-5)
+    np.testing.assert_allclose(
+        ours(x, x).numpy(), np.stack([k(x, x).numpy() for k in keras_layers], 1), atol=1e-5
+    )
     query = rng.standard_normal((2, N, 5, 6)).astype("float32")
     encoded = rng.standard_normal((2, 4, 6)).astype("float32")
     ours, keras_layers = _attention_pair({}, query, encoded)
     assert ours.value_dense.broadcasts and not ours.query_dense.broadcasts
-    np.testing.assert_allclose(ours(query, encoded).numpy(),
-                               np.stack([k(query[:, i], encoded).numpy() for i, k in enumerate(keras_layers)], 1),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        ours(query, encoded).numpy(),
+        np.stack([k(query[:, i], encoded).numpy() for i, k in enumerate(keras_layers)], 1),
+        atol=1e-5,
+    )
 
 
 def test_perturbing_one_particle_changes_only_its_output():
@@ -209,10 +263,13 @@ def _keras_transformer(dropout=0.0, causal=False):
     keras.utils.set_random_seed(0)
     tokens = keras.Input((8,), dtype="int32")
     h = keras.layers.Embedding(20, 8, mask_zero=True, name="embedding")(tokens)
-    attended = keras.layers.MultiHeadAttention(2, 4, dropout=dropout, name="attention", bias_initializer="random_normal")(
-        h, h, use_causal_mask=causal)
+    attended = keras.layers.MultiHeadAttention(
+        2, 4, dropout=dropout, name="attention", bias_initializer="random_normal"
+    )(h, h, use_causal_mask=causal)
     h = keras.layers.LayerNormalization(name="norm", beta_initializer="random_normal")(h + attended)
-    h = keras.layers.EinsumDense("abc,cd->abd", (None, 8), bias_axes="d", activation="relu", name="ffn")(h)
+    h = keras.layers.EinsumDense(
+        "abc,cd->abd", (None, 8), bias_axes="d", activation="relu", name="ffn"
+    )(h)
     h = keras.layers.GlobalAveragePooling1D(name="pool")(h)
     return keras.Model(tokens, keras.layers.Dense(3, activation="softmax", name="head")(h))
 
@@ -235,9 +292,15 @@ def test_converted_transformer_is_exact(dropout, causal, tmp_path):
     np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), expected, atol=1e-5)
     report = bk.conversion_report(model)
     assert {r.name: r.role for r in report.rows} == {
-        "embedding": "bayesian", "attention/query": "bayesian", "attention/key": "bayesian",
-        "attention/value": "bayesian", "attention/attention_output": "bayesian", "norm": "bayesian",
-        "ffn": "bayesian", "head": "bayesian"}
+        "embedding": "bayesian",
+        "attention/query": "bayesian",
+        "attention/key": "bayesian",
+        "attention/value": "bayesian",
+        "attention/attention_output": "bayesian",
+        "norm": "bayesian",
+        "ffn": "bayesian",
+        "head": "bayesian",
+    }
     assert report.bayesian_fraction == 1.0
     assert all(len(v.shape) >= 2 and v.shape[0] == N for v in model.trainable_variables)
 
@@ -248,7 +311,9 @@ def test_converted_attention_particles_start_at_the_keras_weights():
     model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.1, seed=0)
     original = keras_model.get_layer("attention")
     converted = model.get_layer("attention")
-    for keras_weight, ours in zip(original.weights, [v for d in converted.projections for v in d.weights]):
+    for keras_weight, ours in zip(
+        original.weights, [v for d in converted.projections for v in d.weights]
+    ):
         values = ours.numpy()
         assert values.shape == (N,) + tuple(keras_weight.shape)
         spread = values - keras_weight.numpy()[None]
@@ -262,8 +327,11 @@ def test_frozen_attention_before_a_bayesian_head_runs_once():
     assert isinstance(model.get_layer("attention"), keras.layers.MultiHeadAttention)
     assert not isinstance(model.get_layer("attention"), bk.layers.MultiHeadAttention)
     x = _tokens()
-    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
-                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (len(x), N, 3)), atol=1e-5)
+    np.testing.assert_allclose(
+        tf.nn.softmax(model(x)).numpy(),
+        np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (len(x), N, 3)),
+        atol=1e-5,
+    )
 
 
 @keras.saving.register_keras_serializable(package="test_attention")
@@ -273,7 +341,9 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, embed_dim, num_heads, ff_dim, rate=0.1, **kwargs):
         super().__init__(**kwargs)
         self.att = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=embed_dim)
-        self.ffn = keras.Sequential([keras.layers.Dense(ff_dim, activation="relu"), keras.layers.Dense(embed_dim)])
+        self.ffn = keras.Sequential(
+            [keras.layers.Dense(ff_dim, activation="relu"), keras.layers.Dense(embed_dim)]
+        )
         self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6)
         self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6)
         self.dropout1 = keras.layers.Dropout(rate)
@@ -320,11 +390,18 @@ def test_custom_layers_named_or_not_in_bayesian(tmp_path):
     model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0, bayesian=["embedding"])
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
     roles = {r.name: r.role for r in bk.conversion_report(model).rows}
-    assert roles["embedding/token_emb"] == roles["embedding/pos_emb"] == "bayesian" and roles["block"] == "shared", roles
-    lora = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0, lora_rank=2, bayesian=["embedding", "head"])
+    assert (
+        roles["embedding/token_emb"] == roles["embedding/pos_emb"] == "bayesian"
+        and roles["block"] == "shared"
+    ), roles
+    lora = bk.bayesianize(
+        keras_model, num_particles=N, noise_std=0.0, lora_rank=2, bayesian=["embedding", "head"]
+    )
     np.testing.assert_allclose(tf.nn.softmax(lora(x)).numpy(), expected, atol=1e-5)
     assert [v.path.rsplit("/", 1)[-1] for v in lora.trainable_variables] == 2 * [
-        "lora_embeddings_a", "lora_embeddings_b"] + ["kernel", "bias"]
+        "lora_embeddings_a",
+        "lora_embeddings_b",
+    ] + ["kernel", "bias"]
 
 
 def test_frozen_custom_layers_stay_frozen_after_a_round_trip(tmp_path):
@@ -340,8 +417,9 @@ def test_frozen_custom_layers_stay_frozen_after_a_round_trip(tmp_path):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*Skipping variable loading")
         loaded = keras.models.load_model(tmp_path / "m.keras")
-    assert [v.path.rsplit("/", 3)[-3:] for v in loaded.trainable_variables] == \
-        [v.path.rsplit("/", 3)[-3:] for v in model.trainable_variables]
+    assert [v.path.rsplit("/", 3)[-3:] for v in loaded.trainable_variables] == [
+        v.path.rsplit("/", 3)[-3:] for v in model.trainable_variables
+    ]
     assert not any("embedding" in v.path for v in loaded.trainable_variables)
     assert int(loaded.optimizer.iterations) == 2
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
@@ -367,7 +445,6 @@ def test_keras_io_transformer_with_custom_layers_converts_exactly(tmp_path):
     noisy = bk.bayesianize(keras_model, num_particles=N, noise_std=0.1, seed=0)
     outputs = noisy.predict_particles(x)
     assert np.abs(outputs[:, 0] - outputs[:, 1]).max() > 1e-3
-
 
 
 @keras.saving.register_keras_serializable(package="test_attention")
@@ -396,12 +473,19 @@ def test_custom_layer_whose_twins_differ_stays_shared_and_is_named():
     h = Holder(name="holder")(keras.layers.Dense(4, name="first")(inputs))
     h = keras.layers.GlobalAveragePooling1D()(h)
     keras_model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
-    with pytest.warns(UserWarning, match="'holder' .*stay shared.*computes other than its particle twin") as caught:
+    with pytest.warns(
+        UserWarning, match="'holder' .*stay shared.*computes other than its particle twin"
+    ) as caught:
         model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
-    assert any("holder" in str(w.message) and "shared by all particles" in str(w.message) for w in caught)
+    assert any(
+        "holder" in str(w.message) and "shared by all particles" in str(w.message) for w in caught
+    )
     x = np.random.default_rng(8).standard_normal((6, 5, 3)).astype("float32")
-    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
-                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (6, N, 2)), atol=1e-5)
+    np.testing.assert_allclose(
+        tf.nn.softmax(model(x)).numpy(),
+        np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (6, N, 2)),
+        atol=1e-5,
+    )
     roles = {r.name: r.role for r in bk.conversion_report(model).rows}
     assert roles["holder"] == "shared" and roles["first"] == "bayesian"
 
@@ -427,7 +511,9 @@ def _causal_model():
     """Padded tokens: the Embedding's mask reaches the block's attention as its query mask."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((6,), dtype="int32")
-    h = CausalBlock(name="block")(keras.layers.Embedding(10, 8, mask_zero=True, name="first")(inputs))
+    h = CausalBlock(name="block")(
+        keras.layers.Embedding(10, 8, mask_zero=True, name="first")(inputs)
+    )
     return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="head")(h))
 
 
@@ -439,7 +525,9 @@ def test_custom_layer_that_reads_axis_one_converts_folded(tmp_path):
     x[:2, 4:] = 0
     expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 2))
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="bayesianize")  # nothing is left shared, so nothing is warned
+        warnings.filterwarnings(
+            "error", message="bayesianize"
+        )  # nothing is left shared, so nothing is warned
         model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
         lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
     assert model.get_layer("block").folded
@@ -451,7 +539,9 @@ def test_custom_layer_that_reads_axis_one_converts_folded(tmp_path):
     np.testing.assert_allclose(tf.nn.softmax(loaded(x)).numpy(), expected, atol=1e-5)
     for variable in model.get_layer("block").trainable_variables:
         if "attention" in variable.path:
-            variable.assign(variable.numpy() + np.eye(N)[1].reshape((N,) + (1,) * (variable.ndim - 1)))
+            variable.assign(
+                variable.numpy() + np.eye(N)[1].reshape((N,) + (1,) * (variable.ndim - 1))
+            )
     changed = np.abs(tf.nn.softmax(model(x)).numpy() - expected).max(axis=(0, 2))
     assert changed[1] > 1e-3 and changed[0] < 1e-6 and changed[2] < 1e-6, changed
 
@@ -475,11 +565,15 @@ def test_subclasses_of_converted_layers_convert_when_they_compute_the_same():
 
     inputs = keras.Input((4,))
     h = Renamed(name="renamed")(keras.layers.Dense(8, name="first")(inputs))
-    renamed = bk.bayesianize(keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N)
+    renamed = bk.bayesianize(
+        keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N
+    )
     assert isinstance(renamed.get_layer("renamed"), bk.layers.BatchNormalization)
     h = Shifted(name="shifted")(keras.layers.Dense(8)(inputs))
     with pytest.raises(ValueError, match="'shifted' .*its call differs from BatchNormalization's"):
-        bk.bayesianize(keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N)
+        bk.bayesianize(
+            keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(h)), num_particles=N
+        )
 
     keras.utils.set_random_seed(0)
     tokens = keras.Input((6,), dtype="int32")
@@ -487,10 +581,15 @@ def test_subclasses_of_converted_layers_convert_when_they_compute_the_same():
     h = keras.layers.GlobalAveragePooling1D()(h)
     h = Doubled(5, name="doubled")(h)
     keras_model = keras.Model(tokens, keras.layers.Dense(3, activation="softmax", name="head")(h))
-    with pytest.warns(UserWarning, match="'doubled' .*subclasses Dense.*stays a shared point estimate"):
+    with pytest.warns(
+        UserWarning, match="'doubled' .*subclasses Dense.*stays a shared point estimate"
+    ):
         model = bk.bayesianize(keras_model, num_particles=N, noise_std=0.0)
     roles = {r.name: r.role for r in bk.conversion_report(model).rows}
     assert roles == {"tokens": "bayesian", "doubled": "shared", "head": "bayesian"}
     x = np.random.default_rng(9).integers(0, 20, (5, 6))
-    np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(),
-                               np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 3)), atol=1e-5)
+    np.testing.assert_allclose(
+        tf.nn.softmax(model(x)).numpy(),
+        np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (5, N, 3)),
+        atol=1e-5,
+    )

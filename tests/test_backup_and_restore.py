@@ -25,8 +25,13 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 def _run(method, backup, out, kill_after=None, delay=0.0):
     """Run the training script; with `kill_after`, SIGKILL it `delay` seconds after it reports that many
     trained batches. Returns the number of batches it reported, and whether it completed."""
-    child = subprocess.Popen([sys.executable, SCRIPT, method, backup, out], env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, SCRIPT, method, backup, out],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     batches, done = 0, False
     try:
         for line in child.stdout:
@@ -56,21 +61,29 @@ def _weights(path):
 def _kills(tmp_path, method, kills, seed):
     reference = str(tmp_path / "reference.npz")
     _run(method, str(tmp_path / "reference_backup"), reference)
-    assert not os.path.exists(tmp_path / "reference_backup"), "the checkpoint is removed when fit completes"
+    assert not os.path.exists(tmp_path / "reference_backup"), (
+        "the checkpoint is removed when fit completes"
+    )
     rng = random.Random(seed)
     backup, out = str(tmp_path / "backup"), str(tmp_path / "resumed.npz")
     killed = 0
     while killed < kills:
-        batches, done = _run(method, backup, out, kill_after=rng.randint(1, 6), delay=rng.uniform(0.0, 0.03))
+        batches, done = _run(
+            method, backup, out, kill_after=rng.randint(1, 6), delay=rng.uniform(0.0, 0.03)
+        )
         if done:  # the kill came after the last step: start over, as a fresh job would
             os.remove(out)
             continue
         killed += 1
         held = os.listdir(backup) if os.path.isdir(backup) else []
-        assert set(held) <= {"latest.weights.h5"} | {f for f in held if f.startswith(".latest.weights.h5.")}, held
+        assert set(held) <= {"latest.weights.h5"} | {
+            f for f in held if f.startswith(".latest.weights.h5.")
+        }, held
     batches, done = _run(method, backup, out)
     assert done
-    assert not os.path.exists(backup), os.listdir(backup)  # no checkpoint, no temporaries of killed writes
+    assert not os.path.exists(backup), os.listdir(
+        backup
+    )  # no checkpoint, no temporaries of killed writes
     for resumed, uninterrupted in zip(_weights(out), _weights(reference), strict=True):
         np.testing.assert_allclose(resumed, uninterrupted, atol=1e-6, rtol=0)
 
@@ -91,22 +104,34 @@ def test_twenty_kills_resume_to_the_uninterrupted_weights(tmp_path):
 def test_a_kill_after_an_epochs_last_checkpoint_resumes_at_the_next_epoch(tmp_path):
     """Killed during validation, after the checkpoint of the epoch's last batch: the resumed fit has no batch of
     that epoch left to run (Keras' compiled metrics, never updated, could not report); it starts the next epoch."""
+
     def run(backup, out, *mode):
-        done = subprocess.run([sys.executable, SCRIPT, "gpf", str(tmp_path / backup), str(tmp_path / out), *mode],
-                              env=ENV, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, SCRIPT, "gpf", str(tmp_path / backup), str(tmp_path / out), *mode],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         return done.returncode, done.stderr
+
     assert run("a", "reference.npz", "validation")[0] == 0
     assert run("b", "resumed.npz", "validation", "kill")[0] == -signal.SIGKILL
     code, err = run("b", "resumed.npz", "validation")
     assert code == 0, err[-2000:]
-    for resumed, uninterrupted in zip(_weights(str(tmp_path / "resumed.npz")),
-                                      _weights(str(tmp_path / "reference.npz")), strict=True):
+    for resumed, uninterrupted in zip(
+        _weights(str(tmp_path / "resumed.npz")),
+        _weights(str(tmp_path / "reference.npz")),
+        strict=True,
+    ):
         np.testing.assert_allclose(resumed, uninterrupted, atol=1e-6, rtol=0)
 
 
 def _model():
     inputs = keras.Input((4,))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical"
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     return model
 
@@ -119,16 +144,28 @@ def _data():
 def test_the_checkpoint_is_one_file_naming_where_training_was(tmp_path):
     x, y = _data()
     model = _model()
-    callback = bk.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=3, delete_checkpoint=False)
+    callback = bk.callbacks.BackupAndRestore(
+        str(tmp_path / "b"), save_freq=3, delete_checkpoint=False
+    )
     model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
     assert os.listdir(tmp_path / "b") == ["latest.weights.h5"]
     with h5py.File(tmp_path / "b" / "latest.weights.h5", "r") as f:
-        assert f.attrs["bayes_keras_resume"] == '{"epoch": 1, "batch": 2}'  # 8 batches, the 6th was the last saved
+        assert (
+            f.attrs["bayes_keras_resume"] == '{"epoch": 1, "batch": 2}'
+        )  # 8 batches, the 6th was the last saved
     user_file = tmp_path / "b" / "notes.txt"
     user_file.write_text("mine")
-    model.fit(x, y, batch_size=8, epochs=2, verbose=0,
-              callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq="epoch")])
-    assert os.listdir(tmp_path / "b") == ["notes.txt"]  # its own checkpoint removed, the user's file kept
+    model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=2,
+        verbose=0,
+        callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq="epoch")],
+    )
+    assert os.listdir(tmp_path / "b") == [
+        "notes.txt"
+    ]  # its own checkpoint removed, the user's file kept
 
 
 def test_bad_arguments_and_foreign_files_are_refused(tmp_path):
@@ -140,16 +177,27 @@ def test_bad_arguments_and_foreign_files_are_refused(tmp_path):
     assert bk.callbacks.BackupAndRestore(str(tmp_path), save_freq=np.int64(2)).save_freq == 2
     (tmp_path / "c").mkdir()
     model = _model()
-    model.save_weights(str(tmp_path / "c" / "latest.weights.h5"))  # Keras' callback's file: no position in it
+    model.save_weights(
+        str(tmp_path / "c" / "latest.weights.h5")
+    )  # Keras' callback's file: no position in it
     x, y = _data()
     with pytest.raises(ValueError, match="not a checkpoint this callback wrote"):
         model.fit(x, y, verbose=0, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "c"))])
-    other = keras.Sequential([keras.Input((4,)), bk.layers.Dense(5, num_particles=2), bk.layers.Dense(3)])
+    other = keras.Sequential(
+        [keras.Input((4,)), bk.layers.Dense(5, num_particles=2), bk.layers.Dense(3)]
+    )
     other = bk.BayesianModel(other.inputs, other.outputs, likelihood="categorical")
     other.compile(optimizer=bk.optimizers.GaussianParticleFlow())
-    other.fit(x, y, verbose=0, epochs=1, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "d"),
-                                                                                   delete_checkpoint=False)])
-    with pytest.raises(ValueError, match="checkpoint '.*d/latest.weights.h5' does not fit this model"):
+    other.fit(
+        x,
+        y,
+        verbose=0,
+        epochs=1,
+        callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "d"), delete_checkpoint=False)],
+    )
+    with pytest.raises(
+        ValueError, match="checkpoint '.*d/latest.weights.h5' does not fit this model"
+    ):
         model.fit(x, y, verbose=0, callbacks=[bk.callbacks.BackupAndRestore(str(tmp_path / "d"))])
 
 
@@ -157,7 +205,12 @@ def test_keras_own_callback_is_pointed_to_ours(tmp_path):
     x, y = _data()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _model().fit(x, y, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=2)])
+        _model().fit(
+            x,
+            y,
+            verbose=0,
+            callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=2)],
+        )
     assert any("bayes_keras.callbacks.BackupAndRestore" in str(w.message) for w in caught)
 
 
@@ -166,9 +219,15 @@ def test_a_mirrored_run_resumes_to_the_uninterrupted_weights(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "scripts", "resume_mirrored.py")
 
     def run(backup, *stop):
-        out = subprocess.run([sys.executable, script, str(tmp_path / backup), *stop], env=ENV, capture_output=True,
-                             text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, script, str(tmp_path / backup), *stop],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         return out.returncode, out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
     code, reference = run("a")
     assert code == 0, reference
     assert run("b", "11")[0] == 9  # stopped after step 11 of 16, mid-epoch 2

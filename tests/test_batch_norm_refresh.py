@@ -60,7 +60,9 @@ def test_refresh_gives_the_population_statistics(momentum):
     model.fit(x, y, epochs=2, batch_size=32, verbose=0, refresh_batch_norm=False)
     bn = model.layers[2]
     mean, variance = _population(model, x, 32)
-    assert np.max(np.abs(bn.moving_mean.numpy() - mean)) > 1e-2  # the running averages lag the weights
+    assert (
+        np.max(np.abs(bn.moving_mean.numpy() - mean)) > 1e-2
+    )  # the running averages lag the weights
     assert model.refresh_batch_norm(x, batch_size=32) == len(x)
     np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(bn.moving_variance.numpy(), variance, rtol=1e-4)
@@ -77,8 +79,12 @@ def test_fit_refreshes_from_the_training_split_only():
     np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(bn.moving_variance.numpy(), variance, rtol=1e-4)
     before = [bn.moving_mean.numpy(), bn.moving_variance.numpy()]
-    model.fit(x, y, epochs=1, batch_size=16, validation_split=0.2, verbose=0, refresh_batch_norm=False)
-    assert not np.allclose(bn.moving_mean.numpy(), before[0])  # running averages, as Keras keeps them
+    model.fit(
+        x, y, epochs=1, batch_size=16, validation_split=0.2, verbose=0, refresh_batch_norm=False
+    )
+    assert not np.allclose(
+        bn.moving_mean.numpy(), before[0]
+    )  # running averages, as Keras keeps them
 
 
 def test_refresh_from_a_dataset_and_a_subset():
@@ -112,7 +118,9 @@ def test_bad_arguments_and_models_without_batch_norm():
     with pytest.raises(ValueError, match="no examples"):
         model.refresh_batch_norm(x[:0])
     inputs = keras.Input((3,))
-    plain = bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical")
+    plain = bk.BayesianModel(
+        inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical"
+    )
     assert plain.refresh_batch_norm(np.zeros((4, 3), np.float32)) == 0
 
 
@@ -154,7 +162,9 @@ def test_refresh_at_batch_size_4_equals_numpy_population_statistics():
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=2, batch_size=16, verbose=0, refresh_batch_norm=False)
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
-    assert model.refresh_batch_norm(x, batch_size=4, layerwise=True) == len(x)  # 25 batches of 4 and one of 3
+    assert model.refresh_batch_norm(x, batch_size=4, layerwise=True) == len(
+        x
+    )  # 25 batches of 4 and one of 3
     for layer, (mean, variance) in zip(norms, _dense_population(model, x)):
         scale = 1.0 + np.abs(mean)
         assert np.max(np.abs(layer.moving_mean.numpy() - mean) / scale) < 1e-5
@@ -178,7 +188,9 @@ def test_dropout_is_off_during_the_refresh():
     model.fit(x, y, epochs=1, batch_size=16, verbose=0, refresh_batch_norm=False)
     model.refresh_batch_norm(x, batch_size=16, layerwise=True)
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
-    for layer, (mean, variance) in zip(norms, _dense_population(model, x)):  # numpy: no dropout at all
+    for layer, (mean, variance) in zip(
+        norms, _dense_population(model, x)
+    ):  # numpy: no dropout at all
         assert np.max(np.abs(layer.moving_mean.numpy() - mean) / (1.0 + np.abs(mean))) < 1e-5
         assert np.max(np.abs(layer.moving_variance.numpy() / variance - 1.0)) < 1e-5
 
@@ -193,16 +205,20 @@ def test_a_frozen_batch_normalization_runs_in_inference_mode():
     stats = [bn.moving_mean.numpy(), bn.moving_variance.numpy()]
     bn.trainable = False
     z = np.moveaxis(_conv_outputs(model, x), 0, 3)  # (batch, H, W, N, C)
-    expected = ((z - stats[0]) / np.sqrt(stats[1] + bn.epsilon) * bn.gamma.numpy().astype(np.float64)
-                + bn.beta.numpy().astype(np.float64))
+    expected = (z - stats[0]) / np.sqrt(stats[1] + bn.epsilon) * bn.gamma.numpy().astype(
+        np.float64
+    ) + bn.beta.numpy().astype(np.float64)
     conv_out = model.layers[1](x)
     for training in (True, False):
-        np.testing.assert_allclose(bn(conv_out, training=training).numpy(), expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            bn(conv_out, training=training).numpy(), expected, rtol=1e-5, atol=1e-5
+        )
     np.testing.assert_array_equal(bn.moving_mean.numpy(), stats[0])  # no moving-average update
     np.testing.assert_array_equal(bn.moving_variance.numpy(), stats[1])
     bn.trainable = True  # unfrozen: batch statistics under training=True, and the averages move
-    np.testing.assert_allclose(bn(conv_out, training=True).numpy().mean(axis=(0, 1, 2)),
-                               bn.beta.numpy(), atol=1e-4)
+    np.testing.assert_allclose(
+        bn(conv_out, training=True).numpy().mean(axis=(0, 1, 2)), bn.beta.numpy(), atol=1e-4
+    )
     assert not np.allclose(bn.moving_mean.numpy(), stats[0])
     # frozen layers keep their statistics through fit and its refresh (as Keras' BatchNormalization)
     bn.trainable = False
@@ -220,16 +236,22 @@ def _one_pass_population(model, x, batch_size):
     mean and biased variance, as the one-pass refresh runs it."""
     dense = [layer for layer in model.layers if isinstance(layer, bk.layers.Dense)]
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
-    k1, b1, k2, b2 = (v.numpy().astype(np.float64) for v in (dense[0].kernel, dense[0].bias, dense[1].kernel,
-                                                               dense[1].bias))
+    k1, b1, k2, b2 = (
+        v.numpy().astype(np.float64)
+        for v in (dense[0].kernel, dense[0].bias, dense[1].kernel, dense[1].bias)
+    )
     gamma, beta = (v.numpy().astype(np.float64) for v in (norms[0].gamma, norms[0].beta))
     firsts, seconds = [], []
     for start in range(0, len(x), batch_size):
-        h = np.einsum("bi,nio->bno", x[start:start + batch_size].astype(np.float64), k1) + b1  # (batch, N, 4)
+        h = (
+            np.einsum("bi,nio->bno", x[start : start + batch_size].astype(np.float64), k1) + b1
+        )  # (batch, N, 4)
         firsts.append(h)
         h = (h - h.mean(axis=0)) / np.sqrt(h.var(axis=0) + norms[0].epsilon) * gamma + beta
         seconds.append(np.maximum(np.einsum("bni,nio->bno", h, k2) + b2, 0.0))
-    return [(np.concatenate(v).mean(axis=0), np.concatenate(v).var(axis=0)) for v in (firsts, seconds)]
+    return [
+        (np.concatenate(v).mean(axis=0), np.concatenate(v).var(axis=0)) for v in (firsts, seconds)
+    ]
 
 
 def _close(layer, mean, variance, tolerance=1e-5):
@@ -239,16 +261,22 @@ def _close(layer, mean, variance, tolerance=1e-5):
 
 def test_one_pass_default_at_batch_size_4_equals_numpy():
     x, y = _dense_data()
-    model = _dense_model(dropout=0.5)  # Dropout(0.5) before the first BatchNormalization: off in the pass
+    model = _dense_model(
+        dropout=0.5
+    )  # Dropout(0.5) before the first BatchNormalization: off in the pass
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=2, batch_size=16, verbose=0, refresh_batch_norm=False)
     norms = [layer for layer in model.layers if isinstance(layer, bk.layers.BatchNormalization)]
     assert model.refresh_batch_norm(x, batch_size=4) == len(x)
     (mean1, var1), (mean2, var2) = _one_pass_population(model, x, 4)
     _close(norms[0], mean1, var1)  # the first layer's inputs: the population statistics, exactly
-    _close(norms[1], mean2, var2)  # the second's: its inputs with the first normalising by batch statistics
+    _close(
+        norms[1], mean2, var2
+    )  # the second's: its inputs with the first normalising by batch statistics
     (exact1, _), (exact2, exact_var2) = _dense_population(model, x)
-    np.testing.assert_allclose(mean1, exact1, rtol=1e-12)  # (the references agree on the first layer only)
+    np.testing.assert_allclose(
+        mean1, exact1, rtol=1e-12
+    )  # (the references agree on the first layer only)
     assert np.max(np.abs(var2 / exact_var2 - 1.0)) > 1e-3
     # fit's refresh is the one pass at fit's batch size
     model.fit(x, y, epochs=1, batch_size=4, verbose=0)
@@ -269,7 +297,9 @@ def test_the_pass_leaves_the_moving_statistics_alone():
             np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
             np.testing.assert_array_equal(layer.moving_variance.numpy(), variance)
         np.testing.assert_allclose(inside, model(x, training=True).numpy(), rtol=1e-4, atol=1e-5)
-        assert not np.allclose(norms[0].moving_mean.numpy(), before[0][0])  # training=True does move them
+        assert not np.allclose(
+            norms[0].moving_mean.numpy(), before[0][0]
+        )  # training=True does move them
 
 
 def _counting_dataset(x, batch_size, counts):
@@ -277,8 +307,11 @@ def _counting_dataset(x, batch_size, counts):
         counts["passes"] += 1
         for start in range(0, len(x), batch_size):
             counts["batches"] += 1
-            yield x[start:start + batch_size]
-    return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((None, x.shape[1]), x.dtype))
+            yield x[start : start + batch_size]
+
+    return tf.data.Dataset.from_generator(
+        generate, output_signature=tf.TensorSpec((None, x.shape[1]), x.dtype)
+    )
 
 
 def test_the_default_reads_the_examples_once():

@@ -35,16 +35,22 @@ def test_equals_a_loop_of_keras_batch_normalization(shape):
         x = (rng.standard_normal(shape) * 3 + 2).astype(np.float32)
         y = layer(x, training=True).numpy()
         for p, ref in enumerate(refs):
-            np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4,
-                                       atol=1e-5)
+            np.testing.assert_allclose(
+                _particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4, atol=1e-5
+            )
     for p, ref in enumerate(refs):
-        np.testing.assert_allclose(layer.moving_mean.numpy()[p], ref.moving_mean.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            layer.moving_mean.numpy()[p], ref.moving_mean.numpy(), rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5
+        )
     x = rng.standard_normal(shape).astype(np.float32)
     y = layer(x, training=False).numpy()
     for p, ref in enumerate(refs):
-        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=False).numpy(), rtol=1e-4,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            _particle(y, p), ref(_particle(x, p), training=False).numpy(), rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -57,9 +63,13 @@ def test_particles_stay_independent(training):
     x = np.random.default_rng(1).standard_normal((6, 4, 4, 2)).astype(np.float32)
     before = model(x, training=training).numpy()
     bn = model.layers[2]
-    bn.gamma.assign(bn.gamma.numpy() + np.array([[0.0], [5.0], [0.0]], np.float32))  # perturb particle 1
+    bn.gamma.assign(
+        bn.gamma.numpy() + np.array([[0.0], [5.0], [0.0]], np.float32)
+    )  # perturb particle 1
     conv = model.layers[1]
-    conv.kernel.assign(conv.kernel.numpy() * np.array([1.0, 3.0, 1.0], np.float32)[:, None, None, None, None])
+    conv.kernel.assign(
+        conv.kernel.numpy() * np.array([1.0, 3.0, 1.0], np.float32)[:, None, None, None, None]
+    )
     after = model(x, training=training).numpy()
     np.testing.assert_allclose(after[:, [0, 2]], before[:, [0, 2]], rtol=1e-6, atol=1e-6)
     assert np.abs(after[:, 1] - before[:, 1]).max() > 1e-3
@@ -67,8 +77,12 @@ def test_particles_stay_independent(training):
 
 def test_trains_with_every_sampling_optimizer_and_round_trips(tmp_path):
     (x, y), _ = bk.datasets.load_digits()
-    for optimizer in (bk.optimizers.GaussianParticleFlow(), bk.optimizers.SVGD(), bk.optimizers.IndependentParticles(),
-                      bk.optimizers.MeanFieldVI()):
+    for optimizer in (
+        bk.optimizers.GaussianParticleFlow(),
+        bk.optimizers.SVGD(),
+        bk.optimizers.IndependentParticles(),
+        bk.optimizers.MeanFieldVI(),
+    ):
         keras.utils.set_random_seed(0)
         inputs = keras.Input((8, 8, 1))
         h = bk.layers.Conv2D(6, 3, padding="same", num_particles=3)(inputs)
@@ -77,11 +91,16 @@ def test_trains_with_every_sampling_optimizer_and_round_trips(tmp_path):
         model = bk.BayesianModel(inputs, out, likelihood="categorical")
         model.compile(optimizer=optimizer)
         losses = model.fit(x[:256], y[:256], epochs=3, batch_size=64, verbose=0).history["loss"]
-        assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], (type(optimizer).__name__, losses)
+        assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], (
+            type(optimizer).__name__,
+            losses,
+        )
     path = tmp_path / "bn.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(loaded.predict_particles(x[:8]), model.predict_particles(x[:8]), rtol=1e-6)
+    np.testing.assert_allclose(
+        loaded.predict_particles(x[:8]), model.predict_particles(x[:8]), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("shape", [(6, 3, 5), (4, 2, 2, 3, 6)])
@@ -98,7 +117,9 @@ def test_layer_normalization_equals_a_loop_of_keras(shape):
         ref = keras.layers.LayerNormalization(epsilon=1e-3)
         ref.build(_without_particles(shape))
         ref.set_weights([layer.gamma.numpy()[p], layer.beta.numpy()[p]])
-        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p)).numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            _particle(y, p), ref(_particle(x, p)).numpy(), rtol=1e-4, atol=1e-5
+        )
     with pytest.raises(ValueError, match="last axis"):
         bk.layers.LayerNormalization(axis=1)
 
@@ -118,5 +139,9 @@ def test_shared_scale_on_images_equals_a_loop_of_keras():
         ref = keras.layers.BatchNormalization(momentum=0.5)
         ref.build(_without_particles(shape))
         ref.set_weights([layer.gamma.numpy(), layer.beta.numpy(), np.zeros(4), np.ones(4)])
-        np.testing.assert_allclose(_particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            _particle(y, p), ref(_particle(x, p), training=True).numpy(), rtol=1e-4, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            layer.moving_variance.numpy()[p], ref.moving_variance.numpy(), rtol=1e-5
+        )

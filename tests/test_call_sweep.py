@@ -8,7 +8,9 @@ import collections
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
 
 import call_sweep  # noqa: E402
 
@@ -17,8 +19,21 @@ def test_every_bad_call_argument_is_refused_or_warned_by_name():
     rows = call_sweep.run()
     assert len(rows) >= 300, len(rows)
     calls = collections.Counter(r["api"].split(".")[0] for r in rows)
-    for api in ("fit", "evaluate", "predict", "predictive", "uncertainty", "predict_particles", "bayesianize",
-                "refine", "metrics", "datasets", "save", "load_model", "export"):
+    for api in (
+        "fit",
+        "evaluate",
+        "predict",
+        "predictive",
+        "uncertainty",
+        "predict_particles",
+        "bayesianize",
+        "refine",
+        "metrics",
+        "datasets",
+        "save",
+        "load_model",
+        "export",
+    ):
         assert calls[api] > 0, api
     defects = [r for r in rows if not r["outcome"].startswith("clear")]
     assert not defects, defects
@@ -29,10 +44,18 @@ def test_the_sweep_grades_what_it_should():
     def fail(message):
         def call(F):
             raise ValueError(message)
+
         return call
-    assert call_sweep.outcome(None, fail("fit: batch_size must be positive; got -2."), "batch_size", ("-2",)) == "clear"
-    assert call_sweep.outcome(None, fail("fit: batch_size must be positive."), "batch_size", ("-2",)).startswith(
-        "unclear")
+
+    assert (
+        call_sweep.outcome(
+            None, fail("fit: batch_size must be positive; got -2."), "batch_size", ("-2",)
+        )
+        == "clear"
+    )
+    assert call_sweep.outcome(
+        None, fail("fit: batch_size must be positive."), "batch_size", ("-2",)
+    ).startswith("unclear")
     assert call_sweep.outcome(None, lambda F: float("nan"), "x", ("NaN",)) == "silent NaN"
     assert call_sweep.outcome(None, lambda F: 1.0, "x", ("NaN",)) == "silent"
     assert call_sweep.outcome(None, lambda F: {}["k"], "x", ("k",)).startswith("obscure")

@@ -8,7 +8,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import bayes_keras as bk
 from bayes_keras.callbacks import LowerBoundStopping
-from targets import class_data, keras_round_trip, linear_data, linear_model, paper_mgvbp, tiny_classifier
+from targets import (
+    class_data,
+    keras_round_trip,
+    linear_data,
+    linear_model,
+    paper_mgvbp,
+    tiny_classifier,
+)
 
 NOISE = 0.5
 
@@ -31,7 +38,7 @@ def _reference_rule(lower_bounds, window, patience):
     """The rule written out directly: (smoothed values, best step, stop step or None), steps 1-based."""
     smoothed, best, best_step, wait = [], -np.inf, None, 0
     for t in range(window, len(lower_bounds) + 1):
-        s = np.mean(lower_bounds[t - window:t])
+        s = np.mean(lower_bounds[t - window : t])
         smoothed.append(s)
         if s > best:
             best, best_step, wait = s, t, 0
@@ -61,7 +68,11 @@ def test_stops_on_plateau_and_matches_the_rule(capsys):
     model = _fit_linear(steps, [recorder, stopper])
     # The bound plateaus well before 2000 steps: training stopped, and right at the stopping step.
     assert stopper.stopped_step is not None and window + patience <= stopper.stopped_step < steps
-    assert int(model.optimizer.iterations.numpy()) == stopper.stopped_step == len(recorder.lower_bounds)
+    assert (
+        int(model.optimizer.iterations.numpy())
+        == stopper.stopped_step
+        == len(recorder.lower_bounds)
+    )
     assert stopper.stopped_step == stopper.best_step + patience
     # Per-step values (not the epoch-mean "elbo" metric), smoothed and compared as the rule says.
     smoothed, best_step, stop_step = _reference_rule(recorder.lower_bounds, window, patience)
@@ -120,8 +131,11 @@ def test_rule_on_scripted_lower_bounds():
     model = _drive(stopper, lbs)
     smoothed, best_step, stop_step = _reference_rule(lbs, 3, 4)
     assert (stopper.best_step, stopper.stopped_step) == (best_step, stop_step) == (8, 12)
-    np.testing.assert_allclose(stopper.history, smoothed[:len(stopper.history)], equal_nan=True)
-    assert stopper.best_lower_bound == pytest.approx(16 / 3) and float(model.optimizer.state.numpy()) == 8.0
+    np.testing.assert_allclose(stopper.history, smoothed[: len(stopper.history)], equal_nan=True)
+    assert (
+        stopper.best_lower_bound == pytest.approx(16 / 3)
+        and float(model.optimizer.state.numpy()) == 8.0
+    )
     # A non-finite first smoothed value does not become the best.
     stopper = LowerBoundStopping(window=2, patience=2)
     _drive(stopper, [float("nan"), 1, 1, 2, 2, 2, 2])
@@ -129,7 +143,9 @@ def test_rule_on_scripted_lower_bounds():
     # Still improving at the end: no stop, but the best (here the last) state is restored.
     stopper = LowerBoundStopping(window=2, patience=2, restore_best=False)
     model = _drive(stopper, [0, 1, 2, 3])
-    assert stopper.stopped_step is None and stopper.best_step == 4 and model.optimizer.resampled == 0
+    assert (
+        stopper.stopped_step is None and stopper.best_step == 4 and model.optimizer.resampled == 0
+    )
 
 
 def test_steps_are_counted_across_epochs():
@@ -137,10 +153,14 @@ def test_steps_are_counted_across_epochs():
     model = linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
     model.compile(optimizer=paper_mgvbp(0.1, structure="diagonal", seed=0))
     recorder, stopper = _Recorder(), LowerBoundStopping(window=10, patience=5)
-    history = model.fit(x, y, batch_size=20, epochs=300, shuffle=False, verbose=0, callbacks=[recorder, stopper])
+    history = model.fit(
+        x, y, batch_size=20, epochs=300, shuffle=False, verbose=0, callbacks=[recorder, stopper]
+    )
     assert stopper.stopped_step is not None and stopper.stopped_step < 900  # 3 steps per epoch
     assert int(model.optimizer.iterations.numpy()) == stopper.stopped_step
-    assert len(history.history["loss"]) == (stopper.stopped_step + 2) // 3  # stopped mid-run, not at epoch 300
+    assert (
+        len(history.history["loss"]) == (stopper.stopped_step + 2) // 3
+    )  # stopped mid-run, not at epoch 300
     _, best_step, stop_step = _reference_rule(recorder.lower_bounds, 10, 5)
     assert (stopper.best_step, stopper.stopped_step) == (best_step, stop_step)
 
@@ -166,7 +186,9 @@ def test_restores_best_posterior_and_resamples_particles():
         z = (p.reshape(p.shape[0], -1) - mean) / sd
         assert np.all(np.abs(z) < 6), (v.path, z)
     first = marginals[model.particle_variables[0].path].distribution.loc.numpy()
-    np.testing.assert_allclose(first, best[0][:first.size], rtol=1e-12)  # block 0 starts with variable 0
+    np.testing.assert_allclose(
+        first, best[0][: first.size], rtol=1e-12
+    )  # block 0 starts with variable 0
 
 
 def test_restore_best_false_keeps_the_last_state():
@@ -184,7 +206,10 @@ def test_mean_field_vi_and_short_runs():
     recorder, stopper = _Recorder(), LowerBoundStopping(window=5, patience=1000)
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[recorder, stopper])  # 8 steps
     assert stopper.stopped_step is None and len(stopper.history) == 4
-    assert _allclose([v.numpy() for v in model.optimizer.posterior_variables], recorder.states[stopper.best_step - 1])
+    assert _allclose(
+        [v.numpy() for v in model.optimizer.posterior_variables],
+        recorder.states[stopper.best_step - 1],
+    )
     # Fewer steps than the window: no smoothed value, nothing to restore, and a second fit starts afresh.
     recorder2, short = _Recorder(), LowerBoundStopping(window=30)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[recorder2, short])
@@ -198,7 +223,9 @@ def test_optimizer_without_lower_bound_raises():
     x, y = linear_data(noise=NOISE)
     model = linear_model(3, 4, bk.likelihoods.Normal(scale=NOISE))
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
-    with pytest.raises(ValueError, match="GaussianParticleFlow has no `lower_bound`, `posterior_variables`"):
+    with pytest.raises(
+        ValueError, match="GaussianParticleFlow has no `lower_bound`, `posterior_variables`"
+    ):
         model.fit(x, y, epochs=1, verbose=0, callbacks=[LowerBoundStopping()])
 
 
@@ -227,9 +254,18 @@ def test_tensorboard_shows_the_particle_metrics_and_the_bound(tmp_path):
     inputs = keras.Input((4,))
     h = bk.layers.Dense(8, activation="relu", num_particles=4)(inputs)
     model = bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
-    model.compile(optimizer=bk.optimizers.MGVBP(), metrics=["accuracy", bk.metrics.ExpectedCalibrationError()])
-    model.fit(x, y, epochs=2, batch_size=16, validation_split=0.25, verbose=0,
-              callbacks=[keras.callbacks.TensorBoard(str(tmp_path))])
+    model.compile(
+        optimizer=bk.optimizers.MGVBP(), metrics=["accuracy", bk.metrics.ExpectedCalibrationError()]
+    )
+    model.fit(
+        x,
+        y,
+        epochs=2,
+        batch_size=16,
+        validation_split=0.25,
+        verbose=0,
+        callbacks=[keras.callbacks.TensorBoard(str(tmp_path))],
+    )
     tags = set()
     for run in ("train", "validation"):
         events = EventAccumulator(str(tmp_path / run), size_guidance={"tensors": 0})
@@ -237,6 +273,13 @@ def test_tensorboard_shows_the_particle_metrics_and_the_bound(tmp_path):
         tags |= {f"{run}/{t}" for t in events.Tags()["tensors"]}
         values = [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("epoch_loss")]
         assert len(values) == 2 and np.all(np.isfinite(values))
-    for tag in ("train/epoch_loss", "train/epoch_accuracy", "train/epoch_ece", "train/epoch_nll",
-                "train/epoch_elbo", "validation/epoch_loss", "validation/epoch_accuracy"):
+    for tag in (
+        "train/epoch_loss",
+        "train/epoch_accuracy",
+        "train/epoch_ece",
+        "train/epoch_nll",
+        "train/epoch_elbo",
+        "validation/epoch_loss",
+        "validation/epoch_accuracy",
+    ):
         assert tag in tags, sorted(tags)

@@ -17,14 +17,19 @@ OPTIMIZERS = {
     "gpf_layer": lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
     "svgd": lambda: bk.optimizers.SVGD(1e-2),
     "ensemble": lambda: bk.optimizers.IndependentParticles(1e-2),
-    "matrix_svgd_kfac": lambda: bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.KFACPreconditioner()),
+    "matrix_svgd_kfac": lambda: bk.optimizers.MatrixSVGD(
+        0.1, bk.preconditioners.KFACPreconditioner()
+    ),
     "newton_kfac": lambda: bk.optimizers.PreconditionedParticles(
-        0.01, bk.preconditioners.KFACPreconditioner(fisher="true")),
+        0.01, bk.preconditioners.KFACPreconditioner(fisher="true")
+    ),
     "mean_field_vi": lambda: bk.optimizers.MeanFieldVI(1e-2, seed=1),
     "mgvbp": lambda: bk.optimizers.MGVBP(1e-2, seed=1),
     "mgvbp_fisher": lambda: bk.optimizers.MGVBP(1e-2, curvature="fisher", seed=1),
     "mgvbp_full": lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=1),
-    "mgvbp_kronecker": lambda: bk.optimizers.MGVBP(1e-2, structure="kronecker", curvature="empirical_fisher", seed=1),
+    "mgvbp_kronecker": lambda: bk.optimizers.MGVBP(
+        1e-2, structure="kronecker", curvature="empirical_fisher", seed=1
+    ),
     "mgvbp_score": lambda: bk.optimizers.MGVBP(1e-3, estimator="score", seed=1),
 }
 
@@ -37,14 +42,18 @@ def _data(n=48, d=4, classes=3, seed=0):
 
 def _seeded(seed):
     """Initializers with their own seeds: the same weights whenever (and in whichever model) they are built."""
-    return {"kernel_initializer": keras.initializers.GlorotUniform(seed=seed),
-            "bias_initializer": keras.initializers.RandomNormal(stddev=0.1, seed=seed + 100)}
+    return {
+        "kernel_initializer": keras.initializers.GlorotUniform(seed=seed),
+        "bias_initializer": keras.initializers.RandomNormal(stddev=0.1, seed=seed + 100),
+    }
 
 
 def _functional(n=4, d=4, classes=3):
     inputs = keras.Input((d,))
     h = bk.layers.Dense(5, activation="tanh", num_particles=n, **_seeded(1))(inputs)
-    return bk.BayesianModel(inputs, bk.layers.Dense(classes, **_seeded(2))(h), likelihood="categorical")
+    return bk.BayesianModel(
+        inputs, bk.layers.Dense(classes, **_seeded(2))(h), likelihood="categorical"
+    )
 
 
 class SubclassedNet(bk.BayesianModel):
@@ -70,7 +79,10 @@ def test_subclassed_model_fits_without_a_prior_call(name):
         history = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
         assert np.isfinite(history.history["loss"]).all() and model.skipped_steps == 0
         assert model.optimizer.view.variables == model.particle_variables
-        assert model.optimizer.view.layer_groups == [[0, 1], [2, 3]]  # the layers reached the optimizer
+        assert model.optimizer.view.layer_groups == [
+            [0, 1],
+            [2, 3],
+        ]  # the layers reached the optimizer
         weights.append([v.numpy() for v in model.weights if v.name != "label_seed"])
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -98,7 +110,7 @@ def test_custom_loop_equals_fit_bit_for_bit(name):
 
             for _ in range(2):
                 for i in range(0, len(x), 16):
-                    train(x[i:i + 16], y[i:i + 16])
+                    train(x[i : i + 16], y[i : i + 16])
         results.append([v.numpy() for v in model.variables + model.optimizer.variables])
     assert int(model.optimizer.iterations.numpy()) == 6
     for a, b in zip(*results):
@@ -115,9 +127,15 @@ def test_keras_file_holds_each_weight_once(name, tmp_path):
     assert not any(id(v) in model_ids for v in model.optimizer.variables)
     path = os.path.join(tmp_path, "m.keras")
     model.save(path)
-    with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as raw, h5py.File(raw) as f:
+    with (
+        zipfile.ZipFile(path) as archive,
+        archive.open("model.weights.h5") as raw,
+        h5py.File(raw) as f,
+    ):
         stored = []
-        f.visititems(lambda key, item: stored.append(key) if isinstance(item, h5py.Dataset) else None)
+        f.visititems(
+            lambda key, item: stored.append(key) if isinstance(item, h5py.Dataset) else None
+        )
     assert sum(key.startswith("optimizer/") for key in stored) == len(model.optimizer.variables)
     # The optimizer's state is its own: zeroing it leaves the model's weights alone.
     weights = [v.numpy() for v in model.weights]
@@ -130,9 +148,12 @@ def test_keras_file_holds_each_weight_once(name, tmp_path):
 def _state(model):
     # KFAC's running curvature statistics are updated from the step's (finite) records before the guarded
     # update: they describe the data, not the posterior (docs/architecture.md).
-    own = [v for v in model.optimizer.variables
-           if v.name not in ("skipped_updates", "learning_rate", "skipped_curvature_steps")
-           and not v.name.startswith("kfac_")]
+    own = [
+        v
+        for v in model.optimizer.variables
+        if v.name not in ("skipped_updates", "learning_rate", "skipped_curvature_steps")
+        and not v.name.startswith("kfac_")
+    ]
     return [v.numpy() for v in model.variables + own]
 
 

@@ -10,15 +10,33 @@ import bayes_keras as bk
 N = 3
 
 
-@pytest.mark.parametrize("kernel_size,strides,dilation,padding", [
-    (3, 1, 1, "valid"), (3, 1, 1, "same"), (3, 1, 2, "causal"), (2, 1, 3, "same"), (2, 2, 1, "same"), (4, 3, 1, "same"), (2, 2, 1, "valid"),
-])
+@pytest.mark.parametrize(
+    "kernel_size,strides,dilation,padding",
+    [
+        (3, 1, 1, "valid"),
+        (3, 1, 1, "same"),
+        (3, 1, 2, "causal"),
+        (2, 1, 3, "same"),
+        (2, 2, 1, "same"),
+        (4, 3, 1, "same"),
+        (2, 2, 1, "valid"),
+    ],
+)
 def test_conv1d_equals_keras_conv1d_per_particle(kernel_size, strides, dilation, padding):
     rng = np.random.default_rng(0)
     x = tf.constant(rng.standard_normal((2, 11, 4)), tf.float32)  # (batch, T, C)
-    first = bk.layers.Conv1D(5, kernel_size, strides=strides, dilation_rate=dilation, padding=padding,
-                             activation="tanh", num_particles=N)
-    second = bk.layers.Conv1D(2, kernel_size, strides=strides, dilation_rate=dilation, padding=padding)
+    first = bk.layers.Conv1D(
+        5,
+        kernel_size,
+        strides=strides,
+        dilation_rate=dilation,
+        padding=padding,
+        activation="tanh",
+        num_particles=N,
+    )
+    second = bk.layers.Conv1D(
+        2, kernel_size, strides=strides, dilation_rate=dilation, padding=padding
+    )
     with tf.GradientTape() as tape:
         h = first(x)
         y = second(h)
@@ -52,12 +70,19 @@ def test_conv1d_equals_keras_conv1d_per_particle(kernel_size, strides, dilation,
             np.testing.assert_allclose(got[n], want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("ours,theirs,shape", [
-    (bk.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling1D, (2, N, 7, 4)),
-    (bk.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling1D, (2, N, 7, 4)),
-    (bk.layers.GlobalAveragePooling2D, keras.layers.GlobalAveragePooling2D, (2, 5, 6, N, 4)),  # images (B, H, W, N, C)
-    (bk.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling2D, (2, 5, 6, N, 4)),
-])
+@pytest.mark.parametrize(
+    "ours,theirs,shape",
+    [
+        (bk.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling1D, (2, N, 7, 4)),
+        (bk.layers.GlobalMaxPooling1D, keras.layers.GlobalMaxPooling1D, (2, N, 7, 4)),
+        (
+            bk.layers.GlobalAveragePooling2D,
+            keras.layers.GlobalAveragePooling2D,
+            (2, 5, 6, N, 4),
+        ),  # images (B, H, W, N, C)
+        (bk.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling2D, (2, 5, 6, N, 4)),
+    ],
+)
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_global_pooling_equals_keras_per_particle(ours, theirs, shape, keepdims):
     x = tf.constant(np.random.default_rng(1).standard_normal(shape), tf.float32)
@@ -78,7 +103,9 @@ def test_global_average_pooling_1d_respects_a_mask():
     mask = tf.constant([[True, True, True, False, False, False], [True] * 6])
     y = bk.layers.GlobalAveragePooling1D()(x, mask=mask)
     for n in range(N):
-        np.testing.assert_allclose(y[:, n], keras.layers.GlobalAveragePooling1D()(x[:, n], mask=mask), rtol=1e-6)
+        np.testing.assert_allclose(
+            y[:, n], keras.layers.GlobalAveragePooling1D()(x[:, n], mask=mask), rtol=1e-6
+        )
 
 
 def test_a_conv1d_model_keeps_particles_independent_and_trains():
@@ -100,7 +127,10 @@ def test_a_conv1d_model_keeps_particles_independent_and_trains():
     np.testing.assert_array_equal(after[:, 1:], before[:, 1:])
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
     history = model.fit(x, y, batch_size=32, epochs=4, verbose=0)
-    assert np.all(np.isfinite(history.history["loss"])) and history.history["loss"][-1] < history.history["loss"][0]
+    assert (
+        np.all(np.isfinite(history.history["loss"]))
+        and history.history["loss"][-1] < history.history["loss"][0]
+    )
 
 
 def test_conv1d_config_and_bad_arguments():

@@ -13,9 +13,20 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "conv_gradient_check
 
 @pytest.mark.parametrize("onednn,implementation", [("0", "auto"), ("1", "auto"), ("1", "portable")])
 def test_particle_conv_trains_with_and_without_onednn(onednn, implementation):
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, SCRIPT, implementation], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0 and "ALL OK" in result.stdout, result.stdout + result.stderr[-4000:]
-    if onednn == "0":  # the Eigen kernels have no native grouped gradient: the portable one must be chosen
+    env = dict(
+        os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""
+    )
+    result = subprocess.run(
+        [sys.executable, SCRIPT, implementation],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "ALL OK" in result.stdout, (
+        result.stdout + result.stderr[-4000:]
+    )
+    if (
+        onednn == "0"
+    ):  # the Eigen kernels have no native grouped gradient: the portable one must be chosen
         assert "gradient implementation: portable" in result.stdout, result.stdout

@@ -62,34 +62,67 @@ def _head(h, kind):
 
 
 def mlp():
-    return keras.Sequential([keras.Input((6,)), L.Dense(8, activation="relu"), L.Dense(3, activation="softmax")]), _table()
+    return keras.Sequential(
+        [keras.Input((6,)), L.Dense(8, activation="relu"), L.Dense(3, activation="softmax")]
+    ), _table()
 
 
 def flatten_first_mlp():
-    return keras.Sequential([keras.Input((4, 4)), L.Flatten(), L.Dense(8, activation="relu"),
-                             L.Dense(3, activation="softmax")]), _sequences(t=4)
+    return keras.Sequential(
+        [
+            keras.Input((4, 4)),
+            L.Flatten(),
+            L.Dense(8, activation="relu"),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _sequences(t=4)
 
 
 def cnn():
-    return keras.Sequential([keras.Input((8, 8, 1)), L.Conv2D(4, 3, padding="same", activation="relu"),
-                             L.MaxPooling2D(), L.Conv2D(6, 3, activation="relu"), L.Flatten(),
-                             L.Dense(3, activation="softmax")]), _images()
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            L.Conv2D(4, 3, padding="same", activation="relu"),
+            L.MaxPooling2D(),
+            L.Conv2D(6, 3, activation="relu"),
+            L.Flatten(),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _images()
 
 
 def cnn_batchnorm_dropout():
-    return keras.Sequential([keras.Input((8, 8, 1)), L.Conv2D(4, 3, padding="same"), L.BatchNormalization(),
-                             L.Activation("relu"), L.Dropout(0.3), L.AveragePooling2D(2), L.Conv2D(5, 3),
-                             L.BatchNormalization(), L.ReLU(), L.GlobalAveragePooling2D(),
-                             L.Dense(3, activation="softmax")]), _images()
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            L.Conv2D(4, 3, padding="same"),
+            L.BatchNormalization(),
+            L.Activation("relu"),
+            L.Dropout(0.3),
+            L.AveragePooling2D(2),
+            L.Conv2D(5, 3),
+            L.BatchNormalization(),
+            L.ReLU(),
+            L.GlobalAveragePooling2D(),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _images()
 
 
 def cnn_normalization_rescaling():
     x = _images() * 3 + 2
     norm = L.Normalization()
     norm.adapt(x)
-    return keras.Sequential([keras.Input((8, 8, 1)), L.Rescaling(0.5, offset=0.1), norm,
-                             L.Conv2D(4, 3, activation="relu"), L.GlobalMaxPooling2D(),
-                             L.Dense(3, activation="softmax")]), x
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            L.Rescaling(0.5, offset=0.1),
+            norm,
+            L.Conv2D(4, 3, activation="relu"),
+            L.GlobalMaxPooling2D(),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), x
 
 
 def tabular_normalization():
@@ -100,8 +133,14 @@ def tabular_normalization():
 
 
 def batchnorm_on_inputs():
-    return keras.Sequential([keras.Input((6,)), L.BatchNormalization(), L.Dense(8, activation="relu"),
-                             L.Dense(1, activation="sigmoid")]), _table()
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            L.BatchNormalization(),
+            L.Dense(8, activation="relu"),
+            L.Dense(1, activation="sigmoid"),
+        ]
+    ), _table()
 
 
 def residual_cnn():
@@ -124,13 +163,17 @@ def residual_mlp():
 
 def two_inputs():
     a, b = keras.Input((6,)), keras.Input((7, 4))
-    h = L.Concatenate()([L.Dense(5, activation="relu")(a), L.GlobalAveragePooling1D()(L.Dense(5)(b))])
+    h = L.Concatenate()(
+        [L.Dense(5, activation="relu")(a), L.GlobalAveragePooling1D()(L.Dense(5)(b))]
+    )
     return keras.Model([a, b], _head(h, "categorical")), [_table(), _sequences()]
 
 
 def concatenate_input_with_particles():
     inputs = keras.Input((6,))
-    h = L.Concatenate()([L.Dense(5, activation="relu")(inputs), inputs])  # one side has no particle axis
+    h = L.Concatenate()(
+        [L.Dense(5, activation="relu")(inputs), inputs]
+    )  # one side has no particle axis
     return keras.Model(inputs, _head(h, "normal")), _table()
 
 
@@ -166,30 +209,56 @@ def layer_normalization_axes():
 
 
 def masked_embedding_lstm():
-    return keras.Sequential([keras.Input((7,), dtype="int32"), L.Embedding(12, 4, mask_zero=True), L.LSTM(5),
-                             L.Dense(3, activation="softmax")]), _tokens()
+    return keras.Sequential(
+        [
+            keras.Input((7,), dtype="int32"),
+            L.Embedding(12, 4, mask_zero=True),
+            L.LSTM(5),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _tokens()
 
 
 def masked_embedding_gru_sequences():
-    return keras.Sequential([keras.Input((7,), dtype="int32"), L.Embedding(12, 4, mask_zero=True),
-                             L.GRU(5, return_sequences=True), L.GlobalAveragePooling1D(),
-                             L.Dense(1, activation="sigmoid")]), _tokens()
+    return keras.Sequential(
+        [
+            keras.Input((7,), dtype="int32"),
+            L.Embedding(12, 4, mask_zero=True),
+            L.GRU(5, return_sequences=True),
+            L.GlobalAveragePooling1D(),
+            L.Dense(1, activation="sigmoid"),
+        ]
+    ), _tokens()
 
 
 def masked_embedding_bidirectional():
-    return keras.Sequential([keras.Input((7,), dtype="int32"), L.Embedding(12, 4, mask_zero=True),
-                             L.Bidirectional(L.LSTM(5)), L.Dense(3, activation="softmax")]), _tokens()
+    return keras.Sequential(
+        [
+            keras.Input((7,), dtype="int32"),
+            L.Embedding(12, 4, mask_zero=True),
+            L.Bidirectional(L.LSTM(5)),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _tokens()
 
 
 def simple_rnn_sequences():
-    return keras.Sequential([keras.Input((7, 4)), L.SimpleRNN(5, return_sequences=True), L.SimpleRNN(4),
-                             L.Dense(1)]), _sequences()
+    return keras.Sequential(
+        [keras.Input((7, 4)), L.SimpleRNN(5, return_sequences=True), L.SimpleRNN(4), L.Dense(1)]
+    ), _sequences()
 
 
 def conv1d_regressor():
-    return keras.Sequential([keras.Input((7, 4)), L.Conv1D(6, 3, padding="same", activation="relu"),
-                             L.MaxPooling1D(2), L.Conv1D(4, 2, activation="relu"), L.GlobalAveragePooling1D(),
-                             L.Dense(1)]), _sequences()
+    return keras.Sequential(
+        [
+            keras.Input((7, 4)),
+            L.Conv1D(6, 3, padding="same", activation="relu"),
+            L.MaxPooling1D(2),
+            L.Conv1D(4, 2, activation="relu"),
+            L.GlobalAveragePooling1D(),
+            L.Dense(1),
+        ]
+    ), _sequences()
 
 
 def custom_per_example_layer():
@@ -199,9 +268,18 @@ def custom_per_example_layer():
 
 
 def reshape_to_image():
-    return keras.Sequential([keras.Input((6,)), L.Dense(16, activation="relu"), L.Reshape((4, 4, 1)),
-                             L.Conv2D(3, 3, padding="same"), L.ZeroPadding2D(1), L.UpSampling2D(),
-                             L.Flatten(), L.Dense(3, activation="softmax")]), _table()
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            L.Dense(16, activation="relu"),
+            L.Reshape((4, 4, 1)),
+            L.Conv2D(3, 3, padding="same"),
+            L.ZeroPadding2D(1),
+            L.UpSampling2D(),
+            L.Flatten(),
+            L.Dense(3, activation="softmax"),
+        ]
+    ), _table()
 
 
 def attention_and_group_norm():
@@ -221,12 +299,21 @@ def prelu_permute_dot():
 
 
 def separate_softmax_output():
-    return keras.Sequential([keras.Input((6,)), L.Dense(8, activation="relu"), L.Dense(3), L.Softmax()]), _table()
+    return keras.Sequential(
+        [keras.Input((6,)), L.Dense(8, activation="relu"), L.Dense(3), L.Softmax()]
+    ), _table()
 
 
 def time_distributed_dense():
-    return keras.Sequential([keras.Input((7, 4)), L.LSTM(5, return_sequences=True),
-                             L.TimeDistributed(L.Dense(2)), L.Flatten(), L.Dense(1)]), _sequences()
+    return keras.Sequential(
+        [
+            keras.Input((7, 4)),
+            L.LSTM(5, return_sequences=True),
+            L.TimeDistributed(L.Dense(2)),
+            L.Flatten(),
+            L.Dense(1),
+        ]
+    ), _sequences()
 
 
 def masked_merge():
@@ -237,21 +324,49 @@ def masked_merge():
     return keras.Model(inputs, _head(L.GlobalAveragePooling1D()(h), "bernoulli")), _tokens()
 
 
-CONVERTED = [mlp, flatten_first_mlp, cnn, cnn_batchnorm_dropout, cnn_normalization_rescaling, tabular_normalization,
-             batchnorm_on_inputs, residual_cnn, residual_mlp, two_inputs, concatenate_input_with_particles,
-             concatenate_time_axis, softmax_attention_pooling, softmax_last_axis, layer_normalization_axes,
-             masked_embedding_lstm, masked_embedding_gru_sequences, masked_embedding_bidirectional,
-             simple_rnn_sequences, conv1d_regressor, custom_per_example_layer, reshape_to_image,
-             attention_and_group_norm, prelu_permute_dot, separate_softmax_output, time_distributed_dense,
-             masked_merge]
+CONVERTED = [
+    mlp,
+    flatten_first_mlp,
+    cnn,
+    cnn_batchnorm_dropout,
+    cnn_normalization_rescaling,
+    tabular_normalization,
+    batchnorm_on_inputs,
+    residual_cnn,
+    residual_mlp,
+    two_inputs,
+    concatenate_input_with_particles,
+    concatenate_time_axis,
+    softmax_attention_pooling,
+    softmax_last_axis,
+    layer_normalization_axes,
+    masked_embedding_lstm,
+    masked_embedding_gru_sequences,
+    masked_embedding_bidirectional,
+    simple_rnn_sequences,
+    conv1d_regressor,
+    custom_per_example_layer,
+    reshape_to_image,
+    attention_and_group_norm,
+    prelu_permute_dot,
+    separate_softmax_output,
+    time_distributed_dense,
+    masked_merge,
+]
 
 
 def _perturb_weights(net, x):
     """Move every weight and statistic off its initial value, so that a dropped or reset state shows."""
     for layer in net.layers:
         if layer.weights and not isinstance(layer, L.Normalization):
-            layer.set_weights([w + 0.3 * RNG.standard_normal(w.shape).astype(w.dtype) if w.dtype.kind == "f" else w
-                               for w in layer.get_weights()])
+            layer.set_weights(
+                [
+                    w + 0.3 * RNG.standard_normal(w.shape).astype(w.dtype)
+                    if w.dtype.kind == "f"
+                    else w
+                    for w in layer.get_weights()
+                ]
+            )
         if isinstance(layer, L.BatchNormalization):
             mean, variance = layer.moving_mean.numpy(), layer.moving_variance.numpy()
             layer.moving_mean.assign(mean + 0.5)
@@ -274,8 +389,12 @@ def test_converted_model_predicts_as_the_keras_model(build, tmp_path):
     net, x = build()
     _perturb_weights(net, x)
     expected = net.predict(x, verbose=0)
-    likelihood = None if net.layers[-1].get_config().get("activation") in ("softmax", "sigmoid") or isinstance(
-        net.layers[-1], L.Softmax) else "normal"
+    likelihood = (
+        None
+        if net.layers[-1].get_config().get("activation") in ("softmax", "sigmoid")
+        or isinstance(net.layers[-1], L.Softmax)
+        else "normal"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         model = bk.bayesianize(net, num_particles=N, likelihood=likelihood, noise_std=0.0)
@@ -286,7 +405,9 @@ def test_converted_model_predicts_as_the_keras_model(build, tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(_particle_probabilities(loaded, x), got, atol=1e-6, rtol=0)
-    assert not loaded.compiled  # saved uncompiled, loaded uncompiled (not with a default Keras optimizer)
+    assert (
+        not loaded.compiled
+    )  # saved uncompiled, loaded uncompiled (not with a default Keras optimizer)
 
 
 def _center_batch():
@@ -302,29 +423,43 @@ def _bn_rows():
 
 def _late_mask():
     sequences = keras.Input((7, 4))
-    return keras.Model(sequences, L.Dense(1)(L.LSTM(2)(L.Masking(name="late_mask")(L.Dense(3)(sequences)))))
+    return keras.Model(
+        sequences, L.Dense(1)(L.LSTM(2)(L.Masking(name="late_mask")(L.Dense(3)(sequences))))
+    )
 
 
 def _mean():
     inputs = keras.Input((6,))
-    h = keras.ops.mean(L.Dense(4)(inputs), axis=1, keepdims=True)  # a bare op on particle activations
+    h = keras.ops.mean(
+        L.Dense(4)(inputs), axis=1, keepdims=True
+    )  # a bare op on particle activations
     return keras.Model(inputs, L.Dense(1)(h))
 
 
 def _with_state():
     sequences = keras.Input((7, 4))
-    return keras.Model(sequences, L.Dense(1)(L.SimpleRNN(3, return_state=True, name="with_state")(sequences)[0]))
+    return keras.Model(
+        sequences, L.Dense(1)(L.SimpleRNN(3, return_state=True, name="with_state")(sequences)[0])
+    )
 
 
 def _shared_layer():
     inputs = keras.Input((6,))
     shared = L.Dense(4, name="shared_dense")
-    return keras.Model(inputs, L.Dense(1)(L.Add()([shared(inputs), shared(L.Rescaling(-1.0)(inputs))])))
+    return keras.Model(
+        inputs, L.Dense(1)(L.Add()([shared(inputs), shared(L.Rescaling(-1.0)(inputs))]))
+    )
 
 
 # (the name the error must contain, the model), built in the test, not at collection
-REFUSED = [("center_batch", _center_batch), ("bn_rows", _bn_rows), ("late_mask", _late_mask), ("mean", _mean),
-           ("with_state", _with_state), ("shared_dense", _shared_layer)]
+REFUSED = [
+    ("center_batch", _center_batch),
+    ("bn_rows", _bn_rows),
+    ("late_mask", _late_mask),
+    ("mean", _mean),
+    ("with_state", _with_state),
+    ("shared_dense", _shared_layer),
+]
 
 
 @pytest.mark.parametrize("name,build", REFUSED, ids=[name for name, _ in REFUSED])

@@ -29,8 +29,10 @@ def _brute_force(model, x, y):
     total = {v.path: np.zeros(v.shape, np.float64) for v in pvars}
     for b in range(len(x)):
         with tf.GradientTape() as tape:
-            out = model(x[b:b + 1], training=True)
-            loss = -tf.reduce_sum(model.likelihood.log_prob(y[b:b + 1], out))  # sum over particles
+            out = model(x[b : b + 1], training=True)
+            loss = -tf.reduce_sum(
+                model.likelihood.log_prob(y[b : b + 1], out)
+            )  # sum over particles
         for v, g in zip(pvars, tape.gradient(loss, pvars)):
             total[v.path] += np.square(g.numpy().astype(np.float64))
     return total
@@ -38,7 +40,9 @@ def _brute_force(model, x, y):
 
 def _conv_net(n):
     inputs = keras.Input((6, 6, 2))
-    h = bk.layers.Conv2D(3, 3, padding="same", activation="relu", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv2D(3, 3, padding="same", activation="relu", num_particles=n, name="c1")(
+        inputs
+    )
     h = bk.layers.Conv2D(4, 3, strides=2, padding="valid", activation="tanh", name="c2")(h)
     h = bk.layers.Flatten()(h)
     h = bk.layers.Dense(5, activation="relu", name="d1")(h)
@@ -48,7 +52,9 @@ def _conv_net(n):
 
 def _conv1d_net(n):
     inputs = keras.Input((9, 2))
-    h = bk.layers.Conv1D(3, 3, padding="causal", dilation_rate=2, activation="relu", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv1D(
+        3, 3, padding="causal", dilation_rate=2, activation="relu", num_particles=n, name="c1"
+    )(inputs)
     h = bk.layers.Conv1D(4, 2, strides=2, padding="same", activation="tanh", name="c2")(h)
     h = bk.layers.Flatten()(h)
     return bk.BayesianModel(inputs, bk.layers.Dense(3, name="d")(h), likelihood="categorical")
@@ -61,7 +67,9 @@ def _dense_net(n):
     return bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.7))
 
 
-@pytest.mark.parametrize("build", [_dense_net, _conv_net, _conv1d_net], ids=["dense", "conv", "conv1d"])
+@pytest.mark.parametrize(
+    "build", [_dense_net, _conv_net, _conv1d_net], ids=["dense", "conv", "conv1d"]
+)
 def test_per_example_squared_gradients_match_brute_force(build):
     rng = np.random.default_rng(0)
     model = build(3)
@@ -78,7 +86,9 @@ def test_per_example_squared_gradients_match_brute_force(build):
     assert opt.scale == pytest.approx(70 / (7 * 0.5))
     assert set(opt.seen) == set(expected)
     for path, value in expected.items():
-        np.testing.assert_allclose(opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path)
+        np.testing.assert_allclose(
+            opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path
+        )
 
 
 def test_capture_is_off_unless_asked():
@@ -104,7 +114,10 @@ def test_curvature_follows_the_class_not_its_name():
     assert bk.curvature.kinds.layer_kind(model.layers[1]) == "Dense"
     model.compile(optimizer=paper_mgvbp(1e-2, curvature="empirical_fisher"))
     history = model.fit(x, y, epochs=2, batch_size=16, verbose=0)
-    assert np.isfinite(history.history["loss"]).all() and int(model.optimizer.skipped_updates.numpy()) == 0
+    assert (
+        np.isfinite(history.history["loss"]).all()
+        and int(model.optimizer.skipped_updates.numpy()) == 0
+    )
 
 
 def test_a_layer_class_declares_its_curvature():
@@ -117,7 +130,9 @@ def test_a_layer_class_declares_its_curvature():
 
     inputs = keras.Input((4,))
     h = bk.layers.Dense(5, activation="tanh", num_particles=3)(inputs)
-    model = bk.BayesianModel(inputs, NoCurvatureDense(2, name="plain_head")(h), likelihood="categorical")
+    model = bk.BayesianModel(
+        inputs, NoCurvatureDense(2, name="plain_head")(h), likelihood="categorical"
+    )
     x = np.zeros((8, 4), np.float32)
     y = np.zeros((8,), np.int32)
     model.compile(optimizer=bk.optimizers.MatrixSVGD())
@@ -146,16 +161,26 @@ def test_embedding_squared_gradients_match_brute_force():
     model.train_on_batch(x, y)
     assert set(opt.seen) == set(expected)
     for path, value in expected.items():
-        np.testing.assert_allclose(opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path)
+        np.testing.assert_allclose(
+            opt.seen[path], value, rtol=2e-4, atol=1e-7 * value.max(), err_msg=path
+        )
 
 
-@pytest.mark.parametrize("make", [lambda: bk.optimizers.MatrixSVGD(), lambda: bk.optimizers.PreconditionedParticles(),
-                                  lambda: bk.optimizers.MGVBP(structure="kronecker", curvature="fisher")],
-                         ids=["MatrixSVGD", "PreconditionedParticles", "MGVBP-kronecker"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bk.optimizers.MatrixSVGD(),
+        lambda: bk.optimizers.PreconditionedParticles(),
+        lambda: bk.optimizers.MGVBP(structure="kronecker", curvature="fisher"),
+    ],
+    ids=["MatrixSVGD", "PreconditionedParticles", "MGVBP-kronecker"],
+)
 def test_kfac_methods_train_a_conv1d_regressor_with_defaults(make):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((96, 12, 2)).astype(np.float32)
-    y = (np.sin(x[:, :, 0]).mean(1, keepdims=True) + 0.5 * x[:, -3:, 1].mean(1, keepdims=True)).astype(np.float32)
+    y = (
+        np.sin(x[:, :, 0]).mean(1, keepdims=True) + 0.5 * x[:, -3:, 1].mean(1, keepdims=True)
+    ).astype(np.float32)
     keras.utils.set_random_seed(0)
     inputs = keras.Input((12, 2))
     h = bk.layers.Conv1D(6, 3, padding="causal", activation="relu", num_particles=4)(inputs)

@@ -29,12 +29,14 @@ class Batches(keras.utils.PyDataset):
 
     def __getitem__(self, i):
         i = i % 4
-        return X[i * 32:(i + 1) * 32], Y[i * 32:(i + 1) * 32]
+        return X[i * 32 : (i + 1) * 32], Y[i * 32 : (i + 1) * 32]
 
 
 def _model(num_particles=2, likelihood="normal"):
     inputs = keras.Input((4,))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(1, num_particles=num_particles)(inputs), likelihood=likelihood)
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(1, num_particles=num_particles)(inputs), likelihood=likelihood
+    )
     model.compile(optimizer=bk.optimizers.SVGD())
     return model
 
@@ -42,7 +44,7 @@ def _model(num_particles=2, likelihood="normal"):
 def _generator():
     while True:
         for i in range(4):
-            yield X[i * 32:(i + 1) * 32], Y[i * 32:(i + 1) * 32]
+            yield X[i * 32 : (i + 1) * 32], Y[i * 32 : (i + 1) * 32]
 
 
 def test_exact_sizes():
@@ -52,11 +54,18 @@ def test_exact_sizes():
     # the targets are standardised from the PyDataset's own targets, as from the arrays
     reference = _model()
     reference.fit(X, Y, epochs=0, verbose=0)
-    np.testing.assert_allclose(model.likelihood.noise_scale().numpy(), reference.likelihood.noise_scale().numpy(),
-                               rtol=1e-6)
-    assert not np.allclose(reference.likelihood.noise_scale().numpy(), _model().likelihood.noise_scale().numpy())
+    np.testing.assert_allclose(
+        model.likelihood.noise_scale().numpy(),
+        reference.likelihood.noise_scale().numpy(),
+        rtol=1e-6,
+    )
+    assert not np.allclose(
+        reference.likelihood.noise_scale().numpy(), _model().likelihood.noise_scale().numpy()
+    )
     model = _model()
-    model.fit(tf.data.Dataset.from_tensor_slices((X, Y)).batch(32).repeat().take(3), epochs=1, verbose=0)
+    model.fit(
+        tf.data.Dataset.from_tensor_slices((X, Y)).batch(32).repeat().take(3), epochs=1, verbose=0
+    )
     assert model.dataset_size == 96  # cardinality known after take(): three batches of 32
     model = _model()
     model.fit(X, Y, validation_split=0.2, epochs=1, verbose=0)
@@ -75,20 +84,34 @@ def test_unknown_lengths_give_an_upper_bound_with_a_warning_or_an_error():
     assert model.dataset_size == 128
     with pytest.raises(ValueError, match="Python generator.*dataset_size="):
         _model().fit(_generator(), steps_per_epoch=4, epochs=1, verbose=0)
-    with pytest.raises(ValueError, match="infinite tf.data.Dataset.*steps_per_epoch="):  # it would never end
+    with pytest.raises(
+        ValueError, match="infinite tf.data.Dataset.*steps_per_epoch="
+    ):  # it would never end
         _model().fit(repeated, epochs=1, verbose=0, dataset_size=128)
-    model = _model(likelihood=bk.likelihoods.Normal(standardize=False))  # nothing to read from the generator
-    model.fit(_generator(), steps_per_epoch=4, epochs=1, verbose=0, dataset_size=100)  # given: no guess
+    model = _model(
+        likelihood=bk.likelihoods.Normal(standardize=False)
+    )  # nothing to read from the generator
+    model.fit(
+        _generator(), steps_per_epoch=4, epochs=1, verbose=0, dataset_size=100
+    )  # given: no guess
     assert model.dataset_size == 100
 
 
-@pytest.mark.parametrize("make,warns", [(bk.optimizers.SVGD, True), (bk.optimizers.MatrixSVGD, True),
-                                        (bk.optimizers.IndependentParticles, True),
-                                        (bk.optimizers.PreconditionedParticles, True),
-                                        (bk.optimizers.MeanFieldVI, False)])
+@pytest.mark.parametrize(
+    "make,warns",
+    [
+        (bk.optimizers.SVGD, True),
+        (bk.optimizers.MatrixSVGD, True),
+        (bk.optimizers.IndependentParticles, True),
+        (bk.optimizers.PreconditionedParticles, True),
+        (bk.optimizers.MeanFieldVI, False),
+    ],
+)
 def test_one_particle_warns_where_the_uncertainty_needs_several(make, warns):
     inputs = keras.Input((4,))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(1, num_particles=1)(inputs), likelihood="normal")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(1, num_particles=1)(inputs), likelihood="normal"
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.compile(optimizer=make())

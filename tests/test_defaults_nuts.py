@@ -71,13 +71,17 @@ def test_matrix_svgd_default_is_ahead_of_svgd(reference):
     m100, v100 = worst_errors(matrix[100], reference)[0], worst_errors(vanilla[100], reference)[0]
     m300, v300 = worst_errors(matrix[300], reference)[0], worst_errors(vanilla[300], reference)[0]
     assert m100 < 0.7 * v100, (m100, v100)  # measured 0.68 vs 1.22
-    assert m300 < v300 + 0.03, (m300, v300)  # measured 0.32 vs 0.32: both at the finite-N fixed point
+    assert m300 < v300 + 0.03, (
+        m300,
+        v300,
+    )  # measured 0.32 vs 0.32: both at the finite-N fixed point
 
 
 @pytest.mark.slow  # 21 s; the default suite's tests/test_gpf_nuts.py checks GPF against the same NUTS run
 def test_gaussian_particle_flow_default_reaches_the_gaussian_optimum(reference):
-    mean_error, sd_ratio = worst_errors(fit_breast_cancer(bk.optimizers.GaussianParticleFlow(), 512, (3000,))[3000],
-                                        reference)
+    mean_error, sd_ratio = worst_errors(
+        fit_breast_cancer(bk.optimizers.GaussianParticleFlow(), 512, (3000,))[3000], reference
+    )
     assert mean_error < 0.03, mean_error  # measured 0.011
     assert np.all(np.abs(sd_ratio - 1.0) < 0.05), sd_ratio  # measured 0.999-1.022
 
@@ -86,4 +90,6 @@ def test_mgvbp_full_default_reaches_the_gaussian_optimum(reference):
     moments = fit_breast_cancer(bk.optimizers.MGVBP(structure="full"), 100, (3000,))[3000]
     mean_error, sd_ratio = worst_errors(moments, reference)
     assert mean_error < 0.05, mean_error  # measured 0.024
-    assert np.all(np.abs(sd_ratio - 1.0) < 0.05), sd_ratio  # measured 0.960-1.000 (the Gaussian optimum: 0.959-1.000)
+    assert np.all(np.abs(sd_ratio - 1.0) < 0.05), (
+        sd_ratio
+    )  # measured 0.960-1.000 (the Gaussian optimum: 0.959-1.000)

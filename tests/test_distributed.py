@@ -37,15 +37,25 @@ CUSTOM_LOOP_RUNS = ("gpf", "gpf_particle_parallel", "mgvbp_diagonal_fisher")
 # fit under 2 replicas in the default suite: every optimizer family, both models, every likelihood kind but the
 # normal one, particle parallelism and float16; the other runs (the same code paths with another structure,
 # preconditioner or model) with -m slow, to keep the default suite within its time budget.
-SLOW_FIT_RUNS = ("svgd", "matrix_svgd_kfac_sequence", "preconditioned_particles", "mgvbp_full", "mgvbp_layer",
-                 "mgvbp_kronecker_empirical_fisher", "mean_field_vi", "independent_converted_random_particle_parallel",
-                 "mgvbp_converted_random_particle_parallel")
+SLOW_FIT_RUNS = (
+    "svgd",
+    "matrix_svgd_kfac_sequence",
+    "preconditioned_particles",
+    "mgvbp_full",
+    "mgvbp_layer",
+    "mgvbp_kronecker_empirical_fisher",
+    "mean_field_vi",
+    "independent_converted_random_particle_parallel",
+    "mgvbp_converted_random_particle_parallel",
+)
 FIT_RUNS = tuple(name for name in sorted(RUNS) if name not in SLOW_FIT_RUNS)
 
 
 def _run(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=1500, env=env)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=1500, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {(r["name"], r["loop"]): r for r in lines}
@@ -68,7 +78,9 @@ def _check(r):
     assert r["moved"] > 1e-3, r  # training moved the weights: the comparison is not vacuous
     assert r["in_sync"], r  # every variable mirrored, its copies identical
     assert r["state"] < tolerance["state"], r  # every model and optimizer variable
-    assert r["history"] < tolerance["history"] and r["history_keys"], r  # loss, nll, compiled / particle / bound
+    assert r["history"] < tolerance["history"] and r["history_keys"], (
+        r
+    )  # loss, nll, compiled / particle / bound
     assert r["evaluate"] < tolerance["evaluate"] and r["predict"] < tolerance["predict"], r
 
 
@@ -114,12 +126,24 @@ def test_two_workers_on_localhost_equal_one_process(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "scripts", "multi_worker_check.py")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     ports = ",".join(str(p) for p in _free_ports(2))
-    workers = [subprocess.Popen([sys.executable, script, "worker", str(i), ports, str(tmp_path / f"w{i}.npz")],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-               for i in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, script, "worker", str(i), ports, str(tmp_path / f"w{i}.npz")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     try:
-        single = subprocess.run([sys.executable, script, "single", str(tmp_path / "s.npz")], env=env,
-                                capture_output=True, text=True, timeout=300)
+        single = subprocess.run(
+            [sys.executable, script, "single", str(tmp_path / "s.npz")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert single.returncode == 0, single.stderr[-3000:]
         for w in workers:
             _, err = w.communicate(timeout=300)
@@ -141,29 +165,57 @@ def test_two_workers_on_localhost_equal_one_process(tmp_path):
 
 def test_what_is_not_supported_is_refused_with_what_works():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, SCRIPT, "--refusals"], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--refusals"], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     told = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
-    assert told["particles_with_curvature"][0] == "ValueError" and "parallel='data'" in told["particles_with_curvature"][1]
-    assert told["particles_not_divisible"][0] == "ValueError" and "multiple of 2" in told["particles_not_divisible"][1]
-    assert told["unknown_parallel"][0] == "ValueError" and "'data' or 'particles'" in told["unknown_parallel"][1]
+    assert (
+        told["particles_with_curvature"][0] == "ValueError"
+        and "parallel='data'" in told["particles_with_curvature"][1]
+    )
+    assert (
+        told["particles_not_divisible"][0] == "ValueError"
+        and "multiple of 2" in told["particles_not_divisible"][1]
+    )
+    assert (
+        told["unknown_parallel"][0] == "ValueError"
+        and "'data' or 'particles'" in told["unknown_parallel"][1]
+    )
     kind, message = told["built_outside_the_scope"]
     assert kind == "ValueError" and "strategy.scope()" in message
     kind, message = told["custom_loop_without_run"]
     assert kind == "ValueError" and "strategy.run" in message
-    for case in ("keras_dropout", "keras_augmentation", "keras_dropout_custom_loop"):  # the same noise per replica
+    for case in (
+        "keras_dropout",
+        "keras_augmentation",
+        "keras_dropout_custom_loop",
+    ):  # the same noise per replica
         kind, message = told[case]
-        assert kind == "ValueError" and "draws random numbers for its own input only" in message, told[case]
-        assert "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout" in message and "tf.data" in message
+        assert kind == "ValueError" and "draws random numbers for its own input only" in message, (
+            told[case]
+        )
+        assert (
+            "bayes_keras.layers.Dropout / GaussianNoise / GaussianDropout" in message
+            and "tf.data" in message
+        )
     assert "bayesian_gradients: layer 'dropout" in told["keras_dropout_custom_loop"][1]
-    assert told["keras_augmentation"][1].index("tf.data") < told["keras_augmentation"][1].index("bayes_keras.layers")
+    assert told["keras_augmentation"][1].index("tf.data") < told["keras_augmentation"][1].index(
+        "bayes_keras.layers"
+    )
     kind, message = told["central_storage"]
-    assert kind == "NotImplementedError" and "MirroredStrategy" in message and "MultiWorkerMirroredStrategy" in message
+    assert (
+        kind == "NotImplementedError"
+        and "MirroredStrategy" in message
+        and "MultiWorkerMirroredStrategy" in message
+    )
 
 
 def test_refinement_under_two_replicas_equals_one_device():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, SCRIPT, "--refine"], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--refine"], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert r["moved"] > 1e-3, r  # refinement changed the particles
@@ -174,7 +226,9 @@ def test_evaluate_and_validation_with_batches_the_replicas_do_not_divide():
     """Global batches of 1 (one replica gets nothing) and 15 (8 + 7): evaluate's and the validation's numbers
     are those of one device (each metric over all replicas' examples, not an equal-weight mean of replicas)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, SCRIPT, "--uneven"], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--uneven"], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     assert r["1"] < TOLERANCE and r["15"] < TOLERANCE, r
@@ -187,11 +241,18 @@ def test_several_strategies_methods_and_models_in_one_process_each_equal_one_dev
     library gives each strategy its own)."""
     script = os.path.join(os.path.dirname(SCRIPT), "many_strategies_check.py")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
     methods = ("gpf", "mgvbp_fisher", "matrix_svgd")
-    for run in ("new_strategy_each", "new_strategy_each_reversed", "one_strategy", "trained_again_after_the_others"):
+    for run in (
+        "new_strategy_each",
+        "new_strategy_each_reversed",
+        "one_strategy",
+        "trained_again_after_the_others",
+    ):
         for method in methods:
             assert found[f"{run}/{method}"] <= TOLERANCE, (run, method, found)
     for method in methods:

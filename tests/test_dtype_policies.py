@@ -14,11 +14,15 @@ OPTIMIZERS = {
     "IndependentParticles": lambda: bk.optimizers.IndependentParticles(3e-3),
     "SVGD": lambda: bk.optimizers.SVGD(1e-2),
     "MatrixSVGD+KFAC": lambda: bk.optimizers.MatrixSVGD(1e-2, preconditioner=KFAC()),
-    "PreconditionedParticles+KFAC": lambda: bk.optimizers.PreconditionedParticles(1e-2, preconditioner=KFAC()),
+    "PreconditionedParticles+KFAC": lambda: bk.optimizers.PreconditionedParticles(
+        1e-2, preconditioner=KFAC()
+    ),
     "MGVBP diagonal, empirical Fisher": lambda: paper_mgvbp(
-        2e-3, structure="diagonal", curvature="empirical_fisher", mean_learning_rate=3e-2, seed=0),
+        2e-3, structure="diagonal", curvature="empirical_fisher", mean_learning_rate=3e-2, seed=0
+    ),
     "MGVBP kronecker, true Fisher": lambda: paper_mgvbp(
-        2e-3, structure="kronecker", curvature="fisher", mean_learning_rate=3e-2, seed=0),
+        2e-3, structure="kronecker", curvature="fisher", mean_learning_rate=3e-2, seed=0
+    ),
     "MeanFieldVI": lambda: bk.optimizers.MeanFieldVI(1e-2, seed=0),
 }
 
@@ -55,12 +59,21 @@ def test_every_optimizer_trains_a_conv_net_under_the_policy(policy, name):
     # Keras semantics of the policy: variables (and so particles and posterior state) in the variable
     # dtype, layer computations in the compute dtype.
     variable_dtype = "float64" if policy == "float64" else "float32"
-    compute_dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16", "float64": "float64"}[policy]
+    compute_dtype = {
+        "mixed_float16": "float16",
+        "mixed_bfloat16": "bfloat16",
+        "float64": "float64",
+    }[policy]
     assert all(v.dtype == variable_dtype for v in model.particle_variables)
     assert model(x[:2]).dtype == compute_dtype
-    assert model.predict(x[:2], verbose=0).dtype == variable_dtype  # predictive summaries in float32 / 64
-    assert all(v.dtype in (variable_dtype, "float64", "int64") for v in model.optimizer.variables
-               if v.dtype.startswith("float") or v.dtype == "int64")
+    assert (
+        model.predict(x[:2], verbose=0).dtype == variable_dtype
+    )  # predictive summaries in float32 / 64
+    assert all(
+        v.dtype in (variable_dtype, "float64", "int64")
+        for v in model.optimizer.variables
+        if v.dtype.startswith("float") or v.dtype == "int64"
+    )
     if policy == "mixed_float16":  # the model scales float16 backward passes itself
         assert not isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -83,8 +96,10 @@ def _gpf_conjugate_errors(dtype):
         _set_policy("float32")
     z = p - p.mean(0)
     sd = np.sqrt(np.diag(cov))
-    return (np.max(np.abs(p.mean(0) - mean) / sd),
-            np.max(np.abs(z.T @ z / len(p) - cov)) / sd.max() ** 2)
+    return (
+        np.max(np.abs(p.mean(0) - mean) / sd),
+        np.max(np.abs(z.T @ z / len(p) - cov)) / sd.max() ** 2,
+    )
 
 
 def test_float64_recovers_a_conjugate_posterior_beyond_float32_precision():

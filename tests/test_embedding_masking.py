@@ -18,7 +18,7 @@ def _tokens(seed=0, padding="post"):
         if padding == "post":
             x[i, :length] = tokens
         else:
-            x[i, 7 - length:] = tokens
+            x[i, 7 - length :] = tokens
     return x
 
 
@@ -47,8 +47,12 @@ def test_left_and_right_padding_agree_under_the_mask():
     h = bk.layers.Embedding(VOCAB, DIM, mask_zero=True, num_particles=N)(tokens)
     out = bk.layers.Dense(2)(bk.layers.LSTM(UNITS)(h))
     model = bk.BayesianModel(tokens, out, likelihood="categorical")
-    np.testing.assert_allclose(model.predict_particles(_tokens(padding="post")),
-                               model.predict_particles(_tokens(padding="pre")), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict_particles(_tokens(padding="post")),
+        model.predict_particles(_tokens(padding="pre")),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_masked_average_pooling_and_training():
@@ -64,7 +68,9 @@ def test_masked_average_pooling_and_training():
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     # padding with more zeros changes nothing
     wider = np.concatenate([x, np.zeros((len(x), 3), np.int32)], 1)
-    np.testing.assert_allclose(model.predict_particles(wider), model.predict_particles(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict_particles(wider), model.predict_particles(x), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_embedding_particles_are_independent_and_errors():

@@ -40,9 +40,19 @@ def _serve_elsewhere(path, x, tmp_path):
     script = tmp_path / "serve.py"
     script.write_text(_SERVE)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "inputs.npz"),
-                           str(tmp_path / "served.npz")], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(path),
+            str(tmp_path / "inputs.npz"),
+            str(tmp_path / "served.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(np.load(tmp_path / "served.npz"))
 
@@ -59,7 +69,9 @@ def _check(model, x, tmp_path):
     for name, value in uncertainty.items():
         np.testing.assert_allclose(served["uncertainty/" + name], value, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(served["serving_default/" + name], value, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(served["particle_outputs"], model.predict_particles(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        served["particle_outputs"], model.predict_particles(x), rtol=1e-5, atol=1e-6
+    )
     return served
 
 

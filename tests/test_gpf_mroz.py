@@ -41,14 +41,19 @@ def _log_prob():
 
     def log_prob(w):
         logits = tf.matmul(w, x, transpose_b=True)
-        return tf.reduce_sum(y * logits - tf.math.softplus(logits), axis=1) - 0.5 * tf.reduce_sum(w * w, 1) / 5.0
+        return (
+            tf.reduce_sum(y * logits - tf.math.softplus(logits), axis=1)
+            - 0.5 * tf.reduce_sum(w * w, 1) / 5.0
+        )
 
     return log_prob
 
 
 def _errors(seed, steps=3000, **kwargs):
     init = 0.1 * np.random.default_rng(seed).standard_normal((32, 8)).astype(np.float32)
-    run = bk.run_particles(_log_prob(), init, bk.optimizers.GaussianParticleFlow(0.01, **kwargs), steps)
+    run = bk.run_particles(
+        _log_prob(), init, bk.optimizers.GaussianParticleFlow(0.01, **kwargs), steps
+    )
     mean, sd, _ = _reference()
     assert run.skipped_steps == 0
     return np.abs(run.mean - mean) / sd, np.sqrt(np.diag(run.covariance)) / sd

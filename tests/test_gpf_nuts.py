@@ -82,9 +82,11 @@ def test_gpf_matches_nuts_posterior(gpf_run, reference):
     mean_err, sd_ratio = _errors(gpf_run, reference)
     worst_mean, worst_sd = int(np.argmax(mean_err)), int(np.argmax(np.abs(sd_ratio - 1.0)))
     assert np.all(mean_err < NUTS_MEAN_TOL), (
-        f"GPF mean off by {mean_err[worst_mean]:.3f} NUTS sd at coordinate {worst_mean} (tolerance {NUTS_MEAN_TOL})")
+        f"GPF mean off by {mean_err[worst_mean]:.3f} NUTS sd at coordinate {worst_mean} (tolerance {NUTS_MEAN_TOL})"
+    )
     assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL), (
-        f"GPF sd / NUTS sd = {sd_ratio[worst_sd]:.3f} at coordinate {worst_sd} (tolerance {NUTS_SD_TOL})")
+        f"GPF sd / NUTS sd = {sd_ratio[worst_sd]:.3f} at coordinate {worst_sd} (tolerance {NUTS_SD_TOL})"
+    )
 
 
 def test_gpf_free_energy_decreases(gpf_run):

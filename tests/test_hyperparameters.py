@@ -10,7 +10,9 @@ from targets import paper_mgvbp
 
 def _model():
     inputs = keras.Input((3,))
-    return bk.BayesianModel(inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical")
+    return bk.BayesianModel(
+        inputs, bk.layers.Dense(2, num_particles=2)(inputs), likelihood="categorical"
+    )
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
@@ -38,14 +40,17 @@ def test_prior_parameters_must_be_finite(bad):
             bk.priors.Normal.from_config({"loc": bad, "scale": 1.0})
 
 
-@pytest.mark.parametrize("make", [
-    lambda lr: bk.optimizers.GaussianParticleFlow(lr),
-    lambda lr: bk.optimizers.IndependentParticles(lr),
-    lambda lr: bk.optimizers.SVGD(lr),
-    lambda lr: bk.optimizers.MeanFieldVI(lr),
-    lambda lr: paper_mgvbp(lr),
-    lambda lr: paper_mgvbp(1e-2, mean_learning_rate=lr),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lr: bk.optimizers.GaussianParticleFlow(lr),
+        lambda lr: bk.optimizers.IndependentParticles(lr),
+        lambda lr: bk.optimizers.SVGD(lr),
+        lambda lr: bk.optimizers.MeanFieldVI(lr),
+        lambda lr: paper_mgvbp(lr),
+        lambda lr: paper_mgvbp(1e-2, mean_learning_rate=lr),
+    ],
+)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1e-3])
 def test_learning_rates_must_be_finite_and_non_negative(make, bad):
     with pytest.raises(ValueError, match="learning_rate"):

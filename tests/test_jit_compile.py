@@ -15,8 +15,12 @@ OPTIMIZERS = {
     "IndependentParticles": lambda: bk.optimizers.IndependentParticles(3e-3),
     "SVGD": lambda: bk.optimizers.SVGD(1e-2),
     "MatrixSVGD+KFAC": lambda: bk.optimizers.MatrixSVGD(1e-2, preconditioner=KFAC()),
-    "PreconditionedParticles+KFAC": lambda: bk.optimizers.PreconditionedParticles(1e-2, preconditioner=KFAC()),
-    "MGVBP diagonal": lambda: paper_mgvbp(1e-3, structure="diagonal", curvature="empirical_fisher", seed=0),
+    "PreconditionedParticles+KFAC": lambda: bk.optimizers.PreconditionedParticles(
+        1e-2, preconditioner=KFAC()
+    ),
+    "MGVBP diagonal": lambda: paper_mgvbp(
+        1e-3, structure="diagonal", curvature="empirical_fisher", seed=0
+    ),
     "MeanFieldVI": lambda: bk.optimizers.MeanFieldVI(1e-2, seed=0),
 }
 

@@ -18,10 +18,18 @@ N = 3
 
 def _bert_classifier():
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
-                                             intermediate_dim=32, max_sequence_length=12)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=50,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=12,
+    )
     backbone.trainable = False
-    head = keras.layers.Dense(3, activation="softmax", name="head")(backbone.output["pooled_output"])
+    head = keras.layers.Dense(3, activation="softmax", name="head")(
+        backbone.output["pooled_output"]
+    )
     return keras.Model(backbone.input, head)
 
 
@@ -29,8 +37,11 @@ def _inputs(n=8):
     rng = np.random.default_rng(0)
     padding = np.ones((n, 12), "int32")
     padding[: n // 2, 8:] = 0
-    return {"token_ids": rng.integers(1, 50, (n, 12)).astype("int32"), "segment_ids": np.zeros((n, 12), "int32"),
-            "padding_mask": padding}
+    return {
+        "token_ids": rng.integers(1, 50, (n, 12)).astype("int32"),
+        "segment_ids": np.zeros((n, 12), "int32"),
+        "padding_mask": padding,
+    }
 
 
 def _trains_saves_and_exports(model, optimizer, x, y, tmp_path):
@@ -39,14 +50,20 @@ def _trains_saves_and_exports(model, optimizer, x, y, tmp_path):
     model.fit(x, y, epochs=2, batch_size=4, verbose=0)
     model.save(tmp_path / "m.keras")
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*Skipping variable loading")  # the optimizer's state loads
+        warnings.filterwarnings(
+            "error", message=".*Skipping variable loading"
+        )  # the optimizer's state loads
         loaded = keras.models.load_model(tmp_path / "m.keras")
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
     # the frozen backbone stays frozen (KerasHub rebuilds its layers trainable from its config)
-    assert [v.path for v in loaded.trainable_variables] == [v.path for v in model.trainable_variables]
+    assert [v.path for v in loaded.trainable_variables] == [
+        v.path for v in model.trainable_variables
+    ]
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations)
     served = tf.saved_model.load(model.export(tmp_path / "exported", verbose=False))
-    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5
+    )
 
 
 def test_bert_with_a_bayesian_head(tmp_path):
@@ -71,8 +88,12 @@ def test_bert_with_bayesian_lora(tmp_path):
     expected = np.broadcast_to(keras_model.predict(x, verbose=0)[:, None], (8, N, 3))
     np.testing.assert_allclose(tf.nn.softmax(model(x)).numpy(), expected, atol=1e-5)
     trained = [v.path.rsplit("/", 2)[-2:] for v in model.trainable_variables]
-    assert trained == 2 * [["query", "lora_kernel_a"], ["query", "lora_kernel_b"], ["value", "lora_kernel_a"],
-                           ["value", "lora_kernel_b"]] + [["head", "kernel"], ["head", "bias"]]
+    assert trained == 2 * [
+        ["query", "lora_kernel_a"],
+        ["query", "lora_kernel_b"],
+        ["value", "lora_kernel_a"],
+        ["value", "lora_kernel_b"],
+    ] + [["head", "kernel"], ["head", "bias"]]
     model = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=0)
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     model.fit(x, y, epochs=2, batch_size=4, verbose=0)
@@ -83,25 +104,33 @@ def test_bert_with_bayesian_lora(tmp_path):
     bk.load_adapters(fresh, bk.save_adapters(model, tmp_path / "adapters.npz"))
     np.testing.assert_allclose(fresh.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
     served = tf.saved_model.load(model.export(tmp_path / "exported", verbose=False))
-    np.testing.assert_allclose(served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        served.serve(x)["probabilities"].numpy(), model.predict(x, verbose=0), atol=1e-5
+    )
 
 
 def _vit(nested):
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.ViTBackbone(image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=2,
-                                            hidden_dim=16, mlp_dim=32)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(16, 16, 3), patch_size=4, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32
+    )
     backbone.trainable = False
     inputs = keras.Input((16, 16, 3)) if nested else backbone.input
     tokens = backbone(inputs) if nested else backbone.output
-    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax", name="head")(tokens[:, 0, :]))
+    return keras.Model(
+        inputs, keras.layers.Dense(3, activation="softmax", name="head")(tokens[:, 0, :])
+    )
 
 
 def test_vit_layers_whose_config_does_not_round_trip_are_named():
     """KerasHub 0.32's ViTPatchingAndEmbedding.get_config() returns num_patches / num_positions, which its
     constructor refuses, so no copy of the layer can be made (keras.models.clone_model fails on it too): converting
     the backbone's layers one by one names the layer and the way out."""
-    with pytest.raises(ValueError, match="'vit_patching_and_embedding' .*cannot be re-created from its own "
-                                         "get_config.*backbone\\(inputs\\)"):
+    with pytest.raises(
+        ValueError,
+        match="'vit_patching_and_embedding' .*cannot be re-created from its own "
+        "get_config.*backbone\\(inputs\\)",
+    ):
         bk.bayesianize(_vit(nested=False), num_particles=N)
 
 
@@ -125,11 +154,19 @@ def test_gpt2_with_a_bayesian_head_and_with_bayesian_lora(tmp_path):
     layout is the particle axis) convert folded: exact at noise 0, only the query / value factors and the head
     train, and the model fits, round-trips through .keras and its adapters, and exports."""
     keras.utils.set_random_seed(0)
-    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
-                                             intermediate_dim=32, max_sequence_length=12)
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=50,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=12,
+    )
     backbone.trainable = False
     pooled = keras.layers.GlobalAveragePooling1D()(backbone.output)
-    keras_model = keras.Model(backbone.input, keras.layers.Dense(3, activation="softmax", name="head")(pooled))
+    keras_model = keras.Model(
+        backbone.input, keras.layers.Dense(3, activation="softmax", name="head")(pooled)
+    )
     rng = np.random.default_rng(0)
     padding = np.ones((8, 12), "int32")
     padding[:4, 9:] = 0
@@ -142,10 +179,16 @@ def test_gpt2_with_a_bayesian_head_and_with_bayesian_lora(tmp_path):
         lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, noise_std=0.0)
     np.testing.assert_allclose(tf.nn.softmax(lora(x)).numpy(), expected, atol=1e-5)
     trained = [v.path.rsplit("/", 2)[-2:] for v in lora.trainable_variables]
-    assert trained == 2 * [["query", "lora_kernel_a"], ["query", "lora_kernel_b"], ["value", "lora_kernel_a"],
-                           ["value", "lora_kernel_b"]] + [["head", "kernel"], ["head", "bias"]]
+    assert trained == 2 * [
+        ["query", "lora_kernel_a"],
+        ["query", "lora_kernel_b"],
+        ["value", "lora_kernel_a"],
+        ["value", "lora_kernel_b"],
+    ] + [["head", "kernel"], ["head", "bias"]]
     lora = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=0)
-    _trains_saves_and_exports(lora, bk.optimizers.GaussianParticleFlow(), x, np.arange(8) % 3, tmp_path)
+    _trains_saves_and_exports(
+        lora, bk.optimizers.GaussianParticleFlow(), x, np.arange(8) % 3, tmp_path
+    )
     fresh = bk.bayesianize(keras_model, num_particles=N, lora_rank=2, seed=1)
     bk.load_adapters(fresh, bk.save_adapters(lora, tmp_path / "adapters.npz"))
     np.testing.assert_allclose(fresh.predict(x, verbose=0), lora.predict(x, verbose=0), atol=1e-6)

@@ -15,23 +15,29 @@ def _classifier(classes=3, activation=None, n=3):
     return inputs, bk.layers.Dense(classes, activation=activation)(h)
 
 
-@pytest.mark.parametrize("loss, likelihood", [
-    (keras.losses.SparseCategoricalCrossentropy(from_logits=True), bk.likelihoods.Categorical),
-    (keras.losses.BinaryCrossentropy(from_logits=True), bk.likelihoods.Bernoulli),
-    (keras.losses.MeanSquaredError(), bk.likelihoods.Normal),
-    ("sparse_categorical_crossentropy", bk.likelihoods.Categorical),
-])
+@pytest.mark.parametrize(
+    "loss, likelihood",
+    [
+        (keras.losses.SparseCategoricalCrossentropy(from_logits=True), bk.likelihoods.Categorical),
+        (keras.losses.BinaryCrossentropy(from_logits=True), bk.likelihoods.Bernoulli),
+        (keras.losses.MeanSquaredError(), bk.likelihoods.Normal),
+        ("sparse_categorical_crossentropy", bk.likelihoods.Categorical),
+    ],
+)
 def test_loss_objects_map_onto_likelihoods(loss, likelihood):
     assert isinstance(bk.likelihoods.get(loss), likelihood)
 
 
-@pytest.mark.parametrize("loss, message", [
-    (keras.losses.SparseCategoricalCrossentropy(), "from_logits=False"),
-    (keras.losses.BinaryCrossentropy(), "from_logits=False"),
-    (keras.losses.CategoricalCrossentropy(from_logits=True), "one-hot"),
-    (keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=0.1), "label_smoothing"),
-    (keras.losses.MeanAbsoluteError(), "No likelihood corresponds"),
-])
+@pytest.mark.parametrize(
+    "loss, message",
+    [
+        (keras.losses.SparseCategoricalCrossentropy(), "from_logits=False"),
+        (keras.losses.BinaryCrossentropy(), "from_logits=False"),
+        (keras.losses.CategoricalCrossentropy(from_logits=True), "one-hot"),
+        (keras.losses.BinaryCrossentropy(from_logits=True, label_smoothing=0.1), "label_smoothing"),
+        (keras.losses.MeanAbsoluteError(), "No likelihood corresponds"),
+    ],
+)
 def test_ambiguous_losses_are_refused(loss, message):
     inputs, logits = _classifier()
     model = bk.BayesianModel(inputs, logits)
@@ -44,8 +50,10 @@ def test_compile_with_a_loss_object_trains_like_the_likelihood():
     x = rng.standard_normal((64, 4)).astype(np.float32)
     y = np.argmax(x[:, :3], 1)
     results = []
-    for kwargs in ({"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
-                   {"likelihood": "categorical"}):
+    for kwargs in (
+        {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+        {"likelihood": "categorical"},
+    ):
         keras.utils.set_random_seed(0)
         inputs, logits = _classifier()
         model = bk.BayesianModel(inputs, logits)
@@ -55,9 +63,13 @@ def test_compile_with_a_loss_object_trains_like_the_likelihood():
     np.testing.assert_array_equal(results[0], results[1])
 
 
-@pytest.mark.parametrize("activation, likelihood", [("softmax", "categorical"), ("sigmoid", "bernoulli")])
+@pytest.mark.parametrize(
+    "activation, likelihood", [("softmax", "categorical"), ("sigmoid", "bernoulli")]
+)
 def test_squashed_outputs_are_refused(activation, likelihood):
-    inputs, out = _classifier(classes=3 if likelihood == "categorical" else 1, activation=activation)
+    inputs, out = _classifier(
+        classes=3 if likelihood == "categorical" else 1, activation=activation
+    )
     with pytest.raises(ValueError, match=f"applies {activation}.*logits"):
         bk.BayesianModel(inputs, out, likelihood=likelihood)
     model = bk.BayesianModel(inputs, out)  # the likelihood given later: checked then
@@ -88,15 +100,22 @@ def test_clone_model_keeps_the_likelihood():
 
 
 def test_bayesian_model_from_a_sequential():
-    seq = keras.Sequential([keras.Input((4,)), bk.layers.Dense(8, activation="relu", num_particles=3),
-                            bk.layers.Dense(3)])
+    seq = keras.Sequential(
+        [
+            keras.Input((4,)),
+            bk.layers.Dense(8, activation="relu", num_particles=3),
+            bk.layers.Dense(3),
+        ]
+    )
     model = bk.BayesianModel(seq, likelihood="categorical")
     x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_array_equal(model.predict_particles(x), seq.predict(x, verbose=0))
     model.compile(optimizer=bk.optimizers.SVGD())
     model.fit(x, np.arange(5) % 3, verbose=0)
     with pytest.raises(ValueError, match="no defined input"):
-        bk.BayesianModel(keras.Sequential([bk.layers.Dense(3, num_particles=2)]), likelihood="categorical")
+        bk.BayesianModel(
+            keras.Sequential([bk.layers.Dense(3, num_particles=2)]), likelihood="categorical"
+        )
 
 
 @pytest.mark.parametrize("likelihood", ["normal", "categorical"])
@@ -107,7 +126,9 @@ def test_a_later_fit_on_targets_of_another_shape_is_refused(likelihood):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 3)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32) if likelihood == "categorical" else x[:, 0]
-    model = bk.zoo.mlp(3, 2 if likelihood == "categorical" else 1, (4,), num_particles=2, likelihood=likelihood)
+    model = bk.zoo.mlp(
+        3, 2 if likelihood == "categorical" else 1, (4,), num_particles=2, likelihood=likelihood
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     model.fit(x, y, epochs=1, verbose=0)
     with pytest.raises(Exception, match="likelihood expects"):

@@ -31,14 +31,20 @@ class _Recorder(bk.optimizers.IndependentParticles):
 
     @property
     def curvature_request(self):
-        return bk.curvature.CurvatureRequest("kronecker_factors", "sampled" if self.fisher == "true" else "observed")
+        return bk.curvature.CurvatureRequest(
+            "kronecker_factors", "sampled" if self.fisher == "true" else "observed"
+        )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         records = step.curvature
         self.records = records
         self.scale = float(records[0].dataset_scale)
-        self.factors = {r.layer.name: {k: v.numpy().astype(np.float64) for k, v in kfac_factors(r, self.fisher).items()}
-                        for r in records}
+        self.factors = {
+            r.layer.name: {
+                k: v.numpy().astype(np.float64) for k, v in kfac_factors(r, self.fisher).items()
+            }
+            for r in records
+        }
         super().update_particles(grads, learning_rate, iteration, step, writes)
 
 
@@ -63,8 +69,12 @@ class _KFACNewton(ParticleOptimizer):
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         self.records = step.curvature
         if tf.executing_eagerly():
-            self.batches.append([{k: v.numpy().astype(np.float64) for k, v in kfac_factors(r).items()}
-                                 for r in step.curvature])
+            self.batches.append(
+                [
+                    {k: v.numpy().astype(np.float64) for k, v in kfac_factors(r).items()}
+                    for r in step.curvature
+                ]
+            )
         particles = self.view.flatten([v.value for v in self.view.variables])
         flat = self.view.flatten(grads)
         self.last_curvature = self.preconditioner.update(particles, flat, step.curvature, iteration)
@@ -91,8 +101,9 @@ def _np(v):
 
 def _assert_factors(got, expected, what):
     for name, value in expected.items():
-        np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max(),
-                                   err_msg=f"{what} {name}")
+        np.testing.assert_allclose(
+            got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max(), err_msg=f"{what} {name}"
+        )
 
 
 def _compile_and_step(model, x, y, opt):
@@ -117,12 +128,18 @@ def test_dense_factors_match_a_numpy_forward_and_backward_pass():
     scale = _compile_and_step(model, x.astype(np.float32), y.astype(np.float32), opt)
     for p in range(n):
         hid = np.tanh(x @ w1[p] + b1[p])
-        e2 = (hid @ w2[p] + b2[p] - y) / SIGMA**2          # d(-log p)/d z2 per example
+        e2 = (hid @ w2[p] + b2[p] - y) / SIGMA**2  # d(-log p)/d z2 per example
         e1 = (e2 @ w2[p].T) * (1 - hid**2)
-        _assert_factors({k: v[p] for k, v in opt.factors["d1"].items()},
-                        {"A": _a_factor(x), "G": _g_factor(e1, scale)}, f"d1[{p}]")
-        _assert_factors({k: v[p] for k, v in opt.factors["d2"].items()},
-                        {"A": _a_factor(hid), "G": _g_factor(e2, scale)}, f"d2[{p}]")
+        _assert_factors(
+            {k: v[p] for k, v in opt.factors["d1"].items()},
+            {"A": _a_factor(x), "G": _g_factor(e1, scale)},
+            f"d1[{p}]",
+        )
+        _assert_factors(
+            {k: v[p] for k, v in opt.factors["d2"].items()},
+            {"A": _a_factor(hid), "G": _g_factor(e2, scale)},
+            f"d2[{p}]",
+        )
 
 
 def test_dense_kronecker_product_is_the_exact_fisher_of_one_example():
@@ -155,16 +172,22 @@ def _step_and_compare_patch_factors(model, x, y, expected):
     for p, layers in expected.items():
         for layer, (patches, e) in layers.items():
             rows, grads = patches.reshape(-1, patches.shape[-1]), e.reshape(-1, e.shape[-1])
-            _assert_factors({k: v[p] for k, v in opt.factors[layer].items()},
-                            {"A": _a_factor(rows), "G": _g_factor(grads, scale)}, f"{layer}[{p}]")
+            _assert_factors(
+                {k: v[p] for k, v in opt.factors[layer].items()},
+                {"A": _a_factor(rows), "G": _g_factor(grads, scale)},
+                f"{layer}[{p}]",
+            )
 
 
 def _im2col(x, k, stride, pad):
     """Explicit patches (B, H'W', k*k*C) in (kh, kw, C) order (not tf.image.extract_patches)."""
     x = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
     out = (x.shape[1] - k) // stride + 1
-    rows = [x[:, i * stride: i * stride + k, j * stride: j * stride + k, :].reshape(len(x), -1)
-            for i in range(out) for j in range(out)]
+    rows = [
+        x[:, i * stride : i * stride + k, j * stride : j * stride + k, :].reshape(len(x), -1)
+        for i in range(out)
+        for j in range(out)
+    ]
     return np.stack(rows, 1)
 
 
@@ -174,7 +197,9 @@ def test_conv_factors_match_explicit_patches_and_pre_activation_gradients():
     rng = np.random.default_rng(2)
     n, b = 2, 3
     inputs = keras.Input((5, 5, 2))
-    h = bk.layers.Conv2D(3, 3, padding="same", activation="tanh", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv2D(3, 3, padding="same", activation="tanh", num_particles=n, name="c1")(
+        inputs
+    )
     h = bk.layers.Conv2D(2, 2, strides=2, activation="tanh", name="c2")(h)
     h = bk.layers.Flatten()(h)
     out = bk.layers.Dense(3, name="d")(h)
@@ -191,8 +216,11 @@ def test_conv_factors_match_explicit_patches_and_pre_activation_gradients():
             z3 = tf.matmul(tf.reshape(tf.tanh(z2), (b, -1)), wd[p]) + bd[p]
             loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, z3))
         e1, e2, e3 = (_np(g) for g in tape.gradient(loss, [z1, z2, z3]))
-        expected[p] = {"c1": (_im2col(x.astype(np.float64), 3, 1, 1), e1), "c2": (_im2col(_np(h1), 2, 2, 0), e2),
-                       "d": (_np(tf.reshape(tf.tanh(z2), (b, -1)))[:, None], e3[:, None])}
+        expected[p] = {
+            "c1": (_im2col(x.astype(np.float64), 3, 1, 1), e1),
+            "c2": (_im2col(_np(h1), 2, 2, 0), e2),
+            "d": (_np(tf.reshape(tf.tanh(z2), (b, -1)))[:, None], e3[:, None]),
+        }
     _step_and_compare_patch_factors(model, x, y, expected)
 
 
@@ -201,7 +229,9 @@ def _im2col_1d(x, k, stride, dilation, left, right):
     x = np.pad(x, ((0, 0), (left, right), (0, 0)))
     span = (k - 1) * dilation + 1
     out = (x.shape[1] - span) // stride + 1
-    rows = [x[:, t * stride: t * stride + span: dilation, :].reshape(len(x), -1) for t in range(out)]
+    rows = [
+        x[:, t * stride : t * stride + span : dilation, :].reshape(len(x), -1) for t in range(out)
+    ]
     return np.stack(rows, 1)
 
 
@@ -211,7 +241,9 @@ def test_conv1d_factors_match_explicit_patches_and_pre_activation_gradients():
     rng = np.random.default_rng(3)
     n, b = 2, 3
     inputs = keras.Input((9, 2))
-    h = bk.layers.Conv1D(3, 3, padding="causal", dilation_rate=2, activation="tanh", num_particles=n, name="c1")(inputs)
+    h = bk.layers.Conv1D(
+        3, 3, padding="causal", dilation_rate=2, activation="tanh", num_particles=n, name="c1"
+    )(inputs)
     h = bk.layers.Conv1D(2, 2, strides=2, padding="same", activation="tanh", name="c2")(h)
     h = bk.layers.Flatten()(h)
     out = bk.layers.Dense(3, name="d")(h)
@@ -227,12 +259,16 @@ def test_conv1d_factors_match_explicit_patches_and_pre_activation_gradients():
             dilated = tf.stack([k1[p][0], zero, k1[p][1], zero, k1[p][2]])
             z1 = tf.nn.conv1d(tf.pad(x, [[0, 0], [4, 0], [0, 0]]), dilated, 1, "VALID") + b1[p]
             h1 = tf.tanh(z1)
-            z2 = tf.nn.conv1d(tf.pad(h1, [[0, 0], [0, 1], [0, 0]]), k2[p], 2, "VALID") + b2[p]  # 'same', T=9
+            z2 = (
+                tf.nn.conv1d(tf.pad(h1, [[0, 0], [0, 1], [0, 0]]), k2[p], 2, "VALID") + b2[p]
+            )  # 'same', T=9
             z3 = tf.matmul(tf.reshape(tf.tanh(z2), (b, -1)), wd[p]) + bd[p]
             loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, z3))
         e1, e2 = (_np(g) for g in tape.gradient(loss, [z1, z2]))
-        expected[p] = {"c1": (_im2col_1d(x.astype(np.float64), 3, 1, 2, 4, 0), e1),
-                       "c2": (_im2col_1d(_np(h1), 2, 2, 1, 0, 1), e2)}
+        expected[p] = {
+            "c1": (_im2col_1d(x.astype(np.float64), 3, 1, 2, 4, 0), e1),
+            "c2": (_im2col_1d(_np(h1), 2, 2, 1, 0, 1), e2),
+        }
     _step_and_compare_patch_factors(model, x, y, expected)
 
 
@@ -277,7 +313,7 @@ def _cell(kind, reset_after, kernel, recurrent, bias, xs):
             g_z, g_r = tf.split(g_zr, 2, axis=-1)
             z, r = tf.sigmoid(a_z + g_z), tf.sigmoid(a_r + g_r)
             out["rh"].append(r * h)
-            cand = tf.matmul(r * h, recurrent[:, 2 * units:])
+            cand = tf.matmul(r * h, recurrent[:, 2 * units :])
             out["c"].append(cand)
             h = z * h + (1 - z) * tf.tanh(a_h + cand)
         hs.append(h)
@@ -292,9 +328,18 @@ _RNNS = {
 }
 
 
-@pytest.mark.parametrize("cell,variant", [("gru", "plain"), ("gru_reset_before", "plain"), ("lstm", "plain"),
-                                          ("simple_rnn", "plain"), ("gru", "bidirectional"),
-                                          ("gru_reset_before", "sequences"), ("lstm", "stacked")])
+@pytest.mark.parametrize(
+    "cell,variant",
+    [
+        ("gru", "plain"),
+        ("gru_reset_before", "plain"),
+        ("lstm", "plain"),
+        ("simple_rnn", "plain"),
+        ("gru", "bidirectional"),
+        ("gru_reset_before", "sequences"),
+        ("lstm", "stacked"),
+    ],
+)
 def test_recurrent_factors_match_an_explicit_time_loop(cell, variant):
     """Time steps as locations. "bidirectional": the two directions record separately (the backward one
     runs on reversed time); "sequences": return_sequences=True feeding a Dense applied at every time
@@ -349,20 +394,26 @@ def test_recurrent_factors_match_an_explicit_time_loop(cell, variant):
             if variant == "sequences":
                 wt, bt = (tf.constant(_np(v)[p]) for v in layers["td"].particle_variables)
                 z_td = [tf.matmul(h_t, wt) + bt for h_t in features[0]]
-                feat = tf.concat([tf.tanh(z) for z in z_td], axis=-1)  # Flatten of (T, 2) in time-major order
+                feat = tf.concat(
+                    [tf.tanh(z) for z in z_td], axis=-1
+                )  # Flatten of (T, 2) in time-major order
             else:
                 feat = tf.concat(features, axis=-1)
             wh, bh = (tf.constant(_np(v)[p]) for v in layers["head"].particle_variables)
             z_head = tf.matmul(feat, wh) + bh
             loss = tf.reduce_sum(0.5 * tf.square((y - z_head) / SIGMA))
-        keys = [(name, key) for name in rnns for key in ("a", "g", "g_zr", "c") if watched[name][key]]
+        keys = [
+            (name, key) for name in rnns for key in ("a", "g", "g_zr", "c") if watched[name][key]
+        ]
         flat = [t for name, key in keys for t in watched[name][key]]
         extra = z_td if variant == "sequences" else []
         grads = tape.gradient(loss, flat + extra + [z_head])
         grad_of, i = {}, 0
         for name, key in keys:
             m = len(watched[name][key])
-            grad_of[(name, key)] = np.concatenate([_np(g) for g in grads[i: i + m]], 0)  # (T*B, width)
+            grad_of[(name, key)] = np.concatenate(
+                [_np(g) for g in grads[i : i + m]], 0
+            )  # (T*B, width)
             i += m
         exp = {}
         for name in rnns:
@@ -376,16 +427,25 @@ def test_recurrent_factors_match_an_explicit_time_loop(cell, variant):
             elif cells[name] == "gru_reset_before":
                 u = h_prev.shape[1]
                 # the recurrent blocks use G's corners: check the gradients they stand for
-                np.testing.assert_allclose(grad_of[(name, "g_zr")], e[:, : 2 * u], rtol=1e-10, atol=1e-12)
-                np.testing.assert_allclose(grad_of[(name, "c")], e[:, 2 * u:], rtol=1e-10, atol=1e-12)
+                np.testing.assert_allclose(
+                    grad_of[(name, "g_zr")], e[:, : 2 * u], rtol=1e-10, atol=1e-12
+                )
+                np.testing.assert_allclose(
+                    grad_of[(name, "c")], e[:, 2 * u :], rtol=1e-10, atol=1e-12
+                )
                 rh = np.concatenate([_np(t) for t in parts["rh"]], 0)
                 exp[name].update({"A_rec": (h_prev, False), "A_reset": (rh, False)})
             else:
-                np.testing.assert_allclose(grad_of[(name, "g")], e, rtol=1e-10, atol=1e-12)  # additive
+                np.testing.assert_allclose(
+                    grad_of[(name, "g")], e, rtol=1e-10, atol=1e-12
+                )  # additive
                 exp[name]["A_rec"] = (h_prev, False)
         if variant == "sequences":
-            g_td = np.concatenate([_np(g) for g in grads[i: i + steps]], 0)
-            exp["td"] = {"A": (np.concatenate([_np(t) for t in features[0]], 0), True), "G": (g_td, None)}
+            g_td = np.concatenate([_np(g) for g in grads[i : i + steps]], 0)
+            exp["td"] = {
+                "A": (np.concatenate([_np(t) for t in features[0]], 0), True),
+                "G": (g_td, None),
+            }
         exp["head"] = {"A": (_np(feat), True), "G": (_np(grads[-1]), None)}
         expected[p] = exp
 
@@ -393,8 +453,10 @@ def test_recurrent_factors_match_an_explicit_time_loop(cell, variant):
     scale = _compile_and_step(model, x.astype(np.float32), y.astype(np.float32), opt)
     for p in range(n):
         for layer, facs in expected[p].items():
-            want = {k: (_a_factor(rows, bias) if bias is not None else _g_factor(rows, scale))
-                    for k, (rows, bias) in facs.items()}
+            want = {
+                k: (_a_factor(rows, bias) if bias is not None else _g_factor(rows, scale))
+                for k, (rows, bias) in facs.items()
+            }
             assert set(opt.factors[layer]) == set(want)
             _assert_factors({k: v[p] for k, v in opt.factors[layer].items()}, want, f"{layer}[{p}]")
 
@@ -421,8 +483,12 @@ def test_damping_split_formula():
     got = damped_inverses(tf.constant(a[:1]), tf.constant(g[:1]), lam)
     pi = np.sqrt((np.trace(a[0]) / 4) / (np.trace(g[0]) / 3))
     full = np.kron(got[0].numpy()[0], got[3].numpy()[0])
-    cross = np.kron(a[0], g[0]) + lam * np.eye(12) + pi * np.sqrt(lam) * np.kron(np.eye(4), g[0]) \
+    cross = (
+        np.kron(a[0], g[0])
+        + lam * np.eye(12)
+        + pi * np.sqrt(lam) * np.kron(np.eye(4), g[0])
         + np.sqrt(lam) / pi * np.kron(a[0], np.eye(3))
+    )
     np.testing.assert_allclose(full, cross, rtol=1e-10)
 
 
@@ -432,8 +498,13 @@ def _regression(seed, n=2, b=6, fisher="empirical", num_batches=5):
     h = bk.layers.Dense(4, activation="tanh", num_particles=n, name="d1")(inputs)
     out = bk.layers.Dense(2, name="d2")(h)
     model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=SIGMA))
-    batches = [(rng.standard_normal((b, 3)).astype(np.float32), rng.standard_normal((b, 2)).astype(np.float32))
-               for _ in range(num_batches)]
+    batches = [
+        (
+            rng.standard_normal((b, 3)).astype(np.float32),
+            rng.standard_normal((b, 2)).astype(np.float32),
+        )
+        for _ in range(num_batches)
+    ]
     return model, batches
 
 
@@ -447,8 +518,9 @@ def test_ema_schedule_and_inversion_period(factor_period, period):
     batch alone, which made early steps diverge.)"""
     decay, damping, steps = 0.6, 1e-2, 9
     model, batches = _regression(5, num_batches=steps)
-    pre = bk.preconditioners.KFACPreconditioner(damping=damping, ema_decay=decay, inversion_period=period,
-                                                factor_period=factor_period)
+    pre = bk.preconditioners.KFACPreconditioner(
+        damping=damping, ema_decay=decay, inversion_period=period, factor_period=factor_period
+    )
     opt = _KFACNewton(pre, learning_rate=1e-3)
     model.compile(optimizer=opt, dataset_size=DATASET, temperature=TEMPERATURE, run_eagerly=True)
     ema, inverses, updates, inverted = None, [], 0, []
@@ -458,12 +530,17 @@ def test_ema_schedule_and_inversion_period(factor_period, period):
             updates += 1
             batch = opt.batches[-1]
             rho = min(1 - 1 / updates, decay)
-            ema = batch if ema is None else [{k: rho * e[k] + (1 - rho) * f[k] for k in f}
-                                             for e, f in zip(ema, batch)]
+            ema = (
+                batch
+                if ema is None
+                else [{k: rho * e[k] + (1 - rho) * f[k] for k in f} for e, f in zip(ema, batch)]
+            )
         assert int(pre.updates) == updates
         for layer_vars, want in zip(pre.factor_variables, ema):
             for name, variable in layer_vars.items():
-                np.testing.assert_allclose(_np(variable), want[name], rtol=1e-5, atol=1e-7 * np.abs(want[name]).max())
+                np.testing.assert_allclose(
+                    _np(variable), want[name], rtol=1e-5, atol=1e-7 * np.abs(want[name]).max()
+                )
         blocks = pre.block_variables(0)["weights"]
         inverses.append(_np(blocks["a_inv"]))
         if t <= period or t % period == 0:  # just inverted: check against numpy
@@ -476,16 +553,26 @@ def test_ema_schedule_and_inversion_period(factor_period, period):
                     pi = np.sqrt((np.trace(a[p]) / len(a[p])) / (np.trace(g[p]) / len(g[p])))
                     a_d = a[p] + pi * np.sqrt(lam) * np.eye(len(a[p]))
                     g_d = g[p] + np.sqrt(lam) / pi * np.eye(len(g[p]))
-                    np.testing.assert_allclose(_np(bv["a_inv"])[p], np.linalg.inv(a_d), rtol=2e-4, atol=1e-6)
-                    np.testing.assert_allclose(_np(bv["g_inv"])[p], np.linalg.inv(g_d), rtol=2e-4,
-                                               atol=1e-6 * np.abs(np.linalg.inv(g_d)).max())
-                    want_logdet = len(g_d) * np.linalg.slogdet(a_d)[1] + len(a_d) * np.linalg.slogdet(g_d)[1]
+                    np.testing.assert_allclose(
+                        _np(bv["a_inv"])[p], np.linalg.inv(a_d), rtol=2e-4, atol=1e-6
+                    )
+                    np.testing.assert_allclose(
+                        _np(bv["g_inv"])[p],
+                        np.linalg.inv(g_d),
+                        rtol=2e-4,
+                        atol=1e-6 * np.abs(np.linalg.inv(g_d)).max(),
+                    )
+                    want_logdet = (
+                        len(g_d) * np.linalg.slogdet(a_d)[1] + len(a_d) * np.linalg.slogdet(g_d)[1]
+                    )
                     np.testing.assert_allclose(_np(bv["log_det"])[p], want_logdet, rtol=1e-5)
         else:
             np.testing.assert_array_equal(inverses[-1], inverses[-2])
     assert inverted == {3: [1, 2, 3, 6, 9], 4: [1, 2, 3, 4, 8]}[period]
     assert updates == {1: 9, 2: 6}[factor_period]  # (2, 4): steps 1, 2, 3, 4, 6, 8
-    assert all(np.abs(inverses[t] - inverses[t - 1]).max() > 1e-4 for t in range(1, period))  # warm-up moves
+    assert all(
+        np.abs(inverses[t] - inverses[t - 1]).max() > 1e-4 for t in range(1, period)
+    )  # warm-up moves
 
 
 def test_kfac_newton_step_solves_linear_gaussian_least_squares():
@@ -496,13 +583,20 @@ def test_kfac_newton_step_solves_linear_gaussian_least_squares():
     squares solution, from any start."""
     rng = np.random.default_rng(6)
     inputs = keras.Input((3,))
-    out = bk.layers.Dense(2, num_particles=1, kernel_prior=bk.priors.Normal(scale=1e6),
-                          bias_prior=bk.priors.Normal(scale=1e6), name="lin")(inputs)
+    out = bk.layers.Dense(
+        2,
+        num_particles=1,
+        kernel_prior=bk.priors.Normal(scale=1e6),
+        bias_prior=bk.priors.Normal(scale=1e6),
+        name="lin",
+    )(inputs)
     model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=SIGMA))
     x = rng.standard_normal((8, 3)).astype(np.float32)
     signs = np.array([[1, 1], [1, -1], [-1, 1], [-1, -1]] * 2, np.float32)
     y = model.predict_particles(x)[:, 0] + SIGMA * signs
-    solution = np.linalg.lstsq(_homogeneous(x.astype(np.float64)), y.astype(np.float64), rcond=None)[0]
+    solution = np.linalg.lstsq(
+        _homogeneous(x.astype(np.float64)), y.astype(np.float64), rcond=None
+    )[0]
     kernel, bias = model.particle_variables
     start = np.concatenate([_np(kernel)[0], _np(bias)], 0)
     opt = _KFACNewton(bk.preconditioners.KFACPreconditioner(damping=1e-12), learning_rate=1.0)
@@ -529,10 +623,15 @@ def test_curvature_operators_against_explicit_kronecker_matrices():
     pre = bk.preconditioners.KFACPreconditioner(damping=0.1)
     opt = _KFACNewton(pre, learning_rate=1e-3)
     model.compile(optimizer=opt, dataset_size=40, run_eagerly=True)
-    x, y = rng.standard_normal((5, 4, 2)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+    x, y = (
+        rng.standard_normal((5, 4, 2)).astype(np.float32),
+        rng.standard_normal((5, 2)).astype(np.float32),
+    )
     model.train_on_batch(x, y)
     curv = pre.curvature()
-    dims = [int(np.prod(v.shape[1:])) for v in model.particle_variables]  # gru: kernel, recurrent, bias; d
+    dims = [
+        int(np.prod(v.shape[1:])) for v in model.particle_variables
+    ]  # gru: kernel, recurrent, bias; d
     assert curv.blocks == [[0, 1, 2], [3, 4]]
     vs = [tf.constant(rng.standard_normal((2, d)), tf.float32) for d in dims]
     wide = [tf.constant(rng.standard_normal((2, 3, d)), tf.float32) for d in dims]
@@ -552,21 +651,30 @@ def test_curvature_operators_against_explicit_kronecker_matrices():
     applied = np.concatenate([t.numpy() for t in curv.apply(vs)[3:]], 1)
     for p in range(2):
         np.testing.assert_allclose(applied[p], explicit[p] @ joined[p], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(curv.log_det([3, 4]).numpy(), [np.linalg.slogdet(q)[1] for q in explicit], rtol=1e-5)
+    np.testing.assert_allclose(
+        curv.log_det([3, 4]).numpy(), [np.linalg.slogdet(q)[1] for q in explicit], rtol=1e-5
+    )
     gru = pre.block_variables(0)
     assert set(gru) == {"input", "recurrent_zr", "recurrent_h"}
-    want = sum(np.array([np.linalg.slogdet(np.kron(_np(b["a"])[p], _np(b["g"])[p]))[1] for p in range(2)])
-               for b in gru.values())
+    want = sum(
+        np.array([np.linalg.slogdet(np.kron(_np(b["a"])[p], _np(b["g"])[p]))[1] for p in range(2)])
+        for b in gru.values()
+    )
     np.testing.assert_allclose(curv.log_det([0, 1, 2]).numpy(), want, rtol=1e-5)
-    np.testing.assert_allclose(curv.log_det().numpy(), want + curv.log_det([3, 4]).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        curv.log_det().numpy(), want + curv.log_det([3, 4]).numpy(), rtol=1e-6
+    )
     with pytest.raises(ValueError, match="one layer block"):
         curv.log_det([0, 1])
     # the mean: damp(mean_l A_l) (x) damp(mean_l G_l)
     raw = pre.factor_variables[1]
-    am, _, _, gm, _, _ = damped_inverses(tf.constant(_np(raw["A"]).mean(0)), tf.constant(_np(raw["G"]).mean(0)),
-                                         0.1 + 1.0)  # damping + N(0, 1) prior precision, T = 1
+    am, _, _, gm, _, _ = damped_inverses(
+        tf.constant(_np(raw["A"]).mean(0)), tf.constant(_np(raw["G"]).mean(0)), 0.1 + 1.0
+    )  # damping + N(0, 1) prior precision, T = 1
     mean_applied = np.concatenate([t.numpy() for t in curv.apply_mean(vs)[3:]], 1)
-    np.testing.assert_allclose(mean_applied, joined @ np.kron(am.numpy(), gm.numpy()), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        mean_applied, joined @ np.kron(am.numpy(), gm.numpy()), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_nonfinite_factors_are_reported_and_leave_the_state_untouched():
@@ -577,9 +685,17 @@ def test_nonfinite_factors_are_reported_and_leave_the_state_untouched():
     model.train_on_batch(*batches[0])
     before = [_np(v) for v in opt.variables]
     good = opt.records
-    bad = [bk.curvature.LayerRecord(r.layer, r.inputs * np.float32(np.inf) if i == 0 else r.inputs, r.preactivations,
-                                    r.output_gradients, r.dataset_scale, temperature=r.temperature)
-           for i, r in enumerate(good)]
+    bad = [
+        bk.curvature.LayerRecord(
+            r.layer,
+            r.inputs * np.float32(np.inf) if i == 0 else r.inputs,
+            r.preactivations,
+            r.output_gradients,
+            r.dataset_scale,
+            temperature=r.temperature,
+        )
+        for i, r in enumerate(good)
+    ]
     curv = pre.update(None, None, bad)
     assert not bool(curv.is_finite())
     assert int(pre.updates) == 1
@@ -594,7 +710,9 @@ class _Scaled(bk.layers.ParticleLayer):
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=2)
-        self.scale = self.add_particle_weight("scale", (input_shape[-1],), "ones", self.kernel_prior, 1)
+        self.scale = self.add_particle_weight(
+            "scale", (input_shape[-1],), "ones", self.kernel_prior, 1
+        )
 
     def call(self, x):
         return x * self.scale[None]
@@ -605,8 +723,9 @@ class _Hidden(bk.layers.ParticleLayer):
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=2)
-        self.kernel = self.add_particle_weight("kernel", (input_shape[-1], 2), "glorot_uniform", self.kernel_prior,
-                                               input_shape[-1])
+        self.kernel = self.add_particle_weight(
+            "kernel", (input_shape[-1], 2), "glorot_uniform", self.kernel_prior, input_shape[-1]
+        )
 
     def call(self, x):
         return tf.einsum("bni,nio->bno", x, self.kernel)
@@ -630,8 +749,12 @@ def test_unsupported_layers_and_mismatches_are_reported():
         model.fit(x, y, verbose=0)
     # the functional door has no layers
     with pytest.raises(ValueError, match="grouped by layer"):
-        bk.run_particles(lambda p: -tf.reduce_sum(p**2, 1), np.zeros((3, 2)),
-                                   bk.optimizers.MatrixSVGD(0.1, "kfac"), 2)
+        bk.run_particles(
+            lambda p: -tf.reduce_sum(p**2, 1),
+            np.zeros((3, 2)),
+            bk.optimizers.MatrixSVGD(0.1, "kfac"),
+            2,
+        )
     with pytest.raises(ValueError, match="deterministic"):
         layer = bk.layers.Dense(2, deterministic=True)
         layer.build((None, 2, 3))
@@ -640,31 +763,55 @@ def test_unsupported_layers_and_mismatches_are_reported():
         bk.curvature.sampled_negative_log_likelihood(object(), tf.zeros((2, 2, 2)))
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: bk.preconditioners.KFACPreconditioner(damping=0.0), "damping must be a positive"),
-    (lambda: bk.preconditioners.KFACPreconditioner(ema_decay=1.0), "ema_decay"),
-    (lambda: bk.preconditioners.KFACPreconditioner(inversion_period=0), "inversion_period"),
-    (lambda: bk.preconditioners.KFACPreconditioner(factor_period=0), "factor_period must be a positive"),
-    (lambda: bk.preconditioners.KFACPreconditioner(inversion_period=20, factor_period=3), "multiple of factor_period"),
-    (lambda: bk.preconditioners.KFACPreconditioner(fisher="exact"), "fisher must be one of"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: bk.preconditioners.KFACPreconditioner(damping=0.0), "damping must be a positive"),
+        (lambda: bk.preconditioners.KFACPreconditioner(ema_decay=1.0), "ema_decay"),
+        (lambda: bk.preconditioners.KFACPreconditioner(inversion_period=0), "inversion_period"),
+        (
+            lambda: bk.preconditioners.KFACPreconditioner(factor_period=0),
+            "factor_period must be a positive",
+        ),
+        (
+            lambda: bk.preconditioners.KFACPreconditioner(inversion_period=20, factor_period=3),
+            "multiple of factor_period",
+        ),
+        (lambda: bk.preconditioners.KFACPreconditioner(fisher="exact"), "fisher must be one of"),
+    ],
+)
 def test_bad_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()
 
 
 def test_config_round_trip():
-    pre = bk.preconditioners.KFACPreconditioner(damping=3e-2, ema_decay=0.9, inversion_period=14, fisher="true",
-                                                damping_split=False, include_prior=False, factor_period=7)
+    pre = bk.preconditioners.KFACPreconditioner(
+        damping=3e-2,
+        ema_decay=0.9,
+        inversion_period=14,
+        fisher="true",
+        damping_split=False,
+        include_prior=False,
+        factor_period=7,
+    )
     again = bk.preconditioners.KFACPreconditioner.from_config(pre.get_config())
     assert again.get_config() == pre.get_config() and again.factor_period == 7
-    old = {k: v for k, v in pre.get_config().items() if k != "factor_period"}  # a config saved before factor_period
+    old = {
+        k: v for k, v in pre.get_config().items() if k != "factor_period"
+    }  # a config saved before factor_period
     assert bk.preconditioners.KFACPreconditioner.from_config(old).factor_period == 1
     restored = keras_round_trip(pre, None)
     assert isinstance(restored, bk.preconditioners.KFACPreconditioner)
-    assert restored.get_config() == pre.get_config() and restored.curvature_request == bk.curvature.CurvatureRequest("kronecker_factors", "sampled")
+    assert (
+        restored.get_config() == pre.get_config()
+        and restored.curvature_request
+        == bk.curvature.CurvatureRequest("kronecker_factors", "sampled")
+    )
     assert isinstance(bk.preconditioners.get("kfac"), bk.preconditioners.KFACPreconditioner)
-    assert bk.preconditioners.get("kfac").curvature_request == bk.curvature.CurvatureRequest("kronecker_factors")
+    assert bk.preconditioners.get("kfac").curvature_request == bk.curvature.CurvatureRequest(
+        "kronecker_factors"
+    )
 
 
 def test_true_fisher_samples_labels_from_each_particle():
@@ -708,7 +855,10 @@ def test_matrix_svgd_with_kfac_trains_and_survives_saving(tmp_path, mode):
     assert all(np.all(np.isfinite(_np(v))) for v in opt.variables)
     loaded = keras_round_trip(model, tmp_path, "kfac")
     lpre = loaded.optimizer.preconditioner
-    assert isinstance(lpre, bk.preconditioners.KFACPreconditioner) and lpre.get_config() == pre.get_config()
+    assert (
+        isinstance(lpre, bk.preconditioners.KFACPreconditioner)
+        and lpre.get_config() == pre.get_config()
+    )
     assert int(lpre.updates) == 16
     for a, b in zip(pre.factor_variables, lpre.factor_variables):
         for name in a:
@@ -733,16 +883,34 @@ def test_conv_patches_equal_extract_patches(padding, broadcasts):
 
     rng = np.random.default_rng(11)
     n, b, c = 3, 2, 2
-    for (h, w), kernel, strides, dilation in [((7, 8), (3, 2), (1, 1), (1, 1)), ((7, 8), (4, 3), (2, 3), (1, 1)),
-                                              ((9, 6), (3, 3), (1, 2), (2, 1)), ((5, 5), (2, 2), (2, 2), (1, 1))]:
-        layer = types.SimpleNamespace(kernel_size=kernel, strides=strides, dilation_rate=dilation, padding=padding,
-                                      broadcasts=broadcasts, num_particles=n)
-        x = tf.constant(rng.standard_normal((b, h, w, c) if broadcasts else (b, h, w, n, c)), tf.float32)
-        images = x if broadcasts else tf.reshape(tf.transpose(x, [0, 3, 1, 2, 4]), (-1, h, w, c))  # particle-major
-        ref = tf.image.extract_patches(images, [1, *kernel, 1], [1, *strides, 1], [1, *dilation, 1], padding.upper())
+    for (h, w), kernel, strides, dilation in [
+        ((7, 8), (3, 2), (1, 1), (1, 1)),
+        ((7, 8), (4, 3), (2, 3), (1, 1)),
+        ((9, 6), (3, 3), (1, 2), (2, 1)),
+        ((5, 5), (2, 2), (2, 2), (1, 1)),
+    ]:
+        layer = types.SimpleNamespace(
+            kernel_size=kernel,
+            strides=strides,
+            dilation_rate=dilation,
+            padding=padding,
+            broadcasts=broadcasts,
+            num_particles=n,
+        )
+        x = tf.constant(
+            rng.standard_normal((b, h, w, c) if broadcasts else (b, h, w, n, c)), tf.float32
+        )
+        images = (
+            x if broadcasts else tf.reshape(tf.transpose(x, [0, 3, 1, 2, 4]), (-1, h, w, c))
+        )  # particle-major
+        ref = tf.image.extract_patches(
+            images, [1, *kernel, 1], [1, *strides, 1], [1, *dilation, 1], padding.upper()
+        )
         ref = tf.reshape(ref, (b, 1 if broadcasts else n, -1, ref.shape[-1])).numpy()
         np.testing.assert_array_equal(kfac_lib.conv_patches(layer, x).numpy(), ref)
-        spec = tf.TensorSpec((b, None, None) + tuple(x.shape[3:]), tf.float32)  # spatial sizes unknown: fallback
+        spec = tf.TensorSpec(
+            (b, None, None) + tuple(x.shape[3:]), tf.float32
+        )  # spatial sizes unknown: fallback
         unknown = tf.function(lambda t: kfac_lib.conv_patches(layer, t), input_signature=[spec])  # noqa: B023
         np.testing.assert_array_equal(unknown(x).numpy(), ref)
 
@@ -770,7 +938,9 @@ def test_factor_period_schedule_in_a_compiled_fit():
     model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0, callbacks=[snap])
     assert int(pre.updates) == 4 + 4  # steps 1, 2, 3, 4, 6, 8, 10, 12
 
-    def moved(series, t):  # between the end of step t - 1 and the end of step t (t = 1: from the initial state)
+    def moved(
+        series, t
+    ):  # between the end of step t - 1 and the end of step t (t = 1: from the initial state)
         return t == 1 or not np.array_equal(series[t - 1], series[t - 2])
 
     assert [t for t in range(1, 13) if moved(snap.factors, t)] == [1, 2, 3, 4, 6, 8, 10, 12]
@@ -803,7 +973,9 @@ def test_average_mode_inverts_only_the_mean_and_steps_as_with_full_inversion():
     assert (mean_pre.inverts_per_particle, mean_pre.inverts_mean) == (False, True)
     assert (full_pre.inverts_per_particle, full_pre.inverts_mean) == (True, True)
     eye = np.broadcast_to(np.eye(4), (3, 4, 4))  # the first layer's A: 3 inputs + bias, 3 particles
-    np.testing.assert_array_equal(_np(mean_pre.block_variables(0)["weights"]["a_inv"]), eye)  # never computed
+    np.testing.assert_array_equal(
+        _np(mean_pre.block_variables(0)["weights"]["a_inv"]), eye
+    )  # never computed
     assert np.abs(_np(full_pre.block_variables(0)["weights"]["a_inv"]) - eye).max() > 1e-3
     for a, b in zip(mean_model.particle_variables, full_model.particle_variables):
         np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-7)
@@ -811,11 +983,17 @@ def test_average_mode_inverts_only_the_mean_and_steps_as_with_full_inversion():
         full_blocks = full_pre.block_variables(k)
         for role, block in mean_pre.block_variables(k).items():
             for name in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv"):
-                np.testing.assert_allclose(_np(block[name]), _np(full_blocks[role][name]), rtol=1e-6, atol=1e-7)
+                np.testing.assert_allclose(
+                    _np(block[name]), _np(full_blocks[role][name]), rtol=1e-6, atol=1e-7
+                )
     curvature = mean_pre.curvature()
     vs = [tf.zeros((3, int(np.prod(v.shape[1:])))) for v in mean_model.particle_variables]
     assert all(t is not None for t in curvature.solve_mean(vs))
-    for call in (lambda: curvature.solve(vs), lambda: curvature.apply(vs), lambda: curvature.log_det()):
+    for call in (
+        lambda: curvature.solve(vs),
+        lambda: curvature.apply(vs),
+        lambda: curvature.log_det(),
+    ):
         with pytest.raises(ValueError, match="curvature_operators"):
             call()
     # the mixture: per-particle only
@@ -824,8 +1002,12 @@ def test_average_mode_inverts_only_the_mean_and_steps_as_with_full_inversion():
     model.compile(optimizer=bk.optimizers.MatrixSVGD(0.05, pre, mode="mixture"))
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     assert (pre.inverts_per_particle, pre.inverts_mean) == (True, False)
-    assert np.abs(_np(pre.block_variables(0)["weights"]["a_inv"]) - np.eye(4)).max() > 1e-3  # computed
-    np.testing.assert_array_equal(_np(pre.block_variables(0)["weights"]["a_mean_inv"]), np.eye(4))  # not
+    assert (
+        np.abs(_np(pre.block_variables(0)["weights"]["a_inv"]) - np.eye(4)).max() > 1e-3
+    )  # computed
+    np.testing.assert_array_equal(
+        _np(pre.block_variables(0)["weights"]["a_mean_inv"]), np.eye(4)
+    )  # not
     with pytest.raises(ValueError, match="curvature_operators"):
         pre.curvature().solve_mean(vs)
 
@@ -862,17 +1044,29 @@ def test_embedding_factors_are_token_frequencies_and_output_gradients():
     scale = _compile_and_step(model, x, y, opt)
     one_hot = np.eye(vocab)[x.reshape(-1)]
     for p in range(n):
-        _assert_factors({k: v[p] for k, v in opt.factors["emb"].items()},
-                        {"A": one_hot.T @ one_hot / (b * t), "G": scale * e[:, p].reshape(-1, dim).T @ e[:, p].reshape(-1, dim)},
-                        f"emb[{p}]")
+        _assert_factors(
+            {k: v[p] for k, v in opt.factors["emb"].items()},
+            {
+                "A": one_hot.T @ one_hot / (b * t),
+                "G": scale * e[:, p].reshape(-1, dim).T @ e[:, p].reshape(-1, dim),
+            },
+            f"emb[{p}]",
+        )
     x1, y1 = x[:1, :1], y[:1]
     token = keras.Input((1,), dtype="int32")
     h = bk.layers.Embedding(vocab, dim, num_particles=n, name="emb")(token)
-    model1 = bk.BayesianModel(token, bk.layers.Dense(2, name="out")(bk.layers.GlobalAveragePooling1D()(h)),
-                              likelihood="categorical")
+    model1 = bk.BayesianModel(
+        token,
+        bk.layers.Dense(2, name="out")(bk.layers.GlobalAveragePooling1D()(h)),
+        likelihood="categorical",
+    )
     with tf.GradientTape() as tape:
         loss = -tf.reduce_sum(model1.likelihood.log_prob(y1, model1(x1)))
-    g_table = tf.convert_to_tensor(tape.gradient(loss, model1.particle_variables[0])).numpy().astype(np.float64)
+    g_table = (
+        tf.convert_to_tensor(tape.gradient(loss, model1.particle_variables[0]))
+        .numpy()
+        .astype(np.float64)
+    )
     opt = _Recorder()
     scale = _compile_and_step(model1, x1, y1, opt)
     for p in range(n):
@@ -911,7 +1105,10 @@ def test_batch_normalization_factors_are_the_diagonal_fisher_of_scale_and_shift(
     with tf.GradientTape() as tape:
         a = tf.nn.relu(y_tensor)
         pooled = tf.reduce_mean(a, axis=(1, 2)) if images else a  # (B, N, C)
-        logits = tf.einsum("bnc,nck->bnk", pooled, out.kernel.numpy().astype(np.float64)) + out.bias.numpy()
+        logits = (
+            tf.einsum("bnc,nck->bnk", pooled, out.kernel.numpy().astype(np.float64))
+            + out.bias.numpy()
+        )
         loss = -tf.reduce_sum(tf.gather(tf.nn.log_softmax(logits), y, axis=2, batch_dims=1))
     e = tape.gradient(loss, y_tensor).numpy()
     sum_axes = (1, 2) if images else ()
@@ -921,10 +1118,19 @@ def test_batch_normalization_factors_are_the_diagonal_fisher_of_scale_and_shift(
     scale = _compile_and_step(model, x, y, opt)
     factors = opt.factors["bn"]
     for p in range(n):
-        np.testing.assert_allclose(factors["A_gamma"][p], scale * np.diag((g_gamma[:, p] ** 2).sum(0)), rtol=2e-3, atol=1e-6)
-        np.testing.assert_allclose(factors["A_beta"][p], scale * np.diag((g_beta[:, p] ** 2).sum(0)), rtol=2e-3, atol=1e-6)
+        np.testing.assert_allclose(
+            factors["A_gamma"][p],
+            scale * np.diag((g_gamma[:, p] ** 2).sum(0)),
+            rtol=2e-3,
+            atol=1e-6,
+        )
+        np.testing.assert_allclose(
+            factors["A_beta"][p], scale * np.diag((g_beta[:, p] ** 2).sum(0)), rtol=2e-3, atol=1e-6
+        )
         np.testing.assert_array_equal(factors["G_gamma"][p], [[1.0]])
     record = next(r for r in opt.records if r.layer is bn)
-    squares = dict((v.name, s.numpy()) for v, s in bk.curvature.per_example_squared_gradients(record))
-    np.testing.assert_allclose(squares["gamma"], (g_gamma ** 2).sum(0), rtol=2e-3, atol=1e-7)
-    np.testing.assert_allclose(squares["beta"], (g_beta ** 2).sum(0), rtol=2e-3, atol=1e-7)
+    squares = dict(
+        (v.name, s.numpy()) for v, s in bk.curvature.per_example_squared_gradients(record)
+    )
+    np.testing.assert_allclose(squares["gamma"], (g_gamma**2).sum(0), rtol=2e-3, atol=1e-7)
+    np.testing.assert_allclose(squares["beta"], (g_beta**2).sum(0), rtol=2e-3, atol=1e-7)

@@ -16,11 +16,20 @@ def test_dense_equals_loop_over_particles():
     third = bk.layers.Dense(2)
     third(second(first(x)))
     rng = np.random.default_rng(1)
-    for layer in (first, second, third):  # nonzero biases, so a bias added to the wrong particle shows
+    for layer in (
+        first,
+        second,
+        third,
+    ):  # nonzero biases, so a bias added to the wrong particle shows
         layer.bias.assign(rng.standard_normal(layer.bias.shape).astype(np.float32))
     h = first(x)
     y = third(second(h)).numpy()
-    k1, b1, k2, b2 = first.kernel.numpy(), first.bias.numpy(), second.kernel.numpy(), second.bias.numpy()
+    k1, b1, k2, b2 = (
+        first.kernel.numpy(),
+        first.bias.numpy(),
+        second.kernel.numpy(),
+        second.bias.numpy(),
+    )
     k3, b3 = third.kernel.numpy(), third.bias.numpy()
     assert h.shape == (7, 3, 5) and y.shape == (7, 3, 2)
     for n in range(3):
@@ -31,18 +40,23 @@ def test_dense_equals_loop_over_particles():
 
 
 def test_dense_on_sequences_keeps_middle_axes():
-    x = np.random.default_rng(1).standard_normal((2, 3, 6, 4)).astype(np.float32)  # (batch, N, time, in)
+    x = (
+        np.random.default_rng(1).standard_normal((2, 3, 6, 4)).astype(np.float32)
+    )  # (batch, N, time, in)
     layer = bk.layers.Dense(5)
     y = layer(x).numpy()
     for n in range(3):
-        np.testing.assert_allclose(y[:, n], x[:, n] @ layer.kernel.numpy()[n] + layer.bias.numpy()[n], rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            y[:, n], x[:, n] @ layer.kernel.numpy()[n] + layer.bias.numpy()[n], rtol=1e-5, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("padding,strides", [("same", 1), ("valid", 2)])
 def test_conv2d_equals_loop_over_particles(padding, strides):
     x = np.random.default_rng(2).standard_normal((2, 9, 9, 3)).astype(np.float32)
-    first = bk.layers.Conv2D(4, 3, padding=padding, strides=strides, num_particles=3, activation="relu")
+    first = bk.layers.Conv2D(
+        4, 3, padding=padding, strides=strides, num_particles=3, activation="relu"
+    )
     second = bk.layers.Conv2D(2, (2, 3), padding=padding)
     h = first(x)
     y = second(h).numpy()
@@ -50,7 +64,9 @@ def test_conv2d_equals_loop_over_particles(padding, strides):
     for n in range(3):
         r = tf.nn.relu(tf.nn.conv2d(x, k1[n], strides, padding.upper()) + b1[n])
         r = tf.nn.conv2d(r, k2[n], 1, padding.upper()) + b2[n]
-        np.testing.assert_allclose(y[:, :, :, n], r.numpy(), rtol=1e-4, atol=1e-5)  # (B, H, W, N, F)
+        np.testing.assert_allclose(
+            y[:, :, :, n], r.numpy(), rtol=1e-4, atol=1e-5
+        )  # (B, H, W, N, F)
     assert tuple(second.compute_output_shape(h.shape)) == y.shape
 
 
@@ -70,7 +86,9 @@ def test_deterministic_layers_share_weights():
         np.testing.assert_allclose(z[:, :, :, n], ref.numpy(), rtol=1e-5, atol=1e-5)
     dense = bk.layers.Dense(3, deterministic=True)
     flat = bk.layers.Flatten()(y).numpy()
-    np.testing.assert_allclose(flat[:, 1], y[:, :, :, 1].reshape(4, -1))  # Keras' (H, W, C) order per particle
+    np.testing.assert_allclose(
+        flat[:, 1], y[:, :, :, 1].reshape(4, -1)
+    )  # Keras' (H, W, C) order per particle
     z = dense(flat).numpy()
     ref = flat @ dense.kernel.numpy() + dense.bias.numpy()
     np.testing.assert_allclose(z, ref, rtol=1e-5, atol=1e-5)
@@ -78,7 +96,9 @@ def test_deterministic_layers_share_weights():
 
 
 def test_pooling_and_flatten_keep_particle_axis():
-    x = np.random.default_rng(4).standard_normal((2, 4, 4, 3, 5)).astype(np.float32)  # (B, H, W, N, C)
+    x = (
+        np.random.default_rng(4).standard_normal((2, 4, 4, 3, 5)).astype(np.float32)
+    )  # (B, H, W, N, C)
     mp = bk.layers.MaxPooling2D(2)(x).numpy()
     ap = bk.layers.AveragePooling2D(2)(x).numpy()
     assert mp.shape == (2, 2, 2, 3, 5)
@@ -95,12 +115,16 @@ def test_pooling_and_flatten_keep_particle_axis():
 
 
 def test_log_prior_is_per_particle_normal():
-    layer = bk.layers.Dense(3, num_particles=4, kernel_prior=bk.priors.Normal(scale=2.0), bias_prior=0.5)
+    layer = bk.layers.Dense(
+        3, num_particles=4, kernel_prior=bk.priors.Normal(scale=2.0), bias_prior=0.5
+    )
     layer.build((None, 5))
     k, b = layer.kernel.numpy(), layer.bias.numpy()
 
     def lp(w, s):
-        return np.sum(-0.5 * (w / s) ** 2 - np.log(s) - 0.5 * np.log(2 * np.pi), axis=tuple(range(1, w.ndim)))
+        return np.sum(
+            -0.5 * (w / s) ** 2 - np.log(s) - 0.5 * np.log(2 * np.pi), axis=tuple(range(1, w.ndim))
+        )
 
     np.testing.assert_allclose(layer.log_prior().numpy(), lp(k, 2.0) + lp(b, 0.5), rtol=1e-5)
     he = bk.priors.Normal(scale="he")
@@ -121,9 +145,15 @@ def test_bad_priors_and_arguments():
 
 
 def test_layer_configs_round_trip():
-    for layer in [bk.layers.Dense(3, activation="relu", num_particles=2, kernel_prior=bk.priors.Normal(0.1, "he:2")),
-                  bk.layers.Conv2D(4, (3, 2), strides=2, padding="same", deterministic=True),
-                  bk.layers.MaxPooling2D(3), bk.layers.AveragePooling2D(2), bk.layers.Flatten()]:
+    for layer in [
+        bk.layers.Dense(
+            3, activation="relu", num_particles=2, kernel_prior=bk.priors.Normal(0.1, "he:2")
+        ),
+        bk.layers.Conv2D(4, (3, 2), strides=2, padding="same", deterministic=True),
+        bk.layers.MaxPooling2D(3),
+        bk.layers.AveragePooling2D(2),
+        bk.layers.Flatten(),
+    ]:
         clone = layer.__class__.from_config(layer.get_config())
         assert clone.get_config() == layer.get_config()
     clone = keras_round_trip(bk.layers.Dense(3, kernel_prior=0.3), None)

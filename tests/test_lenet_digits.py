@@ -21,7 +21,9 @@ def _load_example():
 def test_gpf_lenet_learns_digits_fast():
     (xtr, ytr), (xte, yte) = bk.datasets.load_digits()
     model = bk.zoo.lenet5(num_particles=4)
-    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(3e-3, structure="layer"), metrics=["accuracy"])
+    model.compile(
+        optimizer=bk.optimizers.GaussianParticleFlow(3e-3, structure="layer"), metrics=["accuracy"]
+    )
     hist = model.fit(xtr, ytr, batch_size=64, epochs=8, verbose=0)
     assert np.all(np.isfinite(hist.history["free_energy"]))
     assert hist.history["free_energy"][-1] < hist.history["free_energy"][0]

@@ -14,8 +14,12 @@ from scipy.stats import multivariate_normal
 
 import bayes_keras as bk
 from targets import correlated_gaussian_2d, keras_round_trip
-from bayes_keras.optimizers.svgd.stein import (matrix_svgd_average_direction, matrix_svgd_mixture_direction,
-                                        mixture_log_weights, svgd_direction)
+from bayes_keras.optimizers.svgd.stein import (
+    matrix_svgd_average_direction,
+    matrix_svgd_mixture_direction,
+    mixture_log_weights,
+    svgd_direction,
+)
 from bayes_keras.curvature.preconditioners import DenseCurvature, IdentityPreconditioner
 
 N, D = 5, 3
@@ -53,6 +57,7 @@ def _median_h(x, metric):
 def _reference_direction(kernel_fn, x, g):
     """Theorem 1 / Algorithm 1 by autodiff: phi_i = (1/N) sum_j [K(x_i, x_j) grad log p(x_j) +
     div_{x_j} K(x_i, x_j)], (div K)_l = sum_m d K_lm(x_i, x') / d x'_m. Returns -phi."""
+
     @tf.function
     def kernel_and_divergence(a, b):
         with tf.GradientTape() as tape:
@@ -99,7 +104,9 @@ def test_identity_preconditioner_gives_vanilla_svgd(metric):
     identity = IdentityPreconditioner().update(xs)
     got = _join(matrix_svgd_average_direction(xs, gs, kernel, identity, [[0, 1]], metric))
     np.testing.assert_allclose(got, vanilla, atol=1e-12)
-    dense_eye = DenseCurvature.from_matrices(tf.constant(np.broadcast_to(np.eye(D), (N, D, D)).copy()), dims=[1, 2])
+    dense_eye = DenseCurvature.from_matrices(
+        tf.constant(np.broadcast_to(np.eye(D), (N, D, D)).copy()), dims=[1, 2]
+    )
     got = _join(matrix_svgd_average_direction(xs, gs, kernel, dense_eye, [[0, 1]], metric))
     np.testing.assert_allclose(got, vanilla, atol=1e-12)
     # Q = c I only rescales the step by 1 / c (the median bandwidth absorbs c in the kernel)
@@ -120,7 +127,11 @@ def test_average_mode_matches_autodiff_of_the_matrix_kernel(metric):
     base = _rbf_q(metric_matrix, h)
     q_bar_inv = tf.constant(np.linalg.inv(q_bar))
     expected = _reference_direction(lambda a, b: q_bar_inv * base(a, b), x, g)
-    got = _join(matrix_svgd_average_direction(_split(x), _split(g), bk.kernels.RBF(), curvature, [[0, 1]], metric))
+    got = _join(
+        matrix_svgd_average_direction(
+            _split(x), _split(g), bk.kernels.RBF(), curvature, [[0, 1]], metric
+        )
+    )
     np.testing.assert_allclose(got, expected, atol=1e-10)
 
 
@@ -143,11 +154,14 @@ def test_mixture_mode_matches_autodiff_of_the_mixture_kernel(metric, beta):
         return N * tf.add_n([wa[l] * wb[l] * q_inv[l] * comps[l](a, b) for l in range(N)])
 
     expected = _reference_direction(kernel_fn, x, g)
-    got, entropy = matrix_svgd_mixture_direction(_split(x), _split(g), bk.kernels.RBF(), curvature, [[0, 1]], metric,
-                                                 beta)
+    got, entropy = matrix_svgd_mixture_direction(
+        _split(x), _split(g), bk.kernels.RBF(), curvature, [[0, 1]], metric, beta
+    )
     np.testing.assert_allclose(_join(got), expected, atol=1e-10)
     weights = np.stack([w(tf.constant(xj)).numpy() for xj in x], 1)  # [l, j]
-    assert float(entropy) == pytest.approx(np.mean(-np.sum(weights * np.log(weights), 0)), rel=1e-10)
+    assert float(entropy) == pytest.approx(
+        np.mean(-np.sum(weights * np.log(weights), 0)), rel=1e-10
+    )
 
 
 def test_mixture_weights_are_normalised_gaussian_responsibilities():
@@ -156,7 +170,9 @@ def test_mixture_weights_are_normalised_gaussian_responsibilities():
     log_w, _, _ = mixture_log_weights([tf.constant(x)], curvature)
     w = np.exp(log_w.numpy())
     np.testing.assert_allclose(w.sum(0), 1.0, atol=1e-12)
-    dens = np.array([[multivariate_normal.pdf(xj, x[l], np.linalg.inv(q[l])) for xj in x] for l in range(N)])
+    dens = np.array(
+        [[multivariate_normal.pdf(xj, x[l], np.linalg.inv(q[l])) for xj in x] for l in range(N)]
+    )
     np.testing.assert_allclose(w, dens / dens.sum(0), rtol=1e-9)
 
 
@@ -168,8 +184,12 @@ def test_mixture_with_uniform_weights_and_equal_q_is_average(metric):
     x, g, q = _problem(4, same_q=True)
     curvature = DenseCurvature.from_matrices(tf.constant(q), dims=[1, 2])
     kernel = bk.kernels.RBF()
-    average = _join(matrix_svgd_average_direction(_split(x), _split(g), kernel, curvature, [[0, 1]], metric))
-    mixture, entropy = matrix_svgd_mixture_direction(_split(x), _split(g), kernel, curvature, [[0, 1]], metric, 0.0)
+    average = _join(
+        matrix_svgd_average_direction(_split(x), _split(g), kernel, curvature, [[0, 1]], metric)
+    )
+    mixture, entropy = matrix_svgd_mixture_direction(
+        _split(x), _split(g), kernel, curvature, [[0, 1]], metric, 0.0
+    )
     np.testing.assert_allclose(_join(mixture), average, atol=1e-12)
     assert float(entropy) == pytest.approx(np.log(N), rel=1e-12)
 
@@ -195,15 +215,22 @@ def test_average_mode_is_vanilla_svgd_after_the_change_of_variables():
         return -0.5 * tf.reduce_sum(tf.matmul(z, p32) * z, axis=1)
 
     x0 = np.random.default_rng(6).standard_normal((10, 3)) * 1.5
-    hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
+    hess = bk.preconditioners.HessianPreconditioner(
+        min_eigenvalue=1e-3
+    )  # below P's spectrum: no clipping
     matrix = bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, rescaling="none"), 200)
-    vanilla = bk.run_particles(lambda y: log_p(tf.matmul(y, ih32)), x0 @ half,
-                                         bk.optimizers.SVGD(0.2, step_rule="sgd"), 200)
+    vanilla = bk.run_particles(
+        lambda y: log_p(tf.matmul(y, ih32)),
+        x0 @ half,
+        bk.optimizers.SVGD(0.2, step_rule="sgd"),
+        200,
+    )
     np.testing.assert_allclose(matrix.particles, vanilla.particles @ inv_half, rtol=1e-4, atol=1e-4)
     assert np.abs(matrix.particles - x0).max() > 0.5  # they did move
     # mixture: equal Hessians everywhere, uniform weights (beta = 0): the same trajectory
     mixture = bk.run_particles(
-        log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, mode="mixture", mixture_beta=0.0), 200)
+        log_p, x0, bk.optimizers.MatrixSVGD(0.2, hess, mode="mixture", mixture_beta=0.0), 200
+    )
     np.testing.assert_allclose(mixture.particles, matrix.particles, rtol=1e-4, atol=1e-4)
 
 
@@ -222,18 +249,24 @@ def test_functional_door_modes_fit_a_correlated_gaussian():
         assert abs(corr - 1.2 / np.sqrt(3.0)) < 0.05
     one = bk.optimizers.MatrixSVGD(0.3, "hessian", mode="mixture")
     bk.run_particles(log_p, x0, one, 1)
-    curvature = bk.preconditioners.DenseCurvature.from_matrices(tf.constant(np.broadcast_to(
-        np.linalg.inv(sigma), (50, 2, 2)).astype(np.float32)))
-    _, entropy = matrix_svgd_mixture_direction([tf.constant(x0, tf.float32)], [tf.zeros((50, 2))], bk.kernels.RBF(),
-                                               curvature, [[0]])
+    curvature = bk.preconditioners.DenseCurvature.from_matrices(
+        tf.constant(np.broadcast_to(np.linalg.inv(sigma), (50, 2, 2)).astype(np.float32))
+    )
+    _, entropy = matrix_svgd_mixture_direction(
+        [tf.constant(x0, tf.float32)], [tf.zeros((50, 2))], bk.kernels.RBF(), curvature, [[0]]
+    )
     assert float(one.mixture_weight_entropy) == pytest.approx(float(entropy), rel=1e-5)
     assert 0.0 < float(entropy) < np.log(50)
 
 
 def test_mixture_needs_two_particles():
     with pytest.raises(ValueError, match="at least 2 particles"):
-        bk.run_particles(lambda x: -tf.reduce_sum(x**2, 1), np.zeros((1, 2)),
-                                   bk.optimizers.MatrixSVGD(0.1, "hessian", mode="mixture"), 3)
+        bk.run_particles(
+            lambda x: -tf.reduce_sum(x**2, 1),
+            np.zeros((1, 2)),
+            bk.optimizers.MatrixSVGD(0.1, "hessian", mode="mixture"),
+            3,
+        )
     v = keras.Variable(np.zeros((1, 4), np.float32))
     v.is_particle_variable = True
     with pytest.raises(ValueError, match="at least 2 particles"):
@@ -247,7 +280,9 @@ def test_nonfinite_curvature_skips_the_update():
     run = bk.run_particles(lambda x: -tf.reduce_sum(x**2, 1), x0, opt, 4)
     np.testing.assert_array_equal(run.particles, x0.astype(np.float32))
     assert int(opt.skipped_curvature_steps) == 4 and run.skipped_steps == 0
-    assert all(np.all(s.numpy() == 0) for slots in opt._slots for s in slots.values())  # step-rule state untouched
+    assert all(
+        np.all(s.numpy() == 0) for slots in opt._slots for s in slots.values()
+    )  # step-rule state untouched
     assert float(opt.mixture_weight_entropy) == 0.0
 
 
@@ -257,25 +292,46 @@ def test_preconditioner_dimension_mismatch_is_reported():
     wrong = bk.preconditioners.CallablePreconditioner(lambda x: tf.eye(3, batch_shape=[4]))
     with pytest.raises(ValueError, match=r"must return \(N, D, D\) = \(4, 2, 2\)"):
         bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, wrong), 2)
-    declared = bk.preconditioners.CallablePreconditioner(lambda x: tf.eye(3, batch_shape=[4]), dim=3)
-    with pytest.raises(ValueError, match="declared for D = 3 coordinates, but the particles have D = 2"):
+    declared = bk.preconditioners.CallablePreconditioner(
+        lambda x: tf.eye(3, batch_shape=[4]), dim=3
+    )
+    with pytest.raises(
+        ValueError, match="declared for D = 3 coordinates, but the particles have D = 2"
+    ):
         bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(0.1, declared), 2)
     # a dense preconditioner cannot serve per-layer kernels
     a, b = keras.Variable(np.ones((4, 2), np.float32)), keras.Variable(np.ones((4, 3), np.float32))
     a.is_particle_variable = b.is_particle_variable = True
-    opt = bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.CallablePreconditioner(lambda x: x), scope="layer")
+    opt = bk.optimizers.MatrixSVGD(
+        0.1, bk.preconditioners.CallablePreconditioner(lambda x: x), scope="layer"
+    )
     with pytest.raises(ValueError, match="block-diagonal over layers"):
         opt.build([a, b])
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", mode="newton"), "mode must be one of"),
-    (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel_metric="l1"), "kernel_metric must be one of"),
-    (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel="centred_linear"), "needs a radial kernel"),
-    (lambda: bk.optimizers.MatrixSVGD(0.1, "fisher"), "Expected a preconditioner"),
-    (lambda: bk.preconditioners.HessianPreconditioner(min_eigenvalue=0.0), "never invert a raw Hessian"),
-    (lambda: bk.preconditioners.IdentityPreconditioner(-1.0), "scale must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", mode="newton"), "mode must be one of"),
+        (
+            lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel_metric="l1"),
+            "kernel_metric must be one of",
+        ),
+        (
+            lambda: bk.optimizers.MatrixSVGD(0.1, "hessian", kernel="centred_linear"),
+            "needs a radial kernel",
+        ),
+        (lambda: bk.optimizers.MatrixSVGD(0.1, "fisher"), "Expected a preconditioner"),
+        (
+            lambda: bk.preconditioners.HessianPreconditioner(min_eigenvalue=0.0),
+            "never invert a raw Hessian",
+        ),
+        (
+            lambda: bk.preconditioners.IdentityPreconditioner(-1.0),
+            "scale must be a positive number",
+        ),
+    ],
+)
 def test_bad_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()
@@ -301,7 +357,10 @@ def test_matrix_svgd_through_fit_and_saving(tmp_path):
     x, y = _tiny_regression()
     weights = None
     results = []
-    for opt in [bk.optimizers.SVGD(1e-4, step_rule="sgd"), bk.optimizers.MatrixSVGD(1e-4, IdentityPreconditioner(), rescaling="none")]:
+    for opt in [
+        bk.optimizers.SVGD(1e-4, step_rule="sgd"),
+        bk.optimizers.MatrixSVGD(1e-4, IdentityPreconditioner(), rescaling="none"),
+    ]:
         keras.utils.set_random_seed(0)
         model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
         if weights is None:
@@ -317,8 +376,15 @@ def test_matrix_svgd_through_fit_and_saving(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
     model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.1))
-    opt = bk.optimizers.MatrixSVGD(1e-3, IdentityPreconditioner(2.0), mode="mixture", kernel_metric="euclidean",
-                                   scope="layer", mixture_beta=0.5, step_rule="rmsprop")
+    opt = bk.optimizers.MatrixSVGD(
+        1e-3,
+        IdentityPreconditioner(2.0),
+        mode="mixture",
+        kernel_metric="euclidean",
+        scope="layer",
+        mixture_beta=0.5,
+        step_rule="rmsprop",
+    )
     model.compile(optimizer=opt)
     before = model.evaluate(x, y, verbose=0, return_dict=True)["nll"]
     model.fit(x, y, batch_size=32, epochs=20, verbose=0)
@@ -330,9 +396,12 @@ def test_matrix_svgd_through_fit_and_saving(tmp_path):
     assert isinstance(loaded.optimizer.preconditioner, IdentityPreconditioner)
     assert loaded.optimizer.preconditioner.scale == 2.0 and loaded.optimizer.mode == "mixture"
     assert float(loaded.optimizer.mixture_weight_entropy) == float(opt.mixture_weight_entropy)
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"])
-    config = bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.HessianPreconditioner(damping=0.1, shrinkage=0.5),
-                                      mode="mixture").get_config()
+    np.testing.assert_array_equal(
+        loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"]
+    )
+    config = bk.optimizers.MatrixSVGD(
+        0.1, bk.preconditioners.HessianPreconditioner(damping=0.1, shrinkage=0.5), mode="mixture"
+    ).get_config()
     again = bk.optimizers.MatrixSVGD.from_config(config)
     assert again.get_config() == config and again.preconditioner.shrinkage == 0.5
 
@@ -361,7 +430,10 @@ def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_sc
         model.compile(optimizer=opt)
         opt.build(model.trainable_variables)
     assert len(seen) == 2 and seen[0] == seen[1]
-    assert [[names[i] for i in g] for g in seen[0]] == [names[:2], names[2:]]  # [kernel, bias] per Dense
+    assert [[names[i] for i in g] for g in seen[0]] == [
+        names[:2],
+        names[2:],
+    ]  # [kernel, bias] per Dense
 
 
 @pytest.mark.parametrize("mode", ["average", "mixture"])
@@ -375,9 +447,11 @@ def test_declared_curvature_operators_are_the_ones_the_mode_calls(mode, metric):
         pass
 
     for name in ("apply", "solve", "apply_mean", "solve_mean", "log_det"):
+
         def method(self, *args, _name=name, **kwargs):
             called.add(_name)
             return getattr(DenseCurvature, _name)(self, *args, **kwargs)
+
         setattr(Recording, name, method)
 
     q = _spd(np.random.default_rng(3), N, D)
@@ -402,7 +476,9 @@ def test_shared_weights_step_at_adam_scale_under_a_natural_gradient_learning_rat
     h = bk.layers.Dense(4, activation="tanh", deterministic=True, num_particles=4)(inputs)
     out = bk.layers.Dense(1)(h)
     model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=0.5))
-    model.compile(optimizer=bk.optimizers.MatrixSVGD(5.0, IdentityPreconditioner()), dataset_size=len(x))
+    model.compile(
+        optimizer=bk.optimizers.MatrixSVGD(5.0, IdentityPreconditioner()), dataset_size=len(x)
+    )
     shared = [v for v in model.trainable_variables if not getattr(v, "is_particle_variable", False)]
     before = [v.numpy() for v in shared]
     model.train_on_batch(x[:32], y[:32])
@@ -426,13 +502,20 @@ def test_rescaled_step_of_one_particle_is_newtons_step():
     hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)
     x0 = np.random.default_rng(3).standard_normal((1, 3)).astype(np.float32) * 3.0
     with pytest.warns(UserWarning, match="num_particles=1"):
-        run = bk.run_particles(log_p, x0, bk.optimizers.MatrixSVGD(1.0, hess, rescaling="quadratic"), 1)
+        run = bk.run_particles(
+            log_p, x0, bk.optimizers.MatrixSVGD(1.0, hess, rescaling="quadratic"), 1
+        )
     np.testing.assert_allclose(run.particles[0], mu, atol=1e-4)
     cloud = (np.random.default_rng(4).standard_normal((8, 3)) * 0.05 + 4.0).astype(np.float32)
     moved = []
     for rescaling in ("quadratic", "none"):
-        run = bk.run_particles(log_p, cloud, bk.optimizers.MatrixSVGD(1.0, hess, rescaling=rescaling), 1)
-        moved.append(np.linalg.norm(run.particles.mean(0) - cloud.mean(0)) / np.linalg.norm(mu - cloud.mean(0)))
+        run = bk.run_particles(
+            log_p, cloud, bk.optimizers.MatrixSVGD(1.0, hess, rescaling=rescaling), 1
+        )
+        moved.append(
+            np.linalg.norm(run.particles.mean(0) - cloud.mean(0))
+            / np.linalg.norm(mu - cloud.mean(0))
+        )
     assert 0.9 < moved[0] < 1.1 and moved[1] < 0.5, moved  # measured 0.93 and 0.38
 
 

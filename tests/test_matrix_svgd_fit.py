@@ -18,8 +18,9 @@ import bayes_keras as bk
 def _logreg_model(num_features, num_particles):
     inputs = keras.Input((num_features,))
     prior_draw = keras.initializers.RandomNormal(stddev=1.0)
-    logits = bk.layers.Dense(1, num_particles=num_particles, kernel_initializer=prior_draw,
-                             bias_initializer=prior_draw)(inputs)
+    logits = bk.layers.Dense(
+        1, num_particles=num_particles, kernel_initializer=prior_draw, bias_initializer=prior_draw
+    )(inputs)
     return bk.BayesianModel(inputs, logits, likelihood="bernoulli")
 
 
@@ -53,7 +54,9 @@ def test_kfac_factors_through_fit_are_the_data_second_moment_and_summed_squared_
     for p in range(num_particles):
         np.testing.assert_allclose(got_a[p], want_a, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got_g[p, 0, 0], want_g[p], rtol=1e-4)
-    assert np.ptp(want_g) > 0.1 * want_g.mean()  # the particles' G differ: the check is per particle
+    assert (
+        np.ptp(want_g) > 0.1 * want_g.mean()
+    )  # the particles' G differ: the check is per particle
     np.testing.assert_allclose([v.numpy() for v in model.particle_variables][0][:, :, 0], kernel0)
 
 
@@ -84,14 +87,23 @@ def _fit_and_score(optimizer, train, test, steps, seed=3):
     model = _logreg_model(train[0].shape[1], 8)
     model.compile(optimizer=optimizer)
     batch = 100
-    model.fit(train[0], train[1], batch_size=batch, epochs=steps * batch // len(train[0]), shuffle=True, verbose=0)
+    model.fit(
+        train[0],
+        train[1],
+        batch_size=batch,
+        epochs=steps * batch // len(train[0]),
+        shuffle=True,
+        verbose=0,
+    )
     return _test_ll(model, *test)
 
 
 def test_matrix_svgd_kfac_beats_tuned_vanilla_svgd_after_the_same_few_steps():
     train, test = _ill_conditioned_logreg(1)
     steps = 20  # 5 epochs of 4 mini-batches
-    vanilla = {lr: _fit_and_score(bk.optimizers.SVGD(lr), train, test, steps) for lr in (0.03, 0.1, 0.3)}
+    vanilla = {
+        lr: _fit_and_score(bk.optimizers.SVGD(lr), train, test, steps) for lr in (0.03, 0.1, 0.3)
+    }
     pre = bk.preconditioners.KFACPreconditioner(inversion_period=1)
     matrix = _fit_and_score(bk.optimizers.MatrixSVGD(4.0, pre, mode="average"), train, test, steps)
     best_vanilla = max(vanilla.values())

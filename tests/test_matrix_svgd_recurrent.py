@@ -38,7 +38,9 @@ def test_matrix_svgd_kfac_trains_a_gru_classifier_through_fit(mode):
     # batch's mean over the B * T (example, time step) rows of [x_t; 1][x_t; 1]^T, the same for every particle
     # (the first layer reads the shared input).
     model.fit(x[:B], y[:B], batch_size=B, epochs=1, verbose=0, shuffle=False, dataset_size=len(x))
-    rows = np.concatenate([x[:B].reshape(B * 8, 8), np.ones((B * 8, 1), np.float32)], 1).astype(np.float64)
+    rows = np.concatenate([x[:B].reshape(B * 8, 8), np.ones((B * 8, 1), np.float32)], 1).astype(
+        np.float64
+    )
     gru_factors, out_factors = pre.factor_variables
     a_in = _np(gru_factors["A_in"])
     for p in range(N):
@@ -52,9 +54,19 @@ def test_matrix_svgd_kfac_trains_a_gru_classifier_through_fit(mode):
     assert model.evaluate(x, y, verbose=0, return_dict=True)["nll"] < before
 
     width = 3 * UNITS  # z, r, h blocks
-    expected = {"A_in": 8 + 1, "G": width, "A_rec": UNITS + 1, "G_rec": width}  # reset_after: [U; b_rec]
-    assert {k: tuple(v.shape) for k, v in gru_factors.items()} == {k: (N, d, d) for k, d in expected.items()}
-    assert {k: tuple(v.shape) for k, v in out_factors.items()} == {"A": (N, UNITS + 1, UNITS + 1), "G": (N, 10, 10)}
+    expected = {
+        "A_in": 8 + 1,
+        "G": width,
+        "A_rec": UNITS + 1,
+        "G_rec": width,
+    }  # reset_after: [U; b_rec]
+    assert {k: tuple(v.shape) for k, v in gru_factors.items()} == {
+        k: (N, d, d) for k, d in expected.items()
+    }
+    assert {k: tuple(v.shape) for k, v in out_factors.items()} == {
+        "A": (N, UNITS + 1, UNITS + 1),
+        "G": (N, 10, 10),
+    }
     for factors in (gru_factors, out_factors):
         for name, variable in factors.items():
             f = _np(variable)
@@ -72,7 +84,9 @@ def test_matrix_svgd_kfac_trains_a_gru_classifier_through_fit(mode):
                 eye = np.broadcast_to(np.eye(m.shape[-1]), m.shape)
                 np.testing.assert_allclose(m @ inv, eye, atol=1e-3, err_msg=f"{role}/{factor}")
                 mm, minv = _np(b[factor + "_mean"]), _np(b[factor + "_mean_inv"])
-                np.testing.assert_allclose(mm @ minv, np.eye(mm.shape[-1]), atol=1e-3, err_msg=f"{role}/{factor} mean")
+                np.testing.assert_allclose(
+                    mm @ minv, np.eye(mm.shape[-1]), atol=1e-3, err_msg=f"{role}/{factor} mean"
+                )
 
     entropy = float(opt.mixture_weight_entropy)
     if mode == "mixture":

@@ -40,19 +40,25 @@ def test_metric_input_errors():
         bk.metrics.ece(np.full((3, 2), 0.5), [0, 1])
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda p, y: bk.metrics.nll(-p, y), r"probabilities in \[0, 1\]"),
-    (lambda p, y: bk.metrics.nll(5 * p, y), r"probabilities in \[0, 1\]"),
-    (lambda p, y: bk.metrics.nll(0.5 * p, y), "sum to 1"),
-    (lambda p, y: bk.metrics.nll(p[:0], y[:0]), "No examples"),
-    (lambda p, y: bk.metrics.ece(p[:0], y[:0]), "No examples"),
-    (lambda p, y: bk.metrics.accuracy(p[:0], y[:0]), "No examples"),
-    (lambda p, y: bk.metrics.brier(np.log(p), y), r"probabilities in \[0, 1\]"),
-    (lambda p, y: bk.metrics.rmse(np.zeros(0), np.zeros(0)), "No examples"),
-    (lambda p, y: bk.metrics.rmse(np.array([np.nan]), np.zeros(1)), "NaN"),
-    (lambda p, y: bk.pfbr.mmd_squared(np.zeros((0, 2)), np.zeros((5, 2))), "at least 2 samples"),
-    (lambda p, y: bk.pfbr.mmd_squared(np.zeros((4, 2)), np.zeros((5, 3))), r"\(N, d\)"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda p, y: bk.metrics.nll(-p, y), r"probabilities in \[0, 1\]"),
+        (lambda p, y: bk.metrics.nll(5 * p, y), r"probabilities in \[0, 1\]"),
+        (lambda p, y: bk.metrics.nll(0.5 * p, y), "sum to 1"),
+        (lambda p, y: bk.metrics.nll(p[:0], y[:0]), "No examples"),
+        (lambda p, y: bk.metrics.ece(p[:0], y[:0]), "No examples"),
+        (lambda p, y: bk.metrics.accuracy(p[:0], y[:0]), "No examples"),
+        (lambda p, y: bk.metrics.brier(np.log(p), y), r"probabilities in \[0, 1\]"),
+        (lambda p, y: bk.metrics.rmse(np.zeros(0), np.zeros(0)), "No examples"),
+        (lambda p, y: bk.metrics.rmse(np.array([np.nan]), np.zeros(1)), "NaN"),
+        (
+            lambda p, y: bk.pfbr.mmd_squared(np.zeros((0, 2)), np.zeros((5, 2))),
+            "at least 2 samples",
+        ),
+        (lambda p, y: bk.pfbr.mmd_squared(np.zeros((4, 2)), np.zeros((5, 3))), r"\(N, d\)"),
+    ],
+)
 def test_impossible_metric_inputs_are_refused(call, match):
     """nll(-p) was 690.8, nll(5 p) -0.51, and empty inputs NaN with numpy warnings."""
     p = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
@@ -70,7 +76,9 @@ def test_ece_equals_tensorflow_probability():
     probs /= probs.sum(1, keepdims=True)
     labels = rng.integers(0, 6, 1000)
     for bins in (1, 7, 15):
-        reference = float(tfp.stats.expected_calibration_error(bins, logits=logits, labels_true=labels))
+        reference = float(
+            tfp.stats.expected_calibration_error(bins, logits=logits, labels_true=labels)
+        )
         assert bk.metrics.ece(probs, labels, bins) == pytest.approx(reference, abs=1e-6)
 
 
@@ -97,13 +105,19 @@ def test_functions_against_scikit_learn():
     logits = rng.standard_normal((400, 5)) * 2
     probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     labels = rng.integers(0, 5, 400)
-    assert bk.metrics.accuracy(probs, labels) == pytest.approx(skm.accuracy_score(labels, probs.argmax(1)))
-    assert bk.metrics.nll(probs, labels) == pytest.approx(skm.log_loss(labels, probs, labels=range(5)), rel=1e-9)
+    assert bk.metrics.accuracy(probs, labels) == pytest.approx(
+        skm.accuracy_score(labels, probs.argmax(1))
+    )
+    assert bk.metrics.nll(probs, labels) == pytest.approx(
+        skm.log_loss(labels, probs, labels=range(5)), rel=1e-9
+    )
     p1 = probs[:, 0]
     y1 = (labels == 0).astype(int)
     assert bk.metrics.brier(p1, y1) == pytest.approx(2 * skm.brier_score_loss(y1, p1), rel=1e-9)
     mean, target = rng.standard_normal(50), rng.standard_normal(50)
-    assert bk.metrics.rmse(mean, target) == pytest.approx(np.sqrt(skm.mean_squared_error(target, mean)))
+    assert bk.metrics.rmse(mean, target) == pytest.approx(
+        np.sqrt(skm.mean_squared_error(target, mean))
+    )
     neg = np.round(rng.standard_normal(200), 1)  # ties included
     pos = np.round(rng.standard_normal(150) + 0.7, 1)
     expected = skm.roc_auc_score(np.r_[np.zeros(200), np.ones(150)], np.r_[neg, pos])
@@ -126,7 +140,7 @@ def test_interval_functions_and_log_likelihood():
     assert bk.metrics.interval_coverage(y - 0.5, y + 0.5, y + [0.0, 0.6, -0.5, 2.0]) == 0.5
     assert bk.metrics.interval_width(y - 0.5, y + 1.0) == 1.5
     dist = tfp.distributions.Normal(np.zeros(4), np.ones(4))
-    expected = np.mean(-0.5 * y ** 2 - 0.5 * np.log(2 * np.pi))
+    expected = np.mean(-0.5 * y**2 - 0.5 * np.log(2 * np.pi))
     assert bk.metrics.log_likelihood(dist, y) == pytest.approx(expected)
     with pytest.raises(ValueError, match="upper bounds are below"):
         bk.metrics.interval_coverage(y + 1, y, y)
@@ -146,7 +160,9 @@ def test_particle_mixture_quantiles_are_exact():
     rng = np.random.default_rng(3)
     loc = rng.standard_normal((6, 5, 2)) * [1.0, 30.0]  # (batch, N particles, d outputs)
     scale = np.array([0.3, 4.0])
-    dist = bk.likelihoods.ParticleMixture(tfp_categorical(np.zeros((6, 5))), tfp_independent_normal(loc, scale))
+    dist = bk.likelihoods.ParticleMixture(
+        tfp_categorical(np.zeros((6, 5))), tfp_independent_normal(loc, scale)
+    )
     for p in (0.025, 0.5, 0.975):
         q = dist.quantile(p).numpy()
         assert q.shape == (6, 2)
@@ -161,7 +177,9 @@ def tfp_independent_normal(loc, scale):
     import tensorflow_probability as tfp
 
     tfd = tfp.distributions
-    return tfd.Independent(tfd.Normal(loc, np.broadcast_to(scale, loc.shape)), reinterpreted_batch_ndims=1)
+    return tfd.Independent(
+        tfd.Normal(loc, np.broadcast_to(scale, loc.shape)), reinterpreted_batch_ndims=1
+    )
 
 
 def tfp_categorical(logits):

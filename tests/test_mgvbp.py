@@ -7,7 +7,16 @@ import tensorflow as tf
 
 import bayes_keras as bk
 from bayes_keras.optimizers.gaussian_vi import natural_gradients as core
-from targets import assert_sample_moments, class_data, correlated_linear_data, exact_linear_posterior, linear_data, linear_model, paper_mgvbp, tiny_classifier
+from targets import (
+    assert_sample_moments,
+    class_data,
+    correlated_linear_data,
+    exact_linear_posterior,
+    linear_data,
+    linear_model,
+    paper_mgvbp,
+    tiny_classifier,
+)
 
 
 def _random_spd(rng, d, log10_cond):
@@ -30,6 +39,7 @@ def _is_pd(m):
 
 
 # -- manifold operations ---------------------------------------------------------------------------
+
 
 def test_retraction_keeps_precision_positive_definite_for_any_step():
     """R_P(xi) = 1/2 P + 1/2 (P + xi) P^-1 (P + xi) is PD for every symmetric xi: 3000 random trials
@@ -64,30 +74,45 @@ def test_transport_maps_the_base_point_and_keeps_symmetry():
     for d in (1, 3, 12):
         p_old, p_new = _random_spd(rng, d, 3), _random_spd(rng, d, 3)
         # T maps P_old to P_new: E P_old E^T = P_new for E = (P_new P_old^-1)^(1/2)
-        np.testing.assert_allclose(core.transport_full(tf.constant(p_old), tf.constant(p_old), tf.constant(p_new)),
-                                   p_new, rtol=1e-7, atol=1e-9 * np.abs(p_new).max())
+        np.testing.assert_allclose(
+            core.transport_full(tf.constant(p_old), tf.constant(p_old), tf.constant(p_new)),
+            p_new,
+            rtol=1e-7,
+            atol=1e-9 * np.abs(p_new).max(),
+        )
         m = _random_symmetric(rng, d, 1.0)
         tm = core.transport_full(tf.constant(m), tf.constant(p_old), tf.constant(p_new)).numpy()
         np.testing.assert_allclose(tm, tm.T)
-        np.testing.assert_allclose(core.transport_full(tf.constant(m), tf.constant(p_old), tf.constant(p_old)), m,
-                                   atol=1e-8 * np.abs(m).max())
+        np.testing.assert_allclose(
+            core.transport_full(tf.constant(m), tf.constant(p_old), tf.constant(p_old)),
+            m,
+            atol=1e-8 * np.abs(m).max(),
+        )
     # the diagonal rule is the full transport restricted to diagonal matrices
     a, b, m = 10.0 ** rng.uniform(-2, 2, 5), 10.0 ** rng.uniform(-2, 2, 5), rng.standard_normal(5)
-    full = core.transport_full(tf.constant(np.diag(m)), tf.constant(np.diag(a)), tf.constant(np.diag(b))).numpy()
+    full = core.transport_full(
+        tf.constant(np.diag(m)), tf.constant(np.diag(a)), tf.constant(np.diag(b))
+    ).numpy()
     np.testing.assert_allclose(np.diag(full), core.transport_diag(m, a, b), rtol=1e-10)
 
 
 def test_step_halving_finds_a_valid_step_or_keeps_P():
     p = tf.constant(np.diag([1.0, 2.0, 3.0]))
     first_order = lambda q, xi: q + xi  # a retraction that CAN leave the manifold
-    new, factor = core.retract_with_halving(p, -1.5 * p, first_order, core.is_positive_definite_full)
+    new, factor = core.retract_with_halving(
+        p, -1.5 * p, first_order, core.is_positive_definite_full
+    )
     assert float(factor) == 0.5  # P - 1.5 P fails, P - 0.75 P = 0.25 P is PD
     np.testing.assert_allclose(new, 0.25 * p.numpy())
-    new, factor = core.retract_with_halving(p, -1e6 * p, first_order, core.is_positive_definite_full, max_halvings=5)
+    new, factor = core.retract_with_halving(
+        p, -1e6 * p, first_order, core.is_positive_definite_full, max_halvings=5
+    )
     assert float(factor) == 0.0
     np.testing.assert_array_equal(new, p)
     # a valid first try is taken whole
-    new, factor = core.retract_with_halving(p, 0.5 * p, core.retract_full, core.is_positive_definite_full)
+    new, factor = core.retract_with_halving(
+        p, 0.5 * p, core.retract_full, core.is_positive_definite_full
+    )
     assert float(factor) == 1.0
 
 
@@ -105,23 +130,35 @@ def test_full_and_diagonal_estimators_agree_on_diagonal_problems():
     np.testing.assert_allclose(mu_f, mu_d)
     np.testing.assert_allclose(np.diag(p_f.numpy()), p_d)
     zeros = tf.zeros(d, tf.float64)
-    mu_f, p_f, *_ = core.score_natural_gradient_full(*args, tf.constant(np.diag(p)), tf.constant(f), zeros,
-                                                     tf.zeros((d, d), tf.float64), zeros, tf.ones(d, tf.float64))
-    mu_d, p_d, *_ = core.score_natural_gradient_diag(*args, tf.constant(p), tf.constant(f), zeros, zeros, zeros,
-                                                     tf.ones(d, tf.float64))
+    mu_f, p_f, *_ = core.score_natural_gradient_full(
+        *args,
+        tf.constant(np.diag(p)),
+        tf.constant(f),
+        zeros,
+        tf.zeros((d, d), tf.float64),
+        zeros,
+        tf.ones(d, tf.float64),
+    )
+    mu_d, p_d, *_ = core.score_natural_gradient_diag(
+        *args, tf.constant(p), tf.constant(f), zeros, zeros, zeros, tf.ones(d, tf.float64)
+    )
     np.testing.assert_allclose(mu_f, mu_d)
     np.testing.assert_allclose(np.diag(p_f.numpy()), p_d)
 
 
 # -- the exact posterior through model.fit -----------------------------------------------------------
 
-@pytest.mark.parametrize("estimator,lr,tau,samples,steps", [
-    ("gradient", 0.1, 300, 100, 5000),
-    # the paper's default estimator: log likelihood + closed-form prior (21 s: on demand, -m slow; score_h runs
-    # the score-function path in the default suite)
-    pytest.param("score", 0.05, 300, 200, 8000, marks=pytest.mark.slow),
-    ("score_h", 0.01, 1000, 100, 4000),  # the paper's black-box h-function form
-])
+
+@pytest.mark.parametrize(
+    "estimator,lr,tau,samples,steps",
+    [
+        ("gradient", 0.1, 300, 100, 5000),
+        # the paper's default estimator: log likelihood + closed-form prior (21 s: on demand, -m slow; score_h runs
+        # the score-function path in the default suite)
+        pytest.param("score", 0.05, 300, 200, 8000, marks=pytest.mark.slow),
+        ("score_h", 0.01, 1000, 100, 4000),  # the paper's black-box h-function form
+    ],
+)
 def test_full_recovers_conjugate_posterior(estimator, lr, tau, samples, steps):
     """Bayesian linear regression with known noise: q's optimum is the exact posterior (Gaussian).
     Constant step then beta tau / t (the paper's schedule) lets the Monte Carlo noise average out."""
@@ -130,10 +167,13 @@ def test_full_recovers_conjugate_posterior(estimator, lr, tau, samples, steps):
     mean, cov = exact_linear_posterior(x, y, noise)
     precision = np.linalg.inv(cov)
     model = linear_model(3, samples, bk.likelihoods.Normal(scale=noise))
-    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
-                                    estimator=estimator, seed=1)
+    optimizer = paper_mgvbp(
+        bk.schedules.ConstantThenInverseTime(lr, tau), structure="full", estimator=estimator, seed=1
+    )
     model.compile(optimizer=optimizer)
-    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
+    history = model.fit(
+        tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0
+    )
     state = optimizer.posterior_blocks[0]
     mu, p = state["mean"].numpy(), state["precision"].numpy()
     assert np.linalg.norm(mu - mean) / np.linalg.norm(mean) < 0.02
@@ -156,15 +196,21 @@ def test_diagonal_structure_finds_the_mean_field_optimum():
     assert np.max(np.abs(1.0 / np.diag(cov) / target - 1.0)) > 0.3  # the two candidates differ
     model = linear_model(3, 200, bk.likelihoods.Normal(scale=noise))
     # Diagonal preconditioning on a correlated posterior: the mean needs a longer constant phase.
-    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(0.1, 2000), structure="diagonal", seed=2)
+    optimizer = paper_mgvbp(
+        bk.schedules.ConstantThenInverseTime(0.1, 2000), structure="diagonal", seed=2
+    )
     model.compile(optimizer=optimizer)
     model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(6000), dataset_size=len(x), verbose=0)
-    mu, p = optimizer.posterior_blocks[0]["mean"].numpy(), optimizer.posterior_blocks[0]["precision"].numpy()  # one flat block
+    mu, p = (
+        optimizer.posterior_blocks[0]["mean"].numpy(),
+        optimizer.posterior_blocks[0]["precision"].numpy(),
+    )  # one flat block
     assert np.all(np.abs(mu - mean) < 0.05 / np.sqrt(target))  # within 5% of q's own sd
     np.testing.assert_allclose(p, target, rtol=0.05)
 
 
 # -- robustness and errors -------------------------------------------------------------------------
+
 
 def test_nonfinite_gradient_never_reaches_mu_or_P():
     x, y = class_data()
@@ -219,20 +265,28 @@ def test_empirical_fisher_step_matches_a_hand_computation():
     noise, temperature, beta, p0 = 0.5, 0.5, 0.3, 10.0
     x, y = linear_data(n=40, noise=noise)
     model = linear_model(3, 6, bk.likelihoods.Normal(scale=noise))
-    opt = paper_mgvbp(beta, structure="diagonal", curvature="empirical_fisher", initial_precision=p0, seed=3)
+    opt = paper_mgvbp(
+        beta, structure="diagonal", curvature="empirical_fisher", initial_precision=p0, seed=3
+    )
     model.compile(optimizer=opt, dataset_size=len(x), temperature=temperature)
     opt.build(model.trainable_variables)
     k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)  # (N, 3, 1), (N, 1)
     resid = y[None, :] - (np.einsum("bi,ni->nb", x, k[:, :, 0]) + b)  # (N, B)
-    g_kernel = -resid[:, :, None] * x[None] / noise**2  # d -log p(y_b) / d w, per particle and example
+    g_kernel = (
+        -resid[:, :, None] * x[None] / noise**2
+    )  # d -log p(y_b) / d w, per particle and example
     g_bias = -resid / noise**2
     scale = len(x) / (len(x) * temperature)  # full batch
-    h_kernel = scale * np.mean(np.sum(g_kernel**2, axis=1), axis=0) + 1.0 / temperature  # prior N(0, 1)
+    h_kernel = (
+        scale * np.mean(np.sum(g_kernel**2, axis=1), axis=0) + 1.0 / temperature
+    )  # prior N(0, 1)
     h_bias = scale * np.mean(np.sum(g_bias**2, axis=1), axis=0) + 1.0 / temperature
     model.train_on_batch(x, y)
     h = np.concatenate([h_kernel, [h_bias]])  # the diagonal is one flat block over [kernel, bias]
     xi = beta * (h - p0)
-    np.testing.assert_allclose(opt.posterior_blocks[0]["precision"].numpy(), p0 + xi + xi**2 / (2 * p0), rtol=1e-4)
+    np.testing.assert_allclose(
+        opt.posterior_blocks[0]["precision"].numpy(), p0 + xi + xi**2 / (2 * p0), rtol=1e-4
+    )
 
 
 def test_true_fisher_step_uses_sampled_labels():
@@ -249,8 +303,13 @@ def test_true_fisher_step_uses_sampled_labels():
     k, b = (v.numpy().astype(np.float64) for v in model.particle_variables)
     h_true = np.concatenate([np.sum(x**2, axis=0), [len(x)]]) / noise**2 + 1.0  # + prior N(0, 1)
     resid = y[None, :] - (np.einsum("bi,ni->nb", x, k[:, :, 0]) + b)
-    h_empirical = np.concatenate([np.mean(np.einsum("nb,bi->ni", resid**2, x**2), 0),
-                                  [np.mean(np.sum(resid**2, 1))]]) / noise**4 + 1.0
+    h_empirical = (
+        np.concatenate(
+            [np.mean(np.einsum("nb,bi->ni", resid**2, x**2), 0), [np.mean(np.sum(resid**2, 1))]]
+        )
+        / noise**4
+        + 1.0
+    )
     model.train_on_batch(x, y)
     p = opt.posterior_blocks[0]["precision"].numpy().astype(np.float64)
     # Undo the retraction p = p0 + xi + xi^2 / (2 p0), xi = beta (h - p0), to read off the target h.
@@ -268,13 +327,22 @@ def test_mean_learning_rate_scales_only_the_mean_step():
     for mlr in (None, 0.05):
         keras.utils.set_random_seed(0)
         model = tiny_classifier(n_particles=4)
-        opt = paper_mgvbp(1e-2, structure="diagonal", curvature="empirical_fisher",
-                                  mean_learning_rate=mlr, initial_precision=100.0, seed=0)
+        opt = paper_mgvbp(
+            1e-2,
+            structure="diagonal",
+            curvature="empirical_fisher",
+            mean_learning_rate=mlr,
+            initial_precision=100.0,
+            seed=0,
+        )
         model.compile(optimizer=opt, dataset_size=len(x))
         opt.build(model.trainable_variables)
         mu0 = opt.posterior_blocks[0]["mean"].numpy()
         model.train_on_batch(x[:64], y[:64])
-        steps[mlr] = (opt.posterior_blocks[0]["mean"].numpy() - mu0, opt.posterior_blocks[0]["precision"].numpy())
+        steps[mlr] = (
+            opt.posterior_blocks[0]["mean"].numpy() - mu0,
+            opt.posterior_blocks[0]["precision"].numpy(),
+        )
     np.testing.assert_allclose(steps[0.05][0], 5.0 * steps[None][0], rtol=1e-3, atol=1e-6)
     np.testing.assert_allclose(steps[0.05][1], steps[None][1], rtol=1e-6)
     assert np.max(np.abs(steps[None][0])) > 0
@@ -291,7 +359,9 @@ def test_posterior_samples_beyond_the_particles(tmp_path):
     kernel = model.particle_variables[0]
     assert draws[0].shape == (5000,) + tuple(kernel.shape[1:])
     q = model.optimizer.posterior(flatten=False)[kernel.path]
-    assert_sample_moments(draws[0].numpy().reshape(5000, -1), q.mean(), q.stddev(), what="draws of q")
+    assert_sample_moments(
+        draws[0].numpy().reshape(5000, -1), q.mean(), q.stddev(), what="draws of q"
+    )
 
 
 @pytest.mark.parametrize("structure", ["diagonal", "full"])
@@ -304,7 +374,10 @@ def test_overflowing_update_leaves_q_unchanged(structure):
     model.compile(optimizer=optimizer)
     model.fit(x, y, epochs=1, batch_size=64, verbose=0)
     before = [v.numpy().copy() for v in optimizer.posterior_variables + model.particle_variables]
-    huge = [tf.fill(v.shape, tf.constant(np.finfo(np.float32).max / 2, tf.float32)) for v in model.trainable_variables]
+    huge = [
+        tf.fill(v.shape, tf.constant(np.finfo(np.float32).max / 2, tf.float32))
+        for v in model.trainable_variables
+    ]
     assert not bool(optimizer.apply(huge, model.trainable_variables))
     assert int(optimizer.skipped_updates.numpy()) == 1
     for b, v in zip(before, optimizer.posterior_variables + model.particle_variables):
@@ -333,9 +406,14 @@ def test_antithetic_draws_mirror_through_the_mean_and_normals_are_standard():
     assert bk.optimizers.MGVBP.from_config(config).antithetic is False
 
 
-@pytest.mark.parametrize("make", [lambda: paper_mgvbp(1e-2, seed=3),
-                                  lambda: paper_mgvbp(1e-2, structure="full", seed=3),
-                                  lambda: bk.optimizers.MeanFieldVI(1e-2, seed=3)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: paper_mgvbp(1e-2, seed=3),
+        lambda: paper_mgvbp(1e-2, structure="full", seed=3),
+        lambda: bk.optimizers.MeanFieldVI(1e-2, seed=3),
+    ],
+)
 def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
     """The normals drawn before the forward pass (prefetch_noise) are those the update would draw itself:
     after fit, the particles are exactly sample() of the updated q under the last step's counter."""
@@ -351,7 +429,10 @@ def test_fit_samples_are_q_draws_keyed_by_the_counter(make):
     for v, e in zip(optimizer.view.variables, expected):
         np.testing.assert_allclose(v.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
     optimizer._sample_counter.assign(counter - 2)  # and the previous key gives different draws
-    assert not np.allclose(optimizer.sample(optimizer.view.num_particles)[0].numpy(), optimizer.view.variables[0].numpy())
+    assert not np.allclose(
+        optimizer.sample(optimizer.view.num_particles)[0].numpy(),
+        optimizer.view.variables[0].numpy(),
+    )
 
 
 def test_steps_per_execution_draws_the_same_stream():

@@ -24,13 +24,23 @@ def test_kronecker_primitives_match_dense_algebra():
     mean = rng.standard_normal(p * q)
 
     # sample: theta - mu = S eps with S S^T = P^-1 (feed the unit vectors to read S off)
-    scale = core.sample_kronecker(tf.constant(mean), tf.constant(chol_a), tf.constant(chol_g),
-                                  tf.eye(p * q, dtype=tf.float64)).numpy() - mean
+    scale = (
+        core.sample_kronecker(
+            tf.constant(mean),
+            tf.constant(chol_a),
+            tf.constant(chol_g),
+            tf.eye(p * q, dtype=tf.float64),
+        ).numpy()
+        - mean
+    )
     np.testing.assert_allclose(scale.T @ scale, np.linalg.inv(precision), rtol=1e-10, atol=1e-14)
 
     v = rng.standard_normal(p * q)
-    np.testing.assert_allclose(core.kronecker_solve(chol_a, chol_g, tf.constant(v)).numpy(),
-                               np.linalg.solve(precision, v), rtol=1e-10)
+    np.testing.assert_allclose(
+        core.kronecker_solve(chol_a, chol_g, tf.constant(v)).numpy(),
+        np.linalg.solve(precision, v),
+        rtol=1e-10,
+    )
 
     entropy = 0.5 * p * q * (np.log(2 * np.pi) + 1) - 0.5 * np.linalg.slogdet(precision)[1]
     np.testing.assert_allclose(core.entropy_kronecker(chol_a, chol_g).numpy(), entropy, rtol=1e-12)
@@ -45,7 +55,9 @@ def _nearest_kronecker_product(m, p, q):
     """Brute force: the best rank-1 approximation of the rearranged (p^2, q^2) matrix (Van Loan)."""
     r = m.reshape(p, q, p, q).transpose(0, 2, 1, 3).reshape(p * p, q * q)
     u, s, vt = np.linalg.svd(r)
-    return s[0] * np.outer(u[:, 0], vt[0]).reshape(p, p, q, q).transpose(0, 2, 1, 3).reshape(p * q, p * q)
+    return s[0] * np.outer(u[:, 0], vt[0]).reshape(p, p, q, q).transpose(0, 2, 1, 3).reshape(
+        p * q, p * q
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -56,15 +68,25 @@ def test_damped_factors_are_the_nearest_kronecker_product_of_the_damped_curvatur
     a[0, :] = a[:, 0] = 0.0  # a coordinate the data never excites
     damping = 0.7
     target = np.kron(a, g) + damping * np.eye(p * q)
-    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g), damping))
-    np.testing.assert_allclose(np.kron(da, dg), _nearest_kronecker_product(target, p, q), rtol=1e-7,
-                               atol=1e-7 * np.abs(target).max())
+    da, dg = (
+        t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g), damping)
+    )
+    np.testing.assert_allclose(
+        np.kron(da, dg),
+        _nearest_kronecker_product(target, p, q),
+        rtol=1e-7,
+        atol=1e-7 * np.abs(target).max(),
+    )
     assert np.min(np.linalg.eigvalsh(np.kron(da, dg))) > 0
     np.testing.assert_allclose(np.trace(da) / p, np.trace(dg) / q, rtol=1e-12)  # balanced
     # a 1 x 1 factor: the damped curvature is itself a Kronecker product, recovered exactly
     g1 = np.array([[2.5]])
-    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g1), damping))
-    np.testing.assert_allclose(np.kron(da, dg), 2.5 * a + damping * np.eye(p), rtol=1e-12, atol=1e-12)
+    da, dg = (
+        t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g1), damping)
+    )
+    np.testing.assert_allclose(
+        np.kron(da, dg), 2.5 * a + damping * np.eye(p), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -73,13 +95,25 @@ def test_row_damping_gives_the_nearest_kronecker_product(seed):
     rng = np.random.default_rng(seed)
     p, q = 5, 3
     a, g = _spd(rng, p) * 10.0 ** rng.uniform(-2, 2), _spd(rng, q)
-    rows = np.array([0.7, 0.7, 0.7, 0.7, 11.0])  # a bias prior of sd 0.3 against kernel priors of sd 1.2
+    rows = np.array(
+        [0.7, 0.7, 0.7, 0.7, 11.0]
+    )  # a bias prior of sd 0.3 against kernel priors of sd 1.2
     target = np.kron(a, g) + np.kron(np.diag(rows), np.eye(q))
-    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g), tf.constant(rows)))
-    np.testing.assert_allclose(np.kron(da, dg), _nearest_kronecker_product(target, p, q), rtol=1e-7,
-                               atol=1e-7 * np.abs(target).max())
+    da, dg = (
+        t.numpy()
+        for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g), tf.constant(rows))
+    )
+    np.testing.assert_allclose(
+        np.kron(da, dg),
+        _nearest_kronecker_product(target, p, q),
+        rtol=1e-7,
+        atol=1e-7 * np.abs(target).max(),
+    )
     g1 = np.array([[2.5]])  # one output: exact
-    da, dg = (t.numpy() for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g1), tf.constant(rows)))
+    da, dg = (
+        t.numpy()
+        for t in core.damped_kronecker_factors(tf.constant(a), tf.constant(g1), tf.constant(rows))
+    )
     np.testing.assert_allclose(np.kron(da, dg), 2.5 * a + np.diag(rows), rtol=1e-12, atol=1e-12)
 
 
@@ -93,8 +127,12 @@ def test_kronecker_uses_the_bias_prior_of_the_bias_row():
     cov = np.linalg.inv(xb.T @ xb / noise**2 + np.diag([1.0, 1.0, 1.0, 1.0 / 0.3**2]))
     inputs = keras.Input((3,))
     out = bk.layers.Dense(1, num_particles=10, kernel_prior=1.0, bias_prior=0.3)(inputs)
-    model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=noise, standardize=False))
-    optimizer = paper_mgvbp(0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher", seed=1)
+    model = bk.BayesianModel(
+        inputs, out, likelihood=bk.likelihoods.Normal(scale=noise, standardize=False)
+    )
+    optimizer = paper_mgvbp(
+        0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher", seed=1
+    )
     model.compile(optimizer=optimizer)
     model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
     sds = np.sqrt(np.diag(optimizer.posterior().covariance().numpy()))
@@ -111,25 +149,34 @@ def test_kronecker_through_fit_recovers_the_exact_posterior_of_a_conjugate_model
     x = np.concatenate([x, np.zeros((len(x), 1), np.float32)], 1)  # an unexcited fourth weight
     mean, cov = exact_linear_posterior(x, y, noise)
     model = linear_model(4, 10, bk.likelihoods.Normal(scale=noise))
-    optimizer = paper_mgvbp(0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher",
-                                    seed=1)
+    optimizer = paper_mgvbp(
+        0.05, mean_learning_rate=0.2, structure="kronecker", curvature="fisher", seed=1
+    )
     model.compile(optimizer=optimizer)
-    history = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0)
+    history = model.fit(
+        tf.data.Dataset.from_tensors((x, y)).repeat(steps), dataset_size=len(x), verbose=0
+    )
     assert np.isfinite(history.history["elbo"][-1])
     q = optimizer.posterior()
     mu, q_cov = q.mean().numpy(), q.covariance().numpy()
     assert np.linalg.norm(mu - mean) / np.linalg.norm(mean) < 0.02
     # P's target is an unbiased Monte Carlo estimate (one sampled label per example and sample) that the
     # retraction averages with step 0.05: a few percent of noise remain.
-    np.testing.assert_allclose(np.linalg.inv(q_cov), np.linalg.inv(cov), rtol=0.05,
-                               atol=0.05 * np.abs(np.linalg.inv(cov)).max())
+    np.testing.assert_allclose(
+        np.linalg.inv(q_cov),
+        np.linalg.inv(cov),
+        rtol=0.05,
+        atol=0.05 * np.abs(np.linalg.inv(cov)).max(),
+    )
     np.testing.assert_allclose(np.sqrt(np.diag(q_cov)), np.sqrt(np.diag(cov)), rtol=0.03)
     assert abs(np.sqrt(q_cov[3, 3]) - 1.0) < 0.03  # the unexcited weight keeps the prior's sd
 
     # posterior(flatten=False): the same Gaussian's marginals per variable (the bias is the last row)
     kernel, bias = model.particle_variables
     marginals = optimizer.posterior(flatten=False)
-    np.testing.assert_allclose(marginals[kernel.path].covariance(), q_cov[:4, :4], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(
+        marginals[kernel.path].covariance(), q_cov[:4, :4], rtol=1e-6, atol=1e-12
+    )
     np.testing.assert_allclose(marginals[bias.path].covariance(), q_cov[4:, 4:], rtol=1e-6)
 
 
@@ -138,8 +185,15 @@ def test_kronecker_conv_net_trains_and_keeps_factors_positive_definite():
     keep, keep_t = y < 3, yt < 3  # three classes: a few seconds
     keras.utils.set_random_seed(0)
     model = bk.zoo.lenet5((8, 8, 1), 3, num_particles=4)
-    optimizer = paper_mgvbp(2e-3, mean_learning_rate=3e-2, momentum=0.8, structure="kronecker",
-                                    curvature="empirical_fisher", initial_precision=1e3, seed=0)
+    optimizer = paper_mgvbp(
+        2e-3,
+        mean_learning_rate=3e-2,
+        momentum=0.8,
+        structure="kronecker",
+        curvature="empirical_fisher",
+        initial_precision=1e3,
+        seed=0,
+    )
     model.compile(optimizer=optimizer, temperature=0.1)
     model.fit(x[keep], y[keep], epochs=8, batch_size=64, verbose=0)
     probs = model.predict(xt[keep_t], verbose=0)

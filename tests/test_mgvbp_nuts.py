@@ -26,7 +26,14 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
-from targets import NUTS_MEAN_TOL, NUTS_SD_TOL, breast_cancer_log_prob, breast_cancer_nuts, paper_mgvbp, run_gpf_breast_cancer  # noqa: E402
+from targets import (
+    NUTS_MEAN_TOL,
+    NUTS_SD_TOL,
+    breast_cancer_log_prob,
+    breast_cancer_nuts,
+    paper_mgvbp,
+    run_gpf_breast_cancer,
+)  # noqa: E402
 
 
 def _run_mgvbp(estimator="gradient", samples=100, lr=0.1, tau=300, steps=4000):
@@ -34,8 +41,9 @@ def _run_mgvbp(estimator="gradient", samples=100, lr=0.1, tau=300, steps=4000):
     inputs = keras.Input((31,))
     logits = bk.layers.Dense(1, num_particles=samples, use_bias=False, kernel_prior=1.0)(inputs)
     model = bk.BayesianModel(inputs, logits, likelihood="bernoulli")
-    optimizer = paper_mgvbp(bk.schedules.ConstantThenInverseTime(lr, tau), structure="full",
-                                    estimator=estimator, seed=0)
+    optimizer = paper_mgvbp(
+        bk.schedules.ConstantThenInverseTime(lr, tau), structure="full", estimator=estimator, seed=0
+    )
     model.compile(optimizer=optimizer)
     data = tf.data.Dataset.from_tensors((x, y.astype(np.float32))).repeat(steps)
     model.fit(data, dataset_size=len(x), verbose=0)
@@ -48,7 +56,9 @@ def _check_against_nuts(mean, cov, ref):
     mean_err = np.abs(mean - ref["mean"]) / ref["sd"]
     sd_ratio = sd / ref["sd"]
     assert np.all(mean_err < NUTS_MEAN_TOL), f"worst mean error {mean_err.max():.3f} NUTS sd"
-    assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL), f"sd ratios {sd_ratio.min():.3f}..{sd_ratio.max():.3f}"
+    assert np.all(np.abs(sd_ratio - 1.0) < NUTS_SD_TOL), (
+        f"sd ratios {sd_ratio.min():.3f}..{sd_ratio.max():.3f}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +92,9 @@ def test_mgvbp_and_gpf_reach_the_same_gaussian_optimum(mgvbp_gaussian, reference
 
     elbo_mgvbp, elbo_gpf = elbo(mean, cov), elbo(gpf.mean, gpf.covariance)
     assert abs(elbo_mgvbp - elbo_gpf) < 0.5
-    assert elbo_mgvbp > elbo_gpf - 0.05  # no worse than GPF's finite-N Gaussian (measured: 0.22 better)
+    assert (
+        elbo_mgvbp > elbo_gpf - 0.05
+    )  # no worse than GPF's finite-N Gaussian (measured: 0.22 better)
 
 
 @pytest.mark.slow

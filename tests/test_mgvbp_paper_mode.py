@@ -43,8 +43,12 @@ def _data(n=60, seed=0):
 def _model():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((FEATURES,))
-    logits = bk.layers.Dense(1, num_particles=SAMPLES, kernel_prior=bk.priors.Normal(*KERNEL_PRIOR),
-                             bias_prior=bk.priors.Normal(*BIAS_PRIOR))(inputs)
+    logits = bk.layers.Dense(
+        1,
+        num_particles=SAMPLES,
+        kernel_prior=bk.priors.Normal(*KERNEL_PRIOR),
+        bias_prior=bk.priors.Normal(*BIAS_PRIOR),
+    )(inputs)
     return bk.BayesianModel(inputs, logits, likelihood="bernoulli")
 
 
@@ -60,7 +64,9 @@ def _schedule(t):
     return float(np.float32(BETA) * ratio)
 
 
-def paper_iteration(x, y, mu, eps, diagonal, omega=0.4, p0=10.0, clip=100.0, clip0=None, norms=None):
+def paper_iteration(
+    x, y, mu, eps, diagonal, omega=0.4, p0=10.0, clip=100.0, clip0=None, norms=None
+):
     """The paper's algorithm (estimator B) in NumPy, float64; returns [(mu_t, P_t)] for t = 1..len(eps) - 1.
     x (n, k) inputs, the weights [kernel (k,), bias]; eps (T + 1, S, d) the normals of each draw. `norms`: a
     list to which each step's gradient norm before clipping is appended."""
@@ -80,8 +86,12 @@ def paper_iteration(x, y, mu, eps, diagonal, omega=0.4, p0=10.0, clip=100.0, cli
         z = theta @ xb.T
         return np.sum(y * z - np.logaddexp(0.0, z), axis=1)
 
-    def control_variates(a, b):  # the authors' control_variates(A, B, S, 1); MATLAB's var has ddof=1
-        return (np.mean(a * b, 0) - np.mean(a, 0) * np.mean(b, 0)) / np.var(b, 0, ddof=1) * s / (s - 1)
+    def control_variates(
+        a, b
+    ):  # the authors' control_variates(A, B, S, 1); MATLAB's var has ddof=1
+        return (
+            (np.mean(a * b, 0) - np.mean(a, 0) * np.mean(b, 0)) / np.var(b, 0, ddof=1) * s / (s - 1)
+        )
 
     c_mu, c_p = np.zeros(d), np.zeros_like(p)
     m_mu = m_p = zeta = None
@@ -97,13 +107,15 @@ def paper_iteration(x, y, mu, eps, diagonal, omega=0.4, p0=10.0, clip=100.0, cli
         else:
             sigma = np.linalg.inv(p)
             pa = a @ p
-            score_p = p[None] - pa[:, :, None] * pa[:, None, :]  # Sig_inv - Sig_inv*aux*aux'*Sig_inv
+            score_p = (
+                p[None] - pa[:, :, None] * pa[:, None, :]
+            )  # Sig_inv - Sig_inv*aux*aux'*Sig_inv
             g_mu = -sigma @ (prior_prec * (mu - prior_mean)) + np.mean(a * (f[:, None] - c_mu), 0)
             g_p = (np.diag(prior_prec) - p) + np.mean(score_p * (f[:, None, None] - c_p), 0)
         fs = f.reshape((-1,) + (1,) * (score_p.ndim - 1))
         c_mu, c_p = control_variates(a * f[:, None], a), control_variates(score_p * fs, score_p)
         bound = clip0 if t == 1 else clip  # grad_clipping on the stacked [g_mu; g_P(:)]
-        norm = np.sqrt(np.sum(g_mu ** 2) + np.sum(g_p ** 2))
+        norm = np.sqrt(np.sum(g_mu**2) + np.sum(g_p**2))
         if norms is not None:
             norms.append(norm)
         if bound is not None and norm > bound:
@@ -135,7 +147,9 @@ def _library_iteration(optimizer, x, y, eps):
     """The optimizer's (mu_t, P_t) for t = 1..len(eps) - 1 through the custom training loop, each step's
     samples drawn from the given normals."""
     model = _model()
-    mu0 = np.concatenate([v.numpy()[0].ravel() for v in model.particle_variables])  # q starts at particle 0
+    mu0 = np.concatenate(
+        [v.numpy()[0].ravel() for v in model.particle_variables]
+    )  # q starts at particle 0
     model.compile(optimizer=optimizer)
     model.set_dataset_size(len(x))
     optimizer.build(model.trainable_variables)
@@ -185,7 +199,11 @@ def test_paper_configuration_round_trips_and_bad_values_are_named():
     optimizer = bk.optimizers.MGVBP.paper(seed=0)
     config = optimizer.get_config()
     assert config["signal_share"] is False and config["initial_gradient_clip"] is None
-    assert config["estimator"] == "score" and config["structure"] == "full" and config["momentum"] == 0.4
+    assert (
+        config["estimator"] == "score"
+        and config["structure"] == "full"
+        and config["momentum"] == 0.4
+    )
     again = bk.optimizers.MGVBP.from_config(config)
     assert again.signal_share is False and again.initial_gradient_clip is None
     # configurations saved before these options load as before: signal shares on, the first step clipped alike
@@ -197,10 +215,16 @@ def test_paper_configuration_round_trips_and_bad_values_are_named():
         bk.optimizers.MGVBP(signal_share="no")
     with pytest.raises(ValueError, match="initial_gradient_clip"):
         bk.optimizers.MGVBP(initial_gradient_clip=-1.0)
-    with pytest.raises(ValueError, match="MGVBP.paper: the paper's estimators are 'score' and 'score_h'; got "
-                                         "estimator='gradient'"):
+    with pytest.raises(
+        ValueError,
+        match="MGVBP.paper: the paper's estimators are 'score' and 'score_h'; got "
+        "estimator='gradient'",
+    ):
         bk.optimizers.MGVBP.paper(estimator="gradient")
-    with pytest.raises(ValueError, match="structure must be 'full', 'layer' or 'diagonal'; got structure='kronecker'"):
+    with pytest.raises(
+        ValueError,
+        match="structure must be 'full', 'layer' or 'diagonal'; got structure='kronecker'",
+    ):
         bk.optimizers.MGVBP.paper(structure="kronecker")
     with pytest.raises(ValueError, match="learning_rate is already a schedule"):
         bk.optimizers.MGVBP.paper(bk.schedules.ConstantThenInverseTime(1e-3, 10))

@@ -24,11 +24,22 @@ def _sequence_model(middle):
     return bk.BayesianModel(inputs, bk.layers.Dense(10)(h), likelihood="categorical")
 
 
-@pytest.mark.parametrize("build,layer,expected", [
-    (_image_model, lambda: keras.layers.BatchNormalization(), "bayes_keras.layers.BatchNormalization"),
-    (_image_model, lambda: keras.layers.GroupNormalization(2), "LayerNormalization"),
-    (_sequence_model, lambda: (lambda h: keras.layers.MultiHeadAttention(2, 4)(h, h)), "attention"),
-])
+@pytest.mark.parametrize(
+    "build,layer,expected",
+    [
+        (
+            _image_model,
+            lambda: keras.layers.BatchNormalization(),
+            "bayes_keras.layers.BatchNormalization",
+        ),
+        (_image_model, lambda: keras.layers.GroupNormalization(2), "LayerNormalization"),
+        (
+            _sequence_model,
+            lambda: lambda h: keras.layers.MultiHeadAttention(2, 4)(h, h),
+            "attention",
+        ),
+    ],
+)
 def test_layers_that_mix_particles_are_refused(build, layer, expected):
     with pytest.raises(ValueError, match=f"would mix the particles.*{expected}"):
         build(layer())
@@ -42,8 +53,15 @@ def test_keras_pooling_that_eats_the_particle_axis_is_refused():
         bk.BayesianModel(inputs, keras.layers.Dense(10)(h), likelihood="categorical")
 
 
-@pytest.mark.parametrize("layer", [lambda: keras.layers.LayerNormalization(), lambda: keras.layers.Dropout(0.1),
-                                   lambda: keras.layers.Activation("relu"), lambda: keras.layers.Dense(4)])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        lambda: keras.layers.LayerNormalization(),
+        lambda: keras.layers.Dropout(0.1),
+        lambda: keras.layers.Activation("relu"),
+        lambda: keras.layers.Dense(4),
+    ],
+)
 def test_layers_that_act_per_particle_keep_working(layer):
     model = _image_model(layer())
     x = np.random.default_rng(0).standard_normal((5, 8, 8, 1)).astype(np.float32)
@@ -59,21 +77,32 @@ def test_keras_add_and_concatenate_keep_working():
     assert model.predict_particles(np.zeros((2, 5), np.float32)).shape == (2, N, 2)
 
 
-@pytest.mark.parametrize("layer,axis_message", [
-    (lambda: keras.layers.Softmax(axis=1, name="over_particles"), True),
-    (lambda: keras.layers.LayerNormalization(axis=1, name="over_particles"), True),
-    (lambda: keras.layers.Concatenate(axis=1, name="over_particles"), True),
-    (lambda: keras.layers.Attention(name="over_particles"), False),
-    (lambda: keras.layers.AdditiveAttention(name="over_particles"), False),
-])
+@pytest.mark.parametrize(
+    "layer,axis_message",
+    [
+        (lambda: keras.layers.Softmax(axis=1, name="over_particles"), True),
+        (lambda: keras.layers.LayerNormalization(axis=1, name="over_particles"), True),
+        (lambda: keras.layers.Concatenate(axis=1, name="over_particles"), True),
+        (lambda: keras.layers.Attention(name="over_particles"), False),
+        (lambda: keras.layers.AdditiveAttention(name="over_particles"), False),
+    ],
+)
 def test_layers_acting_across_the_particle_axis_are_refused(layer, axis_message):
     """These were accepted by the old deny-list, and moving one particle's weights moved the others' outputs."""
     inputs = keras.Input((5,))
     h = bk.layers.Dense(4, num_particles=N)(inputs)  # (batch, N, 4): axis 1 is the particle axis
     layer = layer()
-    h = layer([h, h]) if isinstance(layer, (keras.layers.Concatenate, keras.layers.Attention,
-                                            keras.layers.AdditiveAttention)) else layer(h)
-    with pytest.raises(ValueError, match="over_particles.*" + ("particle axis" if axis_message else "PerParticle")):
+    h = (
+        layer([h, h])
+        if isinstance(
+            layer,
+            (keras.layers.Concatenate, keras.layers.Attention, keras.layers.AdditiveAttention),
+        )
+        else layer(h)
+    )
+    with pytest.raises(
+        ValueError, match="over_particles.*" + ("particle axis" if axis_message else "PerParticle")
+    ):
         bk.BayesianModel(inputs, bk.layers.Dense(2)(h), likelihood="categorical")
 
 
@@ -83,9 +112,12 @@ def test_the_same_layers_on_other_axes_or_per_particle_are_accepted_and_keep_par
     h = first(inputs)  # (batch, N, 6, 4)
     h = keras.layers.Softmax(axis=2)(h)  # over the 6 steps
     h = keras.layers.LayerNormalization(axis=[2, 3])(h)
-    h = bk.layers.PerParticle(keras.layers.Attention())([h, h])  # attention over the steps, per particle
-    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(bk.layers.GlobalAveragePooling1D()(h)),
-                             likelihood="categorical")
+    h = bk.layers.PerParticle(keras.layers.Attention())(
+        [h, h]
+    )  # attention over the steps, per particle
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(2)(bk.layers.GlobalAveragePooling1D()(h)), likelihood="categorical"
+    )
     x = np.random.default_rng(0).standard_normal((3, 6, 3)).astype(np.float32)
     before = np.asarray(model(x))
     first.kernel.assign(first.kernel.numpy() + np.eye(N)[:, :1, None])  # particle 0 only
@@ -98,11 +130,20 @@ def test_keras_ops_across_the_particle_axis_are_refused_elementwise_ones_accepte
     inputs = keras.Input((5,))
     h = bk.layers.Dense(4, num_particles=N)(inputs)
     with pytest.raises(ValueError, match="operation.*PerParticle"):
-        bk.BayesianModel(inputs, bk.layers.Dense(2)(h - keras.ops.mean(h, axis=1, keepdims=True)),
-                         likelihood="categorical")
+        bk.BayesianModel(
+            inputs,
+            bk.layers.Dense(2)(h - keras.ops.mean(h, axis=1, keepdims=True)),
+            likelihood="categorical",
+        )
     with pytest.raises(ValueError, match="operation"):
-        bk.BayesianModel(inputs, bk.layers.Dense(2)(h - keras.ops.mean(h, axis=0, keepdims=True)),
-                         likelihood="categorical")
-    model = bk.BayesianModel(inputs, bk.layers.Dense(2)(2.0 * h + 1.0 - keras.ops.mean(h, axis=-1, keepdims=True)),
-                             likelihood="categorical")
+        bk.BayesianModel(
+            inputs,
+            bk.layers.Dense(2)(h - keras.ops.mean(h, axis=0, keepdims=True)),
+            likelihood="categorical",
+        )
+    model = bk.BayesianModel(
+        inputs,
+        bk.layers.Dense(2)(2.0 * h + 1.0 - keras.ops.mean(h, axis=-1, keepdims=True)),
+        likelihood="categorical",
+    )
     assert model.predict_particles(np.zeros((2, 5), np.float32)).shape == (2, N, 2)

@@ -7,7 +7,14 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import bayes_keras as bk
-from targets import class_data, exact_linear_posterior, linear_data, linear_model, linear_particles, tiny_classifier
+from targets import (
+    class_data,
+    exact_linear_posterior,
+    linear_data,
+    linear_model,
+    linear_particles,
+    tiny_classifier,
+)
 
 tfd = tfp.distributions
 
@@ -44,8 +51,12 @@ def test_minibatch_gradient_is_scaled_log_joint():
     k, b = [v.numpy() for v in model.particle_variables]
     for n in range(4):
         resid = yb - (xb @ k[n, :, 0] + b[n, 0])
-        np.testing.assert_allclose(gk.numpy()[n, :, 0], 400 / 10 * xb.T @ resid / noise**2 - k[n, :, 0], rtol=1e-4)
-        np.testing.assert_allclose(gb.numpy()[n, 0], 400 / 10 * resid.sum() / noise**2 - b[n, 0], rtol=1e-4)
+        np.testing.assert_allclose(
+            gk.numpy()[n, :, 0], 400 / 10 * xb.T @ resid / noise**2 - k[n, :, 0], rtol=1e-4
+        )
+        np.testing.assert_allclose(
+            gb.numpy()[n, 0], 400 / 10 * resid.sum() / noise**2 - b[n, 0], rtol=1e-4
+        )
 
 
 def test_predictive_and_uncertainty_decomposition():
@@ -61,7 +72,9 @@ def test_predictive_and_uncertainty_decomposition():
     assert isinstance(dist, tfd.Categorical) and dist.batch_shape == (64,)
     np.testing.assert_allclose(dist.probs_parameter().numpy(), probs, atol=1e-6)
     u = model.uncertainty(x)
-    np.testing.assert_allclose(u["total_entropy"], u["expected_entropy"] + u["mutual_information"], atol=1e-5)
+    np.testing.assert_allclose(
+        u["total_entropy"], u["expected_entropy"] + u["mutual_information"], atol=1e-5
+    )
     np.testing.assert_allclose(u["total_entropy"], -np.sum(probs * np.log(probs), 1), atol=1e-4)
     assert np.all(u["mutual_information"] >= 0)
     # evaluate's nll is the predictive NLL, not a per-particle average
@@ -107,8 +120,9 @@ def test_standardised_targets_learned_noise_in_target_units():
     assert np.sqrt(np.mean((mean - (500.0 + 40.0 * y)) ** 2)) < 40.0 * 0.35  # residual ~ the noise
     # adapted once, from the training targets: a second fit keeps the standardisation
     model.fit(x[:50], y[:50], epochs=1, verbose=0)
-    assert model.likelihood.loc_scale(np.zeros((1, 4, 1), np.float32))[0].numpy().mean() == pytest.approx(
-        np.mean(500.0 + 40.0 * y), rel=1e-5)
+    assert model.likelihood.loc_scale(np.zeros((1, 4, 1), np.float32))[
+        0
+    ].numpy().mean() == pytest.approx(np.mean(500.0 + 40.0 * y), rel=1e-5)
 
 
 def test_bernoulli_likelihood_trains():
@@ -160,6 +174,7 @@ def test_nonfinite_gradient_never_reaches_particles():
 
 # -- bad input -------------------------------------------------------------------------------
 
+
 def test_num_particles_must_be_positive():
     with pytest.raises(ValueError, match="num_particles"):
         bk.layers.Dense(3, num_particles=0)
@@ -178,13 +193,19 @@ def test_labels_out_of_range_are_reported():
     model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     # arrays: refused at the door; a tf.data pipeline's labels: in the graph, at the batch that holds them
-    with pytest.raises(ValueError, match=r"y must be class labels in \[0, 3\).*got labels from 3 to 5"):
+    with pytest.raises(
+        ValueError, match=r"y must be class labels in \[0, 3\).*got labels from 3 to 5"
+    ):
         model.fit(x, y + 3, epochs=1, verbose=0)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"labels must be in \[0, num_classes\)"
+    ):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y + 3)).batch(16), epochs=1, verbose=0)
     bad = y.copy()
     bad[1] = 12  # the message names the offending label, not the batch's first few
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_classes =\] \[3\].*from\] \[0\] \[to\] \[12\]"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"num_classes =\] \[3\].*from\] \[0\] \[to\] \[12\]"
+    ):
         model.fit(tf.data.Dataset.from_tensor_slices((x, bad)).batch(64), epochs=1, verbose=0)
 
 
@@ -192,7 +213,9 @@ def test_fractional_labels_are_refused():
     x, y = class_data()
     model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.IndependentParticles())
-    with pytest.raises(ValueError, match=r"y must be class indices \(whole numbers\); got values such as \d\.3"):
+    with pytest.raises(
+        ValueError, match=r"y must be class indices \(whole numbers\); got values such as \d\.3"
+    ):
         model.fit(x, y + 0.3, epochs=1, verbose=0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="must be whole numbers"):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y + 0.3)).batch(16), epochs=1, verbose=0)
@@ -203,7 +226,11 @@ def test_fit_before_compile_and_negative_schedules_are_refused():
     x, y = class_data()
     with pytest.raises(ValueError, match=r"call compile\(\) before fit"):
         tiny_classifier().fit(x, y, epochs=1, verbose=0)
-    for optimizer in (bk.optimizers.IndependentParticles, bk.optimizers.GaussianParticleFlow, bk.optimizers.MGVBP):
+    for optimizer in (
+        bk.optimizers.IndependentParticles,
+        bk.optimizers.GaussianParticleFlow,
+        bk.optimizers.MGVBP,
+    ):
         with pytest.raises(ValueError, match="finite non-negative rate"):
             optimizer(keras.optimizers.schedules.CosineDecay(-1e-3, 100))
     bk.optimizers.GaussianParticleFlow(keras.optimizers.schedules.CosineDecay(1e-3, 100))
@@ -235,7 +262,9 @@ def test_unknown_dataset_size_is_reported():
     model = tiny_classifier()
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
-    with pytest.raises(ValueError, match="infinite tf.data.Dataset.*steps_per_epoch"):  # it would never end
+    with pytest.raises(
+        ValueError, match="infinite tf.data.Dataset.*steps_per_epoch"
+    ):  # it would never end
         model.fit(ds, epochs=1, verbose=0)
     with pytest.warns(UserWarning, match="upper bound"):  # read steps_per_epoch batches at a time
         model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0)
@@ -247,7 +276,9 @@ def test_unknown_dataset_size_is_reported():
 
 def test_loss_instead_of_likelihood():
     model = tiny_classifier()
-    model.compile(optimizer=bk.optimizers.IndependentParticles(), loss="sparse_categorical_crossentropy")
+    model.compile(
+        optimizer=bk.optimizers.IndependentParticles(), loss="sparse_categorical_crossentropy"
+    )
     assert isinstance(model.likelihood, bk.likelihoods.Categorical)
     with pytest.raises(ValueError, match="likelihood, not a loss"):
         model.compile(optimizer=bk.optimizers.IndependentParticles(), loss="hinge")
@@ -268,7 +299,7 @@ def test_initialize_particles_around_map_weights():
     model.initialize_particles(center, noise_std=0.01, seed=0)
     for v, c in zip(model.particle_variables, center.get_weights()):
         # the jitter's sd is 0.01 x the tensor's rms (0.01 x the floor 0.01 for the all-zero biases)
-        scale = 0.01 * max(np.sqrt(np.mean(c ** 2)), 0.01)
+        scale = 0.01 * max(np.sqrt(np.mean(c**2)), 0.01)
         assert 0.7 * scale < np.std(v.numpy() - c[None]) < 1.3 * scale
     with pytest.raises(ValueError, match="expected 4 arrays"):
         model.initialize_particles(center.get_weights()[:2])
@@ -289,9 +320,13 @@ def test_heteroscedastic_normal_learns_where_the_noise_is():
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, (600, 1)).astype(np.float32)
-    y = (100.0 + 20.0 * (x[:, 0] + (0.1 + 0.6 * np.abs(x[:, 0])) * rng.standard_normal(600))).astype(np.float32)
+    y = (
+        100.0 + 20.0 * (x[:, 0] + (0.1 + 0.6 * np.abs(x[:, 0])) * rng.standard_normal(600))
+    ).astype(np.float32)
     keras.utils.set_random_seed(0)
-    model = bk.zoo.mlp(1, 2, (32,), num_particles=4, likelihood=bk.likelihoods.HeteroscedasticNormal())
+    model = bk.zoo.mlp(
+        1, 2, (32,), num_particles=4, likelihood=bk.likelihoods.HeteroscedasticNormal()
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     model.fit(x, y, epochs=60, batch_size=64, verbose=0)
     grid = np.array([[-1.5], [0.0], [1.5]], np.float32)
@@ -302,7 +337,9 @@ def test_heteroscedastic_normal_learns_where_the_noise_is():
     loc, scale = [t.numpy() for t in model.likelihood.loc_scale(tf.constant(outputs))]
     y_grid = np.array([80.0, 100.0, 130.0], np.float32)
     expected = scipy.stats.norm.logpdf(y_grid[:, None], loc[..., 0], scale[..., 0])
-    np.testing.assert_allclose(model.likelihood.log_prob(y_grid, tf.constant(outputs)).numpy(), expected, rtol=1e-4)
+    np.testing.assert_allclose(
+        model.likelihood.log_prob(y_grid, tf.constant(outputs)).numpy(), expected, rtol=1e-4
+    )
 
 
 def test_standardisation_is_saved_with_the_model(tmp_path):
@@ -313,7 +350,9 @@ def test_standardisation_is_saved_with_the_model(tmp_path):
     path = tmp_path / "standardised.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"], rtol=1e-6)
+    np.testing.assert_allclose(
+        loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"], rtol=1e-6
+    )
     assert not loaded.likelihood.adapt_pending
     with pytest.raises(ValueError, match="standardize must be None, True or False"):
         bk.likelihoods.Normal(standardize="yes")

@@ -28,14 +28,28 @@ def _cases():
     x, rng = _classification_data()
     y_cat = np.argmax(x[:, :3] + 0.5 * rng.standard_normal((len(x), 3)), 1).astype(np.int32)
     y_bin = (x[:, 0] + 0.5 * rng.standard_normal(len(x)) > 0).astype(np.float32)
-    y_reg = (40.0 + 25.0 * x[:, 0] + 10.0 * rng.standard_normal(len(x))).astype(np.float32)  # unscaled targets
+    y_reg = (40.0 + 25.0 * x[:, 0] + 10.0 * rng.standard_normal(len(x))).astype(
+        np.float32
+    )  # unscaled targets
     return {
-        "categorical": (x, y_cat, lambda: _model("categorical", 3), ["accuracy", bk.metrics.ExpectedCalibrationError(5),
-                                                                    bk.metrics.BrierScore()]),
-        "bernoulli": (x, y_bin, lambda: _model("bernoulli", 1), ["accuracy", bk.metrics.ExpectedCalibrationError(5),
-                                                                bk.metrics.BrierScore()]),
-        "normal": (x, y_reg, lambda: _model(bk.likelihoods.Normal(scale=5.0), 1, shared_head=True),
-                   ["mae", bk.metrics.IntervalCoverage(0.9), bk.metrics.IntervalWidth(0.9)]),
+        "categorical": (
+            x,
+            y_cat,
+            lambda: _model("categorical", 3),
+            ["accuracy", bk.metrics.ExpectedCalibrationError(5), bk.metrics.BrierScore()],
+        ),
+        "bernoulli": (
+            x,
+            y_bin,
+            lambda: _model("bernoulli", 1),
+            ["accuracy", bk.metrics.ExpectedCalibrationError(5), bk.metrics.BrierScore()],
+        ),
+        "normal": (
+            x,
+            y_reg,
+            lambda: _model(bk.likelihoods.Normal(scale=5.0), 1, shared_head=True),
+            ["mae", bk.metrics.IntervalCoverage(0.9), bk.metrics.IntervalWidth(0.9)],
+        ),
     }
 
 
@@ -51,7 +65,9 @@ def _log_likelihood(kind, outputs, y, scale=5.0):
 
 def _mixture_quantile(means, scale, p):
     cdf = lambda t: np.mean(scipy.stats.norm.cdf(t, means, scale)) - p  # noqa: E731
-    return scipy.optimize.brentq(cdf, means.min() - 20 * scale, means.max() + 20 * scale, xtol=1e-10)
+    return scipy.optimize.brentq(
+        cdf, means.min() - 20 * scale, means.max() + 20 * scale, xtol=1e-10
+    )
 
 
 def _expected(kind, model, x, y, dataset_size):
@@ -60,13 +76,20 @@ def _expected(kind, model, x, y, dataset_size):
     n = outputs.shape[1]
     loglik = _log_likelihood(kind, outputs, y)
     # default priors N(0, 1) on every weight; the shared head's weights are one set
-    particle_prior = sum(np.sum(scipy.stats.norm.logpdf(v.numpy()).reshape(n, -1), 1)
-                         for v in model.particle_variables)
-    shared_prior = sum(np.sum(scipy.stats.norm.logpdf(v.numpy())) for v in model.trainable_variables
-                       if not getattr(v, "is_particle_variable", False))
+    particle_prior = sum(
+        np.sum(scipy.stats.norm.logpdf(v.numpy()).reshape(n, -1), 1)
+        for v in model.particle_variables
+    )
+    shared_prior = sum(
+        np.sum(scipy.stats.norm.logpdf(v.numpy()))
+        for v in model.trainable_variables
+        if not getattr(v, "is_particle_variable", False)
+    )
     log_joint = dataset_size * loglik.mean(0) + particle_prior
-    expected = {"loss": -(log_joint.mean() + shared_prior) / dataset_size,
-                "nll": -np.mean(scipy.special.logsumexp(loglik, 1) - np.log(n))}
+    expected = {
+        "loss": -(log_joint.mean() + shared_prior) / dataset_size,
+        "nll": -np.mean(scipy.special.logsumexp(loglik, 1) - np.log(n)),
+    }
     if kind == "normal":
         mean = model.predict(x, verbose=0)["mean"][:, 0]
         expected["mae"] = np.mean(np.abs(mean - y))
@@ -94,7 +117,9 @@ def test_reported_metrics_equal_predict(kind):
     assert set(before) == set(expected)
     for name, value in expected.items():
         assert before[name] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, "before fit")
-    history = model.fit(x[:60], y[:60], epochs=2, batch_size=16, validation_data=(x[60:], y[60:]), verbose=0)
+    history = model.fit(
+        x[:60], y[:60], epochs=2, batch_size=16, validation_data=(x[60:], y[60:]), verbose=0
+    )
     assert model.dataset_size == 60
     val_expected = _expected(kind, model, x[60:], y[60:], dataset_size=60)
     for name, value in val_expected.items():
@@ -121,7 +146,10 @@ def test_sample_weights_weigh_loss_and_nll():
     loglik = _log_likelihood("categorical", outputs, y)
     nll = -(scipy.special.logsumexp(loglik, 1) - np.log(outputs.shape[1]))
     assert logs["nll"] == pytest.approx(np.sum(w * nll) / np.sum(w), rel=1e-4)
-    prior = sum(np.sum(scipy.stats.norm.logpdf(v.numpy()).reshape(3, -1), 1) for v in model.particle_variables)
+    prior = sum(
+        np.sum(scipy.stats.norm.logpdf(v.numpy()).reshape(3, -1), 1)
+        for v in model.particle_variables
+    )
     # Keras' convention: weighted per-example losses averaged over the examples (not the weights)
     expected_loss = -(np.mean(w[:, None] * loglik, 0) + prior / 90).mean()
     assert logs["loss"] == pytest.approx(expected_loss, rel=1e-4)
@@ -130,14 +158,23 @@ def test_sample_weights_weigh_loss_and_nll():
 def test_early_stopping_auto_mode_knows_directions():
     x, y, build, _ = _cases()["categorical"]
     model = build()
-    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2),
-                  metrics=["accuracy", bk.metrics.ExpectedCalibrationError()])
-    callbacks = [keras.callbacks.EarlyStopping(monitor=m, patience=50)
-                 for m in ("val_nll", "val_loss", "val_accuracy", "val_ece", "free_energy")]
+    model.compile(
+        optimizer=bk.optimizers.GaussianParticleFlow(1e-2),
+        metrics=["accuracy", bk.metrics.ExpectedCalibrationError()],
+    )
+    callbacks = [
+        keras.callbacks.EarlyStopping(monitor=m, patience=50)
+        for m in ("val_nll", "val_loss", "val_accuracy", "val_ece", "free_energy")
+    ]
     model.fit(x, y, epochs=2, validation_split=0.25, callbacks=callbacks, verbose=0)
     ops = {cb.monitor: cb.monitor_op.__name__ for cb in callbacks}
-    assert ops == {"val_nll": "less", "val_loss": "less", "val_accuracy": "greater", "val_ece": "less",
-                   "free_energy": "less"}
+    assert ops == {
+        "val_nll": "less",
+        "val_loss": "less",
+        "val_accuracy": "greater",
+        "val_ece": "less",
+        "free_energy": "less",
+    }
 
 
 def test_dataset_size_follows_each_fit_unless_given():
@@ -147,7 +184,9 @@ def test_dataset_size_follows_each_fit_unless_given():
     model.fit(x[:16], y[:16], verbose=0)
     assert model.dataset_size == 16
     model.fit(x, y, validation_split=0.3, verbose=0)
-    assert model.dataset_size == 62  # int(floor(90 * (1 - 0.3))) = 62 in floating point: the rows Keras trains on
+    assert (
+        model.dataset_size == 62
+    )  # int(floor(90 * (1 - 0.3))) = 62 in floating point: the rows Keras trains on
     with pytest.raises(ValueError, match="no examples"):
         model.fit(x[:0], y[:0], verbose=0)
     model.fit(x[:16], y[:16], dataset_size=1000, verbose=0)
@@ -165,7 +204,9 @@ def test_accuracy_refused_for_regression():
 def test_interval_metrics_refused_for_classification():
     x, y, build, _ = _cases()["categorical"]
     model = build()
-    model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=[bk.metrics.IntervalCoverage()])
+    model.compile(
+        optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=[bk.metrics.IntervalCoverage()]
+    )
     with pytest.raises(ValueError, match="Predictive intervals need a continuous likelihood"):
         model.evaluate(x, y, verbose=0)
 
@@ -174,5 +215,7 @@ def test_metric_name_clash_is_an_error():
     _, _, build, _ = _cases()["categorical"]
     model = build()
     with pytest.raises(ValueError, match="unique"):
-        model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2),
-                      metrics=[bk.metrics.PredictiveNegativeLogLikelihood()])
+        model.compile(
+            optimizer=bk.optimizers.GaussianParticleFlow(1e-2),
+            metrics=[bk.metrics.PredictiveNegativeLogLikelihood()],
+        )

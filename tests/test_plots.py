@@ -14,7 +14,7 @@ def test_reliability_diagram_bars_are_bin_accuracies(tmp_path):
     fig = bk.plots.reliability_diagram(probs, labels, num_bins=10)
     top = fig.axes[0]
     _, acc, count = bk.metrics.calibration_curve(probs, labels, 10)
-    heights = [p.get_height() for p in top.patches[:int((count > 0).sum())]]
+    heights = [p.get_height() for p in top.patches[: int((count > 0).sum())]]
     np.testing.assert_allclose(heights, acc[count > 0])
     legend = " ".join(t.get_text() for t in top.get_legend().get_texts())
     assert f"ECE {bk.metrics.ece(probs, labels, 10):.4f}" in legend
@@ -40,9 +40,11 @@ def test_other_plots_render(tmp_path):
     fig = bk.plots.uncertainty_vs_error(rng.uniform(size=50), errors)
     assert fig.axes[0].lines[0].get_ydata()[-1] == pytest.approx(errors.mean())  # nothing set aside
     # an uncertainty that knows the errors: after setting aside the mistakes, the rest is error-free
-    fraction, error = fig_curve(bk.plots.uncertainty_vs_error(errors + 0.01 * rng.uniform(size=50), errors))
+    fraction, error = fig_curve(
+        bk.plots.uncertainty_vs_error(errors + 0.01 * rng.uniform(size=50), errors)
+    )
     assert np.all(error[fraction >= errors.mean() - 1e-9] == 0.0)
-    fig = bk.plots.particles_2d(rng.standard_normal((20, 2)), lambda z: -0.5 * np.sum(z ** 2, 1))
+    fig = bk.plots.particles_2d(rng.standard_normal((20, 2)), lambda z: -0.5 * np.sum(z**2, 1))
     fig.savefig(tmp_path / "particles.png")
     with pytest.raises(ValueError, match=r"\(N, 2\)"):
         bk.plots.particles_2d(np.zeros((3, 3)))

@@ -14,11 +14,19 @@ def test_hessian_preconditioner_gives_one_newton_step_to_the_mode():
     distance (independent particles: no kernel, no repulsion)."""
     mu, _, _, log_p = gaussian_target(4, 30.0, seed=3)
     x0 = np.random.default_rng(0).standard_normal((5, 4)) * 3.0
-    hess = bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)  # below P's spectrum: no clipping
+    hess = bk.preconditioners.HessianPreconditioner(
+        min_eigenvalue=1e-3
+    )  # below P's spectrum: no clipping
     one = bk.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(1.0, hess), 1)
     np.testing.assert_allclose(one.particles, np.tile(mu, (5, 1)), atol=1e-4)
-    half = bk.run_particles(log_p, x0, bk.optimizers.PreconditionedParticles(
-        0.5, bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)), 1)
+    half = bk.run_particles(
+        log_p,
+        x0,
+        bk.optimizers.PreconditionedParticles(
+            0.5, bk.preconditioners.HessianPreconditioner(min_eigenvalue=1e-3)
+        ),
+        1,
+    )
     np.testing.assert_allclose(half.particles - mu, 0.5 * (x0 - mu), atol=1e-4)
 
 
@@ -40,9 +48,13 @@ def test_kfac_through_fit_reaches_the_map_of_every_member_and_inverts_only_per_p
 
 
 def test_config_round_trip_and_bad_input():
-    opt = bk.optimizers.PreconditionedParticles(0.3, bk.preconditioners.KFACPreconditioner(damping=1e-2))
+    opt = bk.optimizers.PreconditionedParticles(
+        0.3, bk.preconditioners.KFACPreconditioner(damping=1e-2)
+    )
     back = bk.optimizers.PreconditionedParticles.from_config(opt.get_config())
     assert back.preconditioner.get_config() == opt.preconditioner.get_config()
     assert float(back.learning_rate) == pytest.approx(0.3)
     default = bk.optimizers.PreconditionedParticles().preconditioner  # no arguments needed: KFAC
-    assert isinstance(default, bk.preconditioners.KFACPreconditioner) and default.inversion_period == 1
+    assert (
+        isinstance(default, bk.preconditioners.KFACPreconditioner) and default.inversion_period == 1
+    )

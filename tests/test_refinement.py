@@ -10,7 +10,13 @@ import bayes_keras as bk
 from bayes_keras.refinement import auxiliary
 from targets import assert_within_sampling_error, linear_data, linear_model
 
-NU, RHO2, B, S2, SIGMA2 = 0.7, 0.3, -0.2, 1.5, 1.05  # q = N(0.7, 0.3); conditional prior N(-0.2, 1.5); a takes 0.7 of it
+NU, RHO2, B, S2, SIGMA2 = (
+    0.7,
+    0.3,
+    -0.2,
+    1.5,
+    1.05,
+)  # q = N(0.7, 0.3); conditional prior N(-0.2, 1.5); a takes 0.7 of it
 
 
 def test_closed_forms_are_the_two_step_joint():
@@ -24,15 +30,29 @@ def test_closed_forms_are_the_two_step_joint():
     w = w_mean + np.sqrt(w_var) * rng.standard_normal(n)
     # two-step: w ~ N(nu, rho2); a | w ~ N(c (w - b), c (s2 - sigma2)), c = sigma2 / s2
     c = SIGMA2 / S2
-    exact = {"E[w]": NU, "Var[w]": RHO2, "E[a]": c * (NU - B), "Var[a]": c * (S2 - SIGMA2) + c * c * RHO2,
-             "Cov[a, w]": c * RHO2}
-    got = {"E[w]": w.mean(), "Var[w]": w.var(), "E[a]": a.mean(), "Var[a]": a.var(),
-           "Cov[a, w]": np.cov(a, w)[0, 1]}
+    exact = {
+        "E[w]": NU,
+        "Var[w]": RHO2,
+        "E[a]": c * (NU - B),
+        "Var[a]": c * (S2 - SIGMA2) + c * c * RHO2,
+        "Cov[a, w]": c * RHO2,
+    }
+    got = {
+        "E[w]": w.mean(),
+        "Var[w]": w.var(),
+        "E[a]": a.mean(),
+        "Var[a]": a.var(),
+        "Cov[a, w]": np.cov(a, w)[0, 1],
+    }
     for key, value in exact.items():
         # standard errors of Gaussian sample moments: sd / sqrt(n), var sqrt(2 / n), cov sqrt((va vw + c^2) / n)
-        se = {"E[w]": np.sqrt(RHO2 / n), "Var[w]": RHO2 * np.sqrt(2 / n), "E[a]": np.sqrt(exact["Var[a]"] / n),
-              "Var[a]": exact["Var[a]"] * np.sqrt(2 / n),
-              "Cov[a, w]": np.sqrt((exact["Var[a]"] * RHO2 + exact["Cov[a, w]"] ** 2) / n)}[key]
+        se = {
+            "E[w]": np.sqrt(RHO2 / n),
+            "Var[w]": RHO2 * np.sqrt(2 / n),
+            "E[a]": np.sqrt(exact["Var[a]"] / n),
+            "Var[a]": exact["Var[a]"] * np.sqrt(2 / n),
+            "Cov[a, w]": np.sqrt((exact["Var[a]"] * RHO2 + exact["Cov[a, w]"] ** 2) / n),
+        }[key]
         assert_within_sampling_error(got[key], value, se, what=key)
 
 
@@ -47,7 +67,7 @@ def test_a_vanishing_auxiliary_variable_changes_nothing():
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_leftover_prior_variance_is_0_3_to_the_k(k):
     fractions = auxiliary.variance_schedule(k, 0.7)
-    np.testing.assert_allclose(1.0 - fractions.sum(), 0.3 ** k, rtol=1e-12)
+    np.testing.assert_allclose(1.0 - fractions.sum(), 0.3**k, rtol=1e-12)
     np.testing.assert_allclose(fractions[0], 0.7)
 
 
@@ -57,17 +77,19 @@ def _correlated_regression(noise=0.5, n=30, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, 3)) @ np.array([[1.0, 0.9, 0.6], [0.0, 0.4, 0.3], [0.0, 0.0, 0.4]])
     y = x @ np.array([1.0, -1.0, 0.5]) + noise * rng.standard_normal(n)
-    precision = x.T @ x / noise ** 2 + np.eye(3)
+    precision = x.T @ x / noise**2 + np.eye(3)
     cov = np.linalg.inv(precision)
-    gram = x @ x.T + noise ** 2 * np.eye(n)
+    gram = x @ x.T + noise**2 * np.eye(n)
     log_evidence = -0.5 * (y @ np.linalg.solve(gram, y) + np.linalg.slogdet(2 * np.pi * gram)[1])
     xt, yt = tf.constant(x), tf.constant(y)
 
     def log_likelihood(w):
         r = yt[None] - tf.matmul(w, xt, transpose_b=True)
-        return tf.reduce_sum(-0.5 * tf.square(r) / noise ** 2 - 0.5 * np.log(2 * np.pi * noise ** 2), axis=1)
+        return tf.reduce_sum(
+            -0.5 * tf.square(r) / noise**2 - 0.5 * np.log(2 * np.pi * noise**2), axis=1
+        )
 
-    return log_likelihood, cov @ x.T @ y / noise ** 2, cov, log_evidence
+    return log_likelihood, cov @ x.T @ y / noise**2, cov, log_evidence
 
 
 def test_refined_bound_rises_above_the_base_elbo_and_stays_below_the_evidence():
@@ -76,9 +98,17 @@ def test_refined_bound_rises_above_the_base_elbo_and_stays_below_the_evidence():
     above the base ELBO and below log p(D), and the refined samples' covariance is closer to the exact one."""
     log_likelihood, mean, cov, log_evidence = _correlated_regression()
     base_sd = 1.0 / np.sqrt(np.diag(np.linalg.inv(cov)))
-    samples, history = bk.refinement.refine_log_prob(log_likelihood, mean, base_sd, num_samples=400, num_stages=4,
-                                                     steps_per_stage=300, learning_rate=0.03, seed=0,
-                                                     eval_samples=64)
+    samples, history = bk.refinement.refine_log_prob(
+        log_likelihood,
+        mean,
+        base_sd,
+        num_samples=400,
+        num_stages=4,
+        steps_per_stage=300,
+        learning_rate=0.03,
+        seed=0,
+        eval_samples=64,
+    )
     bounds = history.elbo_aux.mean(axis=1)
     sampling_error = history.elbo_aux[-1].std() / np.sqrt(400)
     assert bounds[0] < log_evidence
@@ -95,25 +125,38 @@ def test_an_exact_mean_field_posterior_is_left_exact():
     noise, n = 0.5, 40
     x = np.linalg.qr(np.random.default_rng(1).standard_normal((n, 2)))[0] * 3.0
     y = x @ np.array([0.8, -0.4]) + noise * np.random.default_rng(2).standard_normal(n)
-    precision = np.diag(np.diag(x.T @ x)) / noise ** 2 + np.eye(2)
-    mean = np.linalg.solve(precision, x.T @ y / noise ** 2)
-    gram = x @ x.T + noise ** 2 * np.eye(n)
+    precision = np.diag(np.diag(x.T @ x)) / noise**2 + np.eye(2)
+    mean = np.linalg.solve(precision, x.T @ y / noise**2)
+    gram = x @ x.T + noise**2 * np.eye(n)
     log_evidence = -0.5 * (y @ np.linalg.solve(gram, y) + np.linalg.slogdet(2 * np.pi * gram)[1])
     xt, yt = tf.constant(x), tf.constant(y)
 
     def log_likelihood(w):
         r = yt[None] - tf.matmul(w, xt, transpose_b=True)
-        return tf.reduce_sum(-0.5 * tf.square(r) / noise ** 2 - 0.5 * np.log(2 * np.pi * noise ** 2), axis=1)
+        return tf.reduce_sum(
+            -0.5 * tf.square(r) / noise**2 - 0.5 * np.log(2 * np.pi * noise**2), axis=1
+        )
 
     sd = 1.0 / np.sqrt(np.diag(precision))
     # Without optimisation every warm start is the exact conditional posterior: Eq. 13's bookkeeping is exact.
-    _, history = bk.refinement.refine_log_prob(log_likelihood, mean, sd, num_samples=20, num_stages=3,
-                                               steps_per_stage=0, seed=3, eval_samples=20_000)
-    np.testing.assert_allclose(history.elbo_aux, log_evidence, atol=0.05)  # Monte Carlo sd of an entry ~0.008
+    _, history = bk.refinement.refine_log_prob(
+        log_likelihood,
+        mean,
+        sd,
+        num_samples=20,
+        num_stages=3,
+        steps_per_stage=0,
+        seed=3,
+        eval_samples=20_000,
+    )
+    np.testing.assert_allclose(
+        history.elbo_aux, log_evidence, atol=0.05
+    )  # Monte Carlo sd of an entry ~0.008
     # With it (the default: each stage until it stops improving, then polished at a tenth of the rate), the
     # stages' noisy Adam iterates stay near that optimum (the mean bound within 0.1 nats).
-    _, history = bk.refinement.refine_log_prob(log_likelihood, mean, sd, num_samples=20, num_stages=3,
-                                               seed=3, eval_samples=20_000)
+    _, history = bk.refinement.refine_log_prob(
+        log_likelihood, mean, sd, num_samples=20, num_stages=3, seed=3, eval_samples=20_000
+    )
     np.testing.assert_allclose(history.elbo_aux.mean(axis=1), log_evidence, atol=0.1)
 
 
@@ -148,8 +191,14 @@ def test_refine_reads_a_dataset_as_fit_does():
 
 
 def paper_mgvbp_diagonal():
-    return bk.optimizers.MGVBP(1e-2, structure="diagonal", momentum=0.4, initial_precision=10.0,
-                               mean_learning_rate=None, seed=0)
+    return bk.optimizers.MGVBP(
+        1e-2,
+        structure="diagonal",
+        momentum=0.4,
+        initial_precision=10.0,
+        mean_learning_rate=None,
+        seed=0,
+    )
 
 
 def test_an_interrupted_refinement_leaves_the_model_as_it_was():
@@ -159,11 +208,13 @@ def test_an_interrupted_refinement_leaves_the_model_as_it_was():
 
     def batches():
         for i in range(3):
-            yield x[20 * i: 20 * i + 20], y[20 * i: 20 * i + 20]
+            yield x[20 * i : 20 * i + 20], y[20 * i : 20 * i + 20]
         raise RuntimeError("interrupted")
 
-    data = tf.data.Dataset.from_generator(batches, output_signature=(
-        tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((None,), tf.float32)))
+    data = tf.data.Dataset.from_generator(
+        batches,
+        output_signature=(tf.TensorSpec((None, 3), tf.float32), tf.TensorSpec((None,), tf.float32)),
+    )
     with pytest.raises(Exception, match="interrupted"):
         bk.refine(model, data, num_stages=2, steps_per_stage=10, verbose=0)
     for a, v in zip(before, model.particle_variables):
@@ -184,16 +235,19 @@ def test_refine_on_data_with_a_nan_writes_no_nan_particles():
         np.testing.assert_array_equal(a, v.numpy())
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"num_stages": 0}, "num_stages must be a positive integer"),
-    ({"variance_ratio": 1.5}, r"ratio must be in \(0, 1\)"),
-    ({"variance_ratio": 0.0}, r"ratio must be in \(0, 1\)"),
-    ({"num_samples": 4}, "must equal the model's 6 particles"),
-    ({"num_samples": 0}, "num_samples must be a positive integer"),
-    ({"variances": [0.6, 0.5]}, "summing to at most 1"),
-    ({"steps_per_stage": -1}, "steps_per_stage must be a non-negative integer"),
-    ({"learning_rate": float("nan")}, "learning_rate must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"num_stages": 0}, "num_stages must be a positive integer"),
+        ({"variance_ratio": 1.5}, r"ratio must be in \(0, 1\)"),
+        ({"variance_ratio": 0.0}, r"ratio must be in \(0, 1\)"),
+        ({"num_samples": 4}, "must equal the model's 6 particles"),
+        ({"num_samples": 0}, "num_samples must be a positive integer"),
+        ({"variances": [0.6, 0.5]}, "summing to at most 1"),
+        ({"steps_per_stage": -1}, "steps_per_stage must be a non-negative integer"),
+        ({"learning_rate": float("nan")}, "learning_rate must be a positive number"),
+    ],
+)
 def test_bad_arguments_raise(kwargs, match):
     model, x, y = _trained_linear_model(bk.optimizers.MeanFieldVI(1e-2, seed=0))
     with pytest.raises(ValueError, match=match):
@@ -204,8 +258,11 @@ def test_refine_needs_a_trained_diagonal_gaussian():
     model, x, y = _trained_linear_model(bk.optimizers.GaussianParticleFlow(1e-2))
     with pytest.raises(ValueError, match="starts from a trained Gaussian posterior"):
         bk.refine(model, x, y)
-    model, x, y = _trained_linear_model(bk.optimizers.MGVBP(1e-2, structure="full", momentum=0.4,
-                                                            initial_precision=10.0, mean_learning_rate=None))
+    model, x, y = _trained_linear_model(
+        bk.optimizers.MGVBP(
+            1e-2, structure="full", momentum=0.4, initial_precision=10.0, mean_learning_rate=None
+        )
+    )
     with pytest.raises(ValueError, match="needs a diagonal Gaussian posterior"):
         bk.refine(model, x, y)
     with pytest.raises(ValueError, match="needs the training data"):
@@ -222,20 +279,22 @@ def test_default_refinement_halves_the_covariance_error_of_a_correlated_posterio
     d, n, noise = 20, 60, 0.5
     x = rng.standard_normal((n, 1)) + 0.5 * rng.standard_normal((n, d))
     y = x @ rng.standard_normal(d) + noise * rng.standard_normal(n)
-    covariance = np.linalg.inv(x.T @ x / noise ** 2 + np.eye(d))
-    mean = covariance @ x.T @ y / noise ** 2
+    covariance = np.linalg.inv(x.T @ x / noise**2 + np.eye(d))
+    mean = covariance @ x.T @ y / noise**2
     xt, yt = tf.constant(x), tf.constant(y)
 
     def log_likelihood(w):
         r = yt[None] - tf.matmul(w, xt, transpose_b=True)
-        return -0.5 * tf.reduce_sum(r * r, axis=1) / noise ** 2
+        return -0.5 * tf.reduce_sum(r * r, axis=1) / noise**2
 
     def error(c):
         return np.linalg.norm(c - covariance) / np.linalg.norm(covariance)
 
     base_mean, base_sd, _ = bk.refinement.fit_mean_field(log_likelihood, d, seed=0)
-    samples, _ = bk.refinement.refine_log_prob(log_likelihood, base_mean, base_sd, num_samples=1000, seed=1)
-    base, refined = error(np.diag(base_sd ** 2)), error(np.cov(samples.T))
+    samples, _ = bk.refinement.refine_log_prob(
+        log_likelihood, base_mean, base_sd, num_samples=1000, seed=1
+    )
+    base, refined = error(np.diag(base_sd**2)), error(np.cov(samples.T))
     assert base > 0.85, base  # the target is far from mean-field
     assert refined <= 0.5 * base, (refined, base)
     assert np.all(np.abs(samples.mean(0) - mean) < 0.15 * np.sqrt(np.diag(covariance)))

@@ -16,7 +16,9 @@ def _copy_particle_into(model, particle, keras_model):
         values = []
         for variable in source.weights:
             value = variable.numpy()
-            per_particle = getattr(variable, "is_particle_variable", False) or "moving" in variable.path
+            per_particle = (
+                getattr(variable, "is_particle_variable", False) or "moving" in variable.path
+            )
             values.append(value[particle] if per_particle else value)
         layer.set_weights(values)
 
@@ -26,21 +28,33 @@ def test_equals_separate_keras_resnets_and_counts_their_weights():
     model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=2, deterministic_parts=("stem",))
     twin = bk.zoo.keras_resnet20((8, 8, 1), 10)
     assert sum(int(np.prod(v.shape[1:])) for v in model.particle_variables) + sum(
-        int(np.prod(v.shape)) for v in model.trainable_variables if not getattr(v, "is_particle_variable", False)
+        int(np.prod(v.shape))
+        for v in model.trainable_variables
+        if not getattr(v, "is_particle_variable", False)
     ) == twin.count_params() - sum(int(np.prod(v.shape)) for v in twin.non_trainable_weights)
     (x, y), _ = bk.datasets.load_digits()
     model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
-    model.fit(x[:128], y[:128], epochs=1, batch_size=64, verbose=0)  # moves BN statistics apart per particle
+    model.fit(
+        x[:128], y[:128], epochs=1, batch_size=64, verbose=0
+    )  # moves BN statistics apart per particle
     outputs = model.predict_particles(x[:16])
     for particle in range(2):
         _copy_particle_into(model, particle, twin)
-        np.testing.assert_allclose(outputs[:, particle], twin.predict(x[:16], verbose=0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            outputs[:, particle], twin.predict(x[:16], verbose=0), rtol=1e-4, atol=1e-4
+        )
 
 
-@pytest.mark.parametrize("optimizer", [
-    bk.optimizers.GaussianParticleFlow, bk.optimizers.IndependentParticles,
-    # ~15 s each (tracing a ResNet-20): on demand with -m slow
-    pytest.param(bk.optimizers.SVGD, marks=pytest.mark.slow), pytest.param(bk.optimizers.MeanFieldVI, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        bk.optimizers.GaussianParticleFlow,
+        bk.optimizers.IndependentParticles,
+        # ~15 s each (tracing a ResNet-20): on demand with -m slow
+        pytest.param(bk.optimizers.SVGD, marks=pytest.mark.slow),
+        pytest.param(bk.optimizers.MeanFieldVI, marks=pytest.mark.slow),
+    ],
+)
 def test_trains_through_fit(optimizer):
     (x, y), _ = bk.datasets.load_digits()
     keras.utils.set_random_seed(0)
@@ -50,12 +64,16 @@ def test_trains_through_fit(optimizer):
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
 
 
-@pytest.mark.parametrize("optimizer", [
-    lambda: bk.optimizers.MatrixSVGD(),  # KFAC with BatchNormalization's diagonal blocks
-    lambda: bk.optimizers.MGVBP(curvature="empirical_fisher"),
-    pytest.param(lambda: bk.optimizers.PreconditionedParticles(), marks=pytest.mark.slow),
-    pytest.param(lambda: bk.optimizers.MGVBP(), marks=pytest.mark.slow)],
-    ids=["MatrixSVGD", "MGVBP-empirical_fisher", "PreconditionedParticles", "MGVBP"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        lambda: bk.optimizers.MatrixSVGD(),  # KFAC with BatchNormalization's diagonal blocks
+        lambda: bk.optimizers.MGVBP(curvature="empirical_fisher"),
+        pytest.param(lambda: bk.optimizers.PreconditionedParticles(), marks=pytest.mark.slow),
+        pytest.param(lambda: bk.optimizers.MGVBP(), marks=pytest.mark.slow),
+    ],
+    ids=["MatrixSVGD", "MGVBP-empirical_fisher", "PreconditionedParticles", "MGVBP"],
+)
 def test_curvature_optimizers_train_it(optimizer):
     (x, y), _ = bk.datasets.load_digits()
     keras.utils.set_random_seed(0)
@@ -73,7 +91,9 @@ def test_initialize_particles_from_a_trained_keras_resnet():
     (x, y), _ = bk.datasets.load_digits()
     keras.utils.set_random_seed(1)
     twin = bk.zoo.keras_resnet20((8, 8, 1), 10)
-    twin.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    twin.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     twin.fit(x[:128], y[:128], epochs=1, batch_size=64, verbose=0)  # BN statistics away from 0 / 1
     model = bk.zoo.resnet20((8, 8, 1), 10, num_particles=3, deterministic_parts=("stem",))
     model.initialize_particles(twin, noise_std=0.0)

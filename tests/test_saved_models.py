@@ -10,7 +10,7 @@ import pytest
 import bayes_keras as bk  # noqa: F401  (registers the serializable classes)
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "saved_models")
-NAMES = sorted(f[:-len(".keras")] for f in os.listdir(HERE) if f.endswith(".keras"))
+NAMES = sorted(f[: -len(".keras")] for f in os.listdir(HERE) if f.endswith(".keras"))
 
 
 def _data():
@@ -27,9 +27,12 @@ def test_every_optimizer_has_a_saved_model():
 def test_a_saved_model_loads_predicts_and_trains_on(name):
     x, y = _data()
     model = keras.models.load_model(os.path.join(HERE, name + ".keras"))
-    np.testing.assert_allclose(model.predict_particles(x), np.load(os.path.join(HERE, name + ".npy")),
-                               rtol=1e-6, atol=1e-6)
-    assert int(model.optimizer.iterations.numpy()) == 4       # 2 epochs of 2 batches: the state came back
+    np.testing.assert_allclose(
+        model.predict_particles(x), np.load(os.path.join(HERE, name + ".npy")), rtol=1e-6, atol=1e-6
+    )
+    assert (
+        int(model.optimizer.iterations.numpy()) == 4
+    )  # 2 epochs of 2 batches: the state came back
     history = model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     assert np.isfinite(history.history["loss"][-1])
     assert model.optimizer.skipped_updates == 0

@@ -17,7 +17,9 @@ class NaNAt(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         rate = tf.constant(self.rate, tf.float32)
-        return tf.where(tf.equal(tf.cast(step, tf.int64), self.bad_step), tf.constant(np.nan, tf.float32), rate)
+        return tf.where(
+            tf.equal(tf.cast(step, tf.int64), self.bad_step), tf.constant(np.nan, tf.float32), rate
+        )
 
     def get_config(self):
         return {"rate": self.rate, "bad_step": self.bad_step}
@@ -28,7 +30,9 @@ def _train(name, schedule):
     keras.utils.set_random_seed(5)
     optimizer = OPTIMIZERS[name]()
     rate = float(optimizer.learning_rate.numpy())
-    optimizer = type(optimizer).from_config({**optimizer.get_config(), "learning_rate": schedule(rate)})
+    optimizer = type(optimizer).from_config(
+        {**optimizer.get_config(), "learning_rate": schedule(rate)}
+    )
     model = _functional()
     model.compile(optimizer=optimizer, dataset_size=len(x))
     history = model.fit(x, y, epochs=8, batch_size=16, verbose=0, shuffle=False)

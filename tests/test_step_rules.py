@@ -42,11 +42,19 @@ def test_signal_share_keeps_agreeing_steps_and_shrinks_noise_to_its_theoretical_
 
 def test_signal_share_wraps_any_rule_and_serialises():
     rule = step_rules.get("signal_rmsprop")
-    assert isinstance(rule, step_rules.SignalShare) and isinstance(rule.rule, step_rules.DimWiseRMSProp)
-    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(
-        step_rules.SignalShare(step_rules.DimWiseAdam(beta_1=0.5), decay=0.8)))
+    assert isinstance(rule, step_rules.SignalShare) and isinstance(
+        rule.rule, step_rules.DimWiseRMSProp
+    )
+    again = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(
+            step_rules.SignalShare(step_rules.DimWiseAdam(beta_1=0.5), decay=0.8)
+        )
+    )
     assert again.decay == 0.8 and again.rule.beta_1 == 0.5
     with pytest.raises(ValueError, match="SignalShare decay must be in"):
         step_rules.SignalShare(decay=1.0)
     opt = bk.optimizers.GaussianParticleFlow(step_rule="signal_rmsprop")
-    assert isinstance(bk.optimizers.GaussianParticleFlow.from_config(opt.get_config()).step_rule, step_rules.SignalShare)
+    assert isinstance(
+        bk.optimizers.GaussianParticleFlow.from_config(opt.get_config()).step_rule,
+        step_rules.SignalShare,
+    )

@@ -23,7 +23,9 @@ def _autodiff_repulsion(kernel_fn, x):
     with tf.GradientTape() as tape:
         tape.watch(x)
         # rows[i] = sum_j k(x_j, x_i): the first argument varies, the second is a constant
-        rows = tf.stack([tf.reduce_sum(kernel_fn(x, tf.stop_gradient(x[i]))) for i in range(x.shape[0])])
+        rows = tf.stack(
+            [tf.reduce_sum(kernel_fn(x, tf.stop_gradient(x[i]))) for i in range(x.shape[0])]
+        )
     jac = tape.jacobian(rows, x)  # [i, j, :] = grad_{x_j} k(x_j, x_i)
     return tf.reduce_sum(jac, axis=1).numpy()
 
@@ -42,8 +44,11 @@ def test_kernel_repulsion_matches_autodiff(name):
         m = tf.constant(x.mean(0))
         fn = lambda a, b: 1.0 + tf.reduce_sum((a - m) * (b - m), axis=-1)  # noqa: E731
     else:
-        kernel = {"rbf": bk.kernels.RBF(), "rbf_fixed": bk.kernels.RBF(bandwidth=0.7),
-                  "imq": bk.kernels.IMQ(beta=-0.3)}[name]
+        kernel = {
+            "rbf": bk.kernels.RBF(),
+            "rbf_fixed": bk.kernels.RBF(bandwidth=0.7),
+            "imq": bk.kernels.IMQ(beta=-0.3),
+        }[name]
         h = float(kernel.bandwidth_from(bk.kernels.pairwise_sq_distances(tf.constant(x))))
         if name == "imq":
             fn = lambda a, b: (1.0 + sq(a, b) / h) ** -0.3  # noqa: E731
@@ -60,10 +65,14 @@ def test_kernel_repulsion_matches_autodiff(name):
 def test_median_bandwidth_convention_matches_numpy(n):
     x = np.random.default_rng(n).standard_normal((n, 3))
     d2 = bk.kernels.pairwise_sq_distances(tf.constant(x))
-    np.testing.assert_allclose(d2.numpy()[np.triu_indices(n, 1)], pdist(x, "sqeuclidean"), atol=1e-12)
+    np.testing.assert_allclose(
+        d2.numpy()[np.triu_indices(n, 1)], pdist(x, "sqeuclidean"), atol=1e-12
+    )
     med = np.median(pdist(x, "sqeuclidean"))  # diagonal excluded
     assert float(bk.kernels.RBF().bandwidth_from(d2)) == pytest.approx(med / np.log(n), rel=1e-12)
-    assert float(bk.kernels.RBF(divide_by_log_n=False).bandwidth_from(d2)) == pytest.approx(med, rel=1e-12)
+    assert float(bk.kernels.RBF(divide_by_log_n=False).bandwidth_from(d2)) == pytest.approx(
+        med, rel=1e-12
+    )
     assert float(bk.kernels.IMQ().bandwidth_from(d2)) == pytest.approx(med, rel=1e-12)
     assert float(bk.kernels.RBF(bandwidth=2.5).bandwidth_from(d2)) == 2.5
     k, _ = bk.kernels.RBF().evaluate(tf.constant(x))
@@ -112,9 +121,12 @@ def test_centred_linear_svgd_follows_gpf_trajectory_and_recovers_gaussian():
         return -0.5 * tf.reduce_sum(tf.matmul(z, prec) * z, axis=1)
 
     x0 = rng.standard_normal((4, 3))
-    svgd = bk.run_particles(log_prob, x0, bk.optimizers.SVGD(0.05, kernel="centred_linear",
-                                                                       step_rule="sgd"), 3000)
-    gpf = bk.run_particles(log_prob, x0, bk.optimizers.GaussianParticleFlow(0.05, step_rule="sgd"), 3000)
+    svgd = bk.run_particles(
+        log_prob, x0, bk.optimizers.SVGD(0.05, kernel="centred_linear", step_rule="sgd"), 3000
+    )
+    gpf = bk.run_particles(
+        log_prob, x0, bk.optimizers.GaussianParticleFlow(0.05, step_rule="sgd"), 3000
+    )
     np.testing.assert_allclose(svgd.particles, gpf.particles, atol=1e-4)
     np.testing.assert_allclose(svgd.mean, mu, atol=1e-3)
     np.testing.assert_allclose(svgd.covariance, sigma, atol=1e-3 * np.abs(sigma).max())
@@ -146,8 +158,13 @@ def test_centred_linear_svgd_through_fit_recovers_conjugate_posterior():
     mean = cov @ xb.T @ y / noise**2
     model = linear_model(3, 5, bk.likelihoods.Normal(scale=noise))
     model.compile(optimizer=bk.optimizers.SVGD(2e-3, kernel="centred_linear", step_rule="sgd"))
-    model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(4000), epochs=1, dataset_size=len(x), verbose=0,
-              shuffle=False)
+    model.fit(
+        tf.data.Dataset.from_tensors((x, y)).repeat(4000),
+        epochs=1,
+        dataset_size=len(x),
+        verbose=0,
+        shuffle=False,
+    )
     k, b = model.particle_variables
     p = np.concatenate([k.numpy()[:, :, 0], b.numpy()], 1)
     sd = np.sqrt(np.diag(cov))
@@ -159,7 +176,9 @@ def test_centred_linear_svgd_through_fit_recovers_conjugate_posterior():
 def test_svgd_fit_save_load_roundtrip(tmp_path):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((128, 3)).astype(np.float32)
-    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] + 0.1 * rng.standard_normal((128, 1))).astype(np.float32)
+    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] + 0.1 * rng.standard_normal((128, 1))).astype(
+        np.float32
+    )
     model = bk.zoo.mlp(3, 1, (16,), num_particles=5, likelihood=bk.likelihoods.Normal(scale=0.1))
     opt = bk.optimizers.SVGD(5e-3, kernel=bk.kernels.IMQ(beta=-0.5), scope="layer")
     model.compile(optimizer=opt)
@@ -167,33 +186,50 @@ def test_svgd_fit_save_load_roundtrip(tmp_path):
     model.fit(x, y, batch_size=32, epochs=40, verbose=0)
     after = model.evaluate(x, y, verbose=0, return_dict=True)["nll"]
     assert np.isfinite(after) and after < before - 1.0, (before, after)
-    assert model.optimizer.get_config()["kernel"]["config"] == {"bandwidth": "median", "divide_by_log_n": False,
-                                                                "beta": -0.5}
+    assert model.optimizer.get_config()["kernel"]["config"] == {
+        "bandwidth": "median",
+        "divide_by_log_n": False,
+        "beta": -0.5,
+    }
     loaded = keras_round_trip(model, tmp_path, "svgd")
     assert isinstance(loaded.optimizer, bk.optimizers.SVGD)
     assert isinstance(loaded.optimizer.kernel, bk.kernels.IMQ) and loaded.optimizer.scope == "layer"
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
-    np.testing.assert_array_equal(loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"])
+    np.testing.assert_array_equal(
+        loaded.predict(x, verbose=0)["mean"], model.predict(x, verbose=0)["mean"]
+    )
     model.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
     loaded.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
     for a, b in zip(model.get_weights(), loaded.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # kernel objects round-trip on their own
-    for kernel in [bk.kernels.RBF(bandwidth=0.3, divide_by_log_n=False), bk.kernels.IMQ(beta=-0.7),
-                   bk.kernels.CentredLinear()]:
+    for kernel in [
+        bk.kernels.RBF(bandwidth=0.3, divide_by_log_n=False),
+        bk.kernels.IMQ(beta=-0.7),
+        bk.kernels.CentredLinear(),
+    ]:
         again = bk.kernels.get(keras.saving.serialize_keras_object(kernel))
         assert type(again) is type(kernel) and again.get_config() == kernel.get_config()
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: bk.kernels.RBF(bandwidth=-1.0), "bandwidth must be 'median' or a positive number"),
-    (lambda: bk.kernels.RBF(bandwidth="mean"), "bandwidth must be 'median' or a positive number"),
-    (lambda: bk.kernels.RBF(bandwidth=float("nan")), "bandwidth must be 'median' or a positive number"),
-    (lambda: bk.kernels.IMQ(beta=0.5), "beta must be a negative number"),
-    (lambda: bk.kernels.get("laplace"), "Expected a kernel"),
-    (lambda: bk.optimizers.SVGD(kernel=3), "Expected a kernel"),
-    (lambda: bk.optimizers.SVGD(scope="global"), "scope must be one of"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: bk.kernels.RBF(bandwidth=-1.0), "bandwidth must be 'median' or a positive number"),
+        (
+            lambda: bk.kernels.RBF(bandwidth="mean"),
+            "bandwidth must be 'median' or a positive number",
+        ),
+        (
+            lambda: bk.kernels.RBF(bandwidth=float("nan")),
+            "bandwidth must be 'median' or a positive number",
+        ),
+        (lambda: bk.kernels.IMQ(beta=0.5), "beta must be a negative number"),
+        (lambda: bk.kernels.get("laplace"), "Expected a kernel"),
+        (lambda: bk.optimizers.SVGD(kernel=3), "Expected a kernel"),
+        (lambda: bk.optimizers.SVGD(scope="global"), "scope must be one of"),
+    ],
+)
 def test_bad_kernel_arguments_raise(make, match):
     with pytest.raises(ValueError, match=match):
         make()

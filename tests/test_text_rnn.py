@@ -22,12 +22,12 @@ def test_digit_tokens_are_padded_row_shapes(tokens):
     # left padding only: once a sequence starts, no padding follows
     for row in np.concatenate([x, x_test]):
         inked = np.flatnonzero(row)
-        assert np.all(row[inked[0]:] > 0)
+        assert np.all(row[inked[0] :] > 0)
     (x2, _), _ = bk.datasets.load_digits(image=False)
     first = x2[0].reshape(8, 8) * 16 >= 6 - 1e-6  # the same image, binarised as documented
     words = first.astype(int) @ (2 ** np.arange(7, -1, -1)) + 1
     inked = np.flatnonzero(words > 1)
-    np.testing.assert_array_equal(x[0][x[0] > 0], words[inked[0]: inked[-1] + 1])
+    np.testing.assert_array_equal(x[0][x[0] > 0], words[inked[0] : inked[-1] + 1])
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
@@ -35,7 +35,9 @@ def test_every_particle_equals_the_keras_twin(cell, tokens):
     (x, _), _ = tokens
     x = x[:16].copy()
     x[:4, :3] = 0  # more padding than the data has, to exercise the mask
-    model = bk.zoo.text_rnn(bk.datasets.DIGIT_TOKENS, 4, embedding_dim=5, units=6, cell=cell, num_particles=N)
+    model = bk.zoo.text_rnn(
+        bk.datasets.DIGIT_TOKENS, 4, embedding_dim=5, units=6, cell=cell, num_particles=N
+    )
     out = model.predict_particles(x)
     twin = bk.zoo.keras_text_rnn(bk.datasets.DIGIT_TOKENS, 4, embedding_dim=5, units=6, cell=cell)
     for n in range(N):
@@ -71,8 +73,9 @@ OPTIMIZERS = {
 def test_every_optimizer_trains_it(name, tokens):
     (x, y), _ = tokens
     keras.utils.set_random_seed(0)
-    model = bk.zoo.text_rnn(bk.datasets.DIGIT_TOKENS, 10, embedding_dim=8, units=16, num_particles=N,
-                            dropout=0.1)
+    model = bk.zoo.text_rnn(
+        bk.datasets.DIGIT_TOKENS, 10, embedding_dim=8, units=16, num_particles=N, dropout=0.1
+    )
     model.compile(optimizer=OPTIMIZERS[name]())
     losses = model.fit(x[:256], y[:256], epochs=4, batch_size=64, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
@@ -82,8 +85,16 @@ def test_lstm_regressor_and_hybrid(tokens):
     (x, y), _ = tokens
     keras.utils.set_random_seed(1)
     target = (x > 0).sum(1).astype(np.float32) + (y % 2)  # a number the sequence determines
-    model = bk.zoo.text_rnn(bk.datasets.DIGIT_TOKENS, 1, cell="lstm", embedding_dim=8, units=16, num_particles=N,
-                            deterministic_layers=("embedding",), likelihood="normal")
+    model = bk.zoo.text_rnn(
+        bk.datasets.DIGIT_TOKENS,
+        1,
+        cell="lstm",
+        embedding_dim=8,
+        units=16,
+        num_particles=N,
+        deterministic_layers=("embedding",),
+        likelihood="normal",
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2))
     losses = model.fit(x[:256], target[:256], epochs=4, batch_size=64, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses

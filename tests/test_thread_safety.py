@@ -24,7 +24,11 @@ def test_eight_threads_mixing_the_prediction_paths_get_the_sequential_results():
         "predictive": lambda: model.predictive(x, batch_size=16).probs_parameter().numpy(),
     }
     expected = {name: call() for name, call in calls.items()}
-    assert expected["predict"].shape == (40, 2) and expected["predict_particles"].shape == (40, 4, 2)
+    assert expected["predict"].shape == (40, 2) and expected["predict_particles"].shape == (
+        40,
+        4,
+        2,
+    )
     failures, errors = [], []
 
     def work(thread):
@@ -36,7 +40,9 @@ def test_eight_threads_mixing_the_prediction_paths_get_the_sequential_results():
             except Exception as error:  # noqa: BLE001 (collected and reported below)
                 errors.append(f"{name}: {error!r}")
                 continue
-            if got.shape != expected[name].shape or not np.allclose(got, expected[name], rtol=1e-5, atol=1e-6):
+            if got.shape != expected[name].shape or not np.allclose(
+                got, expected[name], rtol=1e-5, atol=1e-6
+            ):
                 failures.append((name, got.shape))
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

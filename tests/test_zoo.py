@@ -59,13 +59,22 @@ def test_transformers_train_round_trip_and_match_their_keras_twins(kind, tmp_pat
     x, y = x[:128], y[:128]
     size = lambda variables: sum(int(np.prod(v.shape)) for v in variables)  # noqa: E731
     assert size(model.trainable_variables) == 3 * size(twin.trainable_variables)
-    converted = bk.bayesianize(keras.Model(twin.input, keras.layers.Activation("softmax")(twin.output)),
-                               num_particles=3, noise_std=0.0)
-    np.testing.assert_allclose(tf.nn.softmax(converted(x[:8])).numpy(),
-                               np.broadcast_to(tf.nn.softmax(twin(x[:8])).numpy()[:, None], (8, 3, 10)), atol=1e-5)
+    converted = bk.bayesianize(
+        keras.Model(twin.input, keras.layers.Activation("softmax")(twin.output)),
+        num_particles=3,
+        noise_std=0.0,
+    )
+    np.testing.assert_allclose(
+        tf.nn.softmax(converted(x[:8])).numpy(),
+        np.broadcast_to(tf.nn.softmax(twin(x[:8])).numpy()[:, None], (8, 3, 10)),
+        atol=1e-5,
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     history = model.fit(x, y, epochs=4, batch_size=64, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     model.save(tmp_path / "m.keras")
-    np.testing.assert_allclose(keras.models.load_model(tmp_path / "m.keras").predict_particles(x[:8]),
-                               model.predict_particles(x[:8]), atol=1e-6)
+    np.testing.assert_allclose(
+        keras.models.load_model(tmp_path / "m.keras").predict_particles(x[:8]),
+        model.predict_particles(x[:8]),
+        atol=1e-6,
+    )

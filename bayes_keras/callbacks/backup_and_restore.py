@@ -13,7 +13,9 @@ from bayes_keras import atomic_files
 
 _WEIGHTS = "latest.weights.h5"
 _STATE = "bayes_keras_resume"  # attribute of the weights file: where in training it was written
-_RANDOM = "bayes_keras_random_states"  # group of the weights file: the layers' random generator states
+_RANDOM = (
+    "bayes_keras_random_states"  # group of the weights file: the layers' random generator states
+)
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -59,19 +61,38 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     ```
     """
 
-    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True):
+    def __init__(
+        self, backup_dir, save_freq="epoch", double_checkpoint=False, delete_checkpoint=True
+    ):
         if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
-            raise ValueError(f"BackupAndRestore: backup_dir must be a directory path; got {backup_dir!r}.")
-        if not (save_freq == "epoch" or (isinstance(save_freq, (int, np.integer)) and not isinstance(save_freq, bool)
-                                         and save_freq > 0)):
-            raise ValueError(f"BackupAndRestore: save_freq must be 'epoch' or a positive integer (a number of "
-                             f"batches); got {save_freq!r}.")
-        for name, value in (("double_checkpoint", double_checkpoint), ("delete_checkpoint", delete_checkpoint)):
+            raise ValueError(
+                f"BackupAndRestore: backup_dir must be a directory path; got {backup_dir!r}."
+            )
+        if not (
+            save_freq == "epoch"
+            or (
+                isinstance(save_freq, (int, np.integer))
+                and not isinstance(save_freq, bool)
+                and save_freq > 0
+            )
+        ):
+            raise ValueError(
+                f"BackupAndRestore: save_freq must be 'epoch' or a positive integer (a number of "
+                f"batches); got {save_freq!r}."
+            )
+        for name, value in (
+            ("double_checkpoint", double_checkpoint),
+            ("delete_checkpoint", delete_checkpoint),
+        ):
             if not isinstance(value, bool):
                 raise ValueError(f"BackupAndRestore: {name} must be True or False; got {value!r}.")
         save_freq = save_freq if save_freq == "epoch" else int(save_freq)
-        super().__init__(os.fspath(backup_dir), save_freq=save_freq, double_checkpoint=False,
-                         delete_checkpoint=delete_checkpoint)
+        super().__init__(
+            os.fspath(backup_dir),
+            save_freq=save_freq,
+            double_checkpoint=False,
+            delete_checkpoint=delete_checkpoint,
+        )
         self.path = os.path.join(self.backup_dir, _WEIGHTS)
         self._epoch = 0
         self._since_save = 0
@@ -87,19 +108,28 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if not os.path.exists(self.path):
             return
         if not self.model.built:
-            raise ValueError("BackupAndRestore: the model must be built before fit() to restore its checkpoint "
-                             f"{self.path!r}: call it on a batch of data (or give it an Input) first.")
+            raise ValueError(
+                "BackupAndRestore: the model must be built before fit() to restore its checkpoint "
+                f"{self.path!r}: call it on a batch of data (or give it an Input) first."
+            )
         epoch, batch = _where(self.path)
         steps = self.params.get("steps") if self.params else None
-        if steps is not None and batch >= steps:  # taken after the epoch's last batch: resume at the next epoch
-            epoch, batch = epoch + 1, 0  # (no batch of that epoch left to run; Keras' metrics need one)
+        if (
+            steps is not None and batch >= steps
+        ):  # taken after the epoch's last batch: resume at the next epoch
+            epoch, batch = (
+                epoch + 1,
+                0,
+            )  # (no batch of that epoch left to run; Keras' metrics need one)
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         try:
             self.model.load_weights(self.path)
         except ValueError as error:
-            raise ValueError(f"BackupAndRestore: the checkpoint {self.path!r} does not fit this model (written for "
-                             f"another one?): {str(error)[:300]}. Move it away, or give another backup_dir.") from None
+            raise ValueError(
+                f"BackupAndRestore: the checkpoint {self.path!r} does not fit this model (written for "
+                f"another one?): {str(error)[:300]}. Move it away, or give another backup_dir."
+            ) from None
         _load_random_states(self.model, self.path)
         self.model._initial_epoch = epoch  # how Keras' own callback tells fit where to start
         self._resume_at = (epoch, batch)
@@ -108,12 +138,17 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._skipping = (self._resume_at is not None and self._resume_at[0] == self._epoch
-                          and batch < self._resume_at[1])
+        self._skipping = (
+            self._resume_at is not None
+            and self._resume_at[0] == self._epoch
+            and batch < self._resume_at[1]
+        )
         self.model.train_function = self._skip if self._skipping else self._train_function
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._skipping:  # nothing new to save (and a position before the checkpoint's must not be written)
+        if (
+            self._skipping
+        ):  # nothing new to save (and a position before the checkpoint's must not be written)
             return
         self._since_save += self.model.steps_per_execution
         if self.save_freq != "epoch" and self._since_save >= self.save_freq:
@@ -172,9 +207,13 @@ def _load_random_states(model, path):
     variables = _random_states(model)
     with h5py.File(path, "r") as f:
         saved = [f[_RANDOM][str(i)][()] for i in range(len(f[_RANDOM]))] if _RANDOM in f else []
-    if len(saved) != len(variables) or any(np.shape(s) != tuple(v.shape) for s, v in zip(saved, variables)):
-        raise ValueError(f"BackupAndRestore: {path!r} holds {len(saved)} random generator states; this model has "
-                         f"{len(variables)} ({[v.path for v in variables]}): it was written for another model.")
+    if len(saved) != len(variables) or any(
+        np.shape(s) != tuple(v.shape) for s, v in zip(saved, variables)
+    ):
+        raise ValueError(
+            f"BackupAndRestore: {path!r} holds {len(saved)} random generator states; this model has "
+            f"{len(variables)} ({[v.path for v in variables]}): it was written for another model."
+        )
     for value, variable in zip(saved, variables):
         variable.assign(value)
 
@@ -186,9 +225,13 @@ def _where(path):
             state = json.loads(f.attrs[_STATE])
         epoch, batch = state["epoch"], state["batch"]
     except (OSError, KeyError, ValueError, TypeError) as error:
-        raise ValueError(f"BackupAndRestore: {path!r} is not a checkpoint this callback wrote (it names no "
-                         f"training position: {error}). Move it away, or give another backup_dir.") from None
+        raise ValueError(
+            f"BackupAndRestore: {path!r} is not a checkpoint this callback wrote (it names no "
+            f"training position: {error}). Move it away, or give another backup_dir."
+        ) from None
     if not (isinstance(epoch, int) and isinstance(batch, int) and epoch >= 0 and batch >= 0):
-        raise ValueError(f"BackupAndRestore: {path!r} names an invalid training position (epoch={epoch!r}, "
-                         f"batch={batch!r}); expected non-negative integers.")
+        raise ValueError(
+            f"BackupAndRestore: {path!r} names an invalid training position (epoch={epoch!r}, "
+            f"batch={batch!r}); expected non-negative integers."
+        )
     return epoch, batch

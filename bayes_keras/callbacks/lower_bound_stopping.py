@@ -48,7 +48,9 @@ class LowerBoundStopping(keras.callbacks.Callback):
         super().__init__()
         for name, value in (("window", window), ("patience", patience)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"LowerBoundStopping {name} must be a positive integer; got {value!r}.")
+                raise ValueError(
+                    f"LowerBoundStopping {name} must be a positive integer; got {value!r}."
+                )
         self.window = int(window)
         self.patience = int(patience)
         self.restore_best = bool(restore_best)
@@ -67,14 +69,18 @@ class LowerBoundStopping(keras.callbacks.Callback):
 
     def _optimizer(self):
         optimizer = getattr(self.model, "optimizer", None)
-        missing = [name for name in ("lower_bound", "posterior_variables", "resample")
-                   if not _has(optimizer, name)]
+        missing = [
+            name
+            for name in ("lower_bound", "posterior_variables", "resample")
+            if not _has(optimizer, name)
+        ]
         if missing:
             raise ValueError(
                 f"LowerBoundStopping needs an optimizer that defines q explicitly and reports its lower bound "
                 f"(attributes `lower_bound`, `posterior_variables` and `resample`, e.g. "
                 f"bayes_keras.optimizers.MGVBP or MeanFieldVI, built by BayesianModel.fit); "
-                f"{type(optimizer).__name__} has no {', '.join(f'`{m}`' for m in missing)}.")
+                f"{type(optimizer).__name__} has no {', '.join(f'`{m}`' for m in missing)}."
+            )
         return optimizer
 
     def on_train_begin(self, logs=None):
@@ -90,7 +96,9 @@ class LowerBoundStopping(keras.callbacks.Callback):
         smoothed = math.fsum(self._values) / self.window
         self.history.append(smoothed)
         # A non-finite value in the window (a skipped step) is never an improvement.
-        if math.isfinite(smoothed) and (self.best_lower_bound is None or smoothed > self.best_lower_bound):
+        if math.isfinite(smoothed) and (
+            self.best_lower_bound is None or smoothed > self.best_lower_bound
+        ):
             self.best_lower_bound = smoothed
             self.best_step = self._step
             self._snapshot = [keras.ops.convert_to_numpy(v) for v in optimizer.posterior_variables]
@@ -103,7 +111,8 @@ class LowerBoundStopping(keras.callbacks.Callback):
             if self.verbose:
                 io_utils.print_msg(
                     f"Step {self._step}: lower bound stopping; best smoothed lower bound "
-                    f"{_fmt(self.best_lower_bound)} at step {self.best_step}.")
+                    f"{_fmt(self.best_lower_bound)} at step {self.best_step}."
+                )
 
     def on_train_end(self, logs=None):
         if not self.restore_best or self._snapshot is None:
@@ -114,8 +123,12 @@ class LowerBoundStopping(keras.callbacks.Callback):
         optimizer.resample()
 
     def get_config(self):
-        return {"window": self.window, "patience": self.patience, "restore_best": self.restore_best,
-                "verbose": self.verbose}
+        return {
+            "window": self.window,
+            "patience": self.patience,
+            "restore_best": self.restore_best,
+            "verbose": self.verbose,
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -125,7 +138,9 @@ class LowerBoundStopping(keras.callbacks.Callback):
 def _has(obj, name):
     try:
         return obj is not None and hasattr(obj, name)
-    except Exception:  # a property of an unbuilt optimizer may raise something else than AttributeError
+    except (
+        Exception
+    ):  # a property of an unbuilt optimizer may raise something else than AttributeError
         return False
 
 

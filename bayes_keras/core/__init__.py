@@ -15,4 +15,11 @@ from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StateWrites, 
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.particle_view import ParticleView
 
-__all__ = ["BayesianOptimizer", "StepInfo", "StateWrites", "ParticleView", "ParticleOptimizer", "step_rules"]
+__all__ = [
+    "BayesianOptimizer",
+    "StepInfo",
+    "StateWrites",
+    "ParticleView",
+    "ParticleOptimizer",
+    "step_rules",
+]

@@ -154,31 +154,40 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=1e-3, name=None, **kwargs):
         for key in _UNSUPPORTED:
             if kwargs.get(key):
-                raise ValueError(f"{type(self).__name__} does not support {key}={kwargs[key]!r}: a Bayesian "
-                                 "optimizer's update is its inference method (the prior plays the role of weight "
-                                 "decay; the particles or q already average over weights).")
+                raise ValueError(
+                    f"{type(self).__name__} does not support {key}={kwargs[key]!r}: a Bayesian "
+                    "optimizer's update is its inference method (the prior plays the role of weight "
+                    "decay; the particles or q already average over weights)."
+                )
             kwargs.pop(key, None)
         if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
             _check_schedule(learning_rate, f"{type(self).__name__} learning_rate")
         elif not isinstance(learning_rate, dict) and not callable(learning_rate):
             # 0 is allowed (a frozen run, e.g. to read curvature statistics without moving)
-            learning_rate = check_number(learning_rate, f"{type(self).__name__} learning_rate", allow_zero=True)
+            learning_rate = check_number(
+                learning_rate, f"{type(self).__name__} learning_rate", allow_zero=True
+            )
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
         self.view = None
 
     # -- what a method overrides ---------------------------------------------------------------
     def check_num_particles(self, num_particles):
         if num_particles < 1:
-            raise ValueError(f"{type(self).__name__} needs at least one particle; got {num_particles}.")
+            raise ValueError(
+                f"{type(self).__name__} needs at least one particle; got {num_particles}."
+            )
 
     def warn_if_one_particle(self, num_particles, what):
         """A method whose uncertainty comes from the spread of N >= 2 particles warns (once) at N = 1, saying
         what it does then (`what`)."""
         if num_particles == 1 and not getattr(self, "_warned_one_particle", False):
             self._warned_one_particle = True
-            warnings.warn(f"{type(self).__name__} with num_particles=1 {what}: the model will report zero epistemic "
-                          "uncertainty. Use num_particles >= 2 (10 or more for a usable posterior).", UserWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{type(self).__name__} with num_particles=1 {what}: the model will report zero epistemic "
+                "uncertainty. Use num_particles >= 2 (10 or more for a usable posterior).",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def prepare_step(self):
         return None
@@ -194,8 +203,10 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         """The functional door (`run_particles`) hands its log density here; default: not needed."""
 
     def update(self, grads, variables, learning_rate, step):
-        raise NotImplementedError(f"{type(self).__name__} must implement update(grads, variables, learning_rate, "
-                                  "step) -> StateWrites.")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement update(grads, variables, learning_rate, "
+            "step) -> StateWrites."
+        )
 
     # -- the Keras optimizer API ---------------------------------------------------------------
     def build(self, variables):
@@ -224,20 +235,29 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         n, dtype = self.view.num_particles, self.view.variables[0].dtype
         weights = sum(tensor_bytes(v.shape, v.dtype) for v in self.view.variables)
         pairwise = self.pairwise_tensors * tensor_bytes((n, n), dtype)
-        check_fits(self.step_headroom * weights + pairwise,
-                   f"{type(self).__name__}: a training step with {n} particles ({format_bytes(weights)} of particle "
-                   f"weights; {self.step_headroom}x for the optimizer state, gradients and the update"
-                   + (f", and {self.pairwise_tensors} N x N tensors of {format_bytes(tensor_bytes((n, n), dtype))}"
-                      if pairwise else "") + ")",
-                   "Use fewer particles" + (" (this method's kernel grows as N^2)" if pairwise else "")
-                   + " or a smaller network.")
+        check_fits(
+            self.step_headroom * weights + pairwise,
+            f"{type(self).__name__}: a training step with {n} particles ({format_bytes(weights)} of particle "
+            f"weights; {self.step_headroom}x for the optimizer state, gradients and the update"
+            + (
+                f", and {self.pairwise_tensors} N x N tensors of {format_bytes(tensor_bytes((n, n), dtype))}"
+                if pairwise
+                else ""
+            )
+            + ")",
+            "Use fewer particles"
+            + (" (this method's kernel grows as N^2)" if pairwise else "")
+            + " or a smaller network.",
+        )
 
     def position(self, variable):
         """Index of `variable` among those the optimizer was built with (KeyError if unknown)."""
         position = self.view.position(variable)
         if position is None:
-            raise KeyError(f"{type(self).__name__} was not built with variable {variable.path}; it was built "
-                           f"with {len(self.view.all_variables)} variables.")
+            raise KeyError(
+                f"{type(self).__name__} was not built with variable {variable.path}; it was built "
+                f"with {len(self.view.all_variables)} variables."
+            )
         return position
 
     def apply(self, grads, trainable_variables=None, step=None):
@@ -245,8 +265,10 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         Returns a boolean tensor: whether the update was written."""
         if trainable_variables is None:
             if not self.built:
-                raise ValueError(f"{type(self).__name__}.apply without variables needs a built optimizer: call "
-                                 "optimizer.build(model.trainable_variables) first.")
+                raise ValueError(
+                    f"{type(self).__name__}.apply without variables needs a built optimizer: call "
+                    "optimizer.build(model.trainable_variables) first."
+                )
             trainable_variables = self.view.all_variables
         trainable_variables = list(trainable_variables)
         if not self.built:
@@ -261,9 +283,13 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         grads = self._clip([g for g, _ in pairs])
         variables = [v for _, v in pairs]
         # (A name scope at the root of a traced step must start with a letter, digit or '.')
-        with keras.name_scope(re.sub(r"^[^A-Za-z0-9.]+", "", self.name) or "optimizer", caller=self):
+        with keras.name_scope(
+            re.sub(r"^[^A-Za-z0-9.]+", "", self.name) or "optimizer", caller=self
+        ):
             writes = self.update(grads, variables, self.learning_rate, step)
-            if step is not None:  # a non-finite loss or curvature record (the model counts it in skipped_steps)
+            if (
+                step is not None
+            ):  # a non-finite loss or curvature record (the model counts it in skipped_steps)
                 writes.require(step_is_finite(step))
             finite = writes.finite()
             if tf.distribute.has_strategy():
@@ -288,7 +314,9 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         declares in `check_loaded_state` (e.g. MGVBP's precisions positive)."""
         with remembered_refusal(self, store):
             super().load_own_variables(store)
-            if len(store.keys()) == len(self.variables):  # Keras skips (with a warning) a state of another size
+            if len(store.keys()) == len(
+                self.variables
+            ):  # Keras skips (with a warning) a state of another size
                 check_finite_entries(self.name, self.variables, "optimizer")
                 for counter in (self.iterations, self.skipped_updates):
                     check_bounded_entry(self.name, counter, "optimizer", "a step count")
@@ -340,5 +368,7 @@ def _check_schedule(schedule, what):
     with tf.init_scope():
         first = float(tf.convert_to_tensor(schedule(0)))
     if not math.isfinite(first) or first < 0:
-        raise ValueError(f"{what}: the schedule must give a finite non-negative rate; {type(schedule).__name__} "
-                         f"gives {first!r} at step 0.")
+        raise ValueError(
+            f"{what}: the schedule must give a finite non-negative rate; {type(schedule).__name__} "
+            f"gives {first!r} at step 0."
+        )

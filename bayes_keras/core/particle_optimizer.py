@@ -37,9 +37,20 @@ class ParticleOptimizer(BayesianOptimizer):
         **kwargs: forwarded to `keras.optimizers.Optimizer` (clipnorm, clipvalue, ...).
     """
 
-    def __init__(self, learning_rate=1e-3, step_rule="rmsprop", shared_learning_rate=None, name=None, **kwargs):
-        shared_learning_rate = check_number(shared_learning_rate, f"{type(self).__name__} shared_learning_rate",
-                                            allow_none=True, allow_zero=True)
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        step_rule="rmsprop",
+        shared_learning_rate=None,
+        name=None,
+        **kwargs,
+    ):
+        shared_learning_rate = check_number(
+            shared_learning_rate,
+            f"{type(self).__name__} shared_learning_rate",
+            allow_none=True,
+            allow_zero=True,
+        )
         super().__init__(learning_rate=learning_rate, name=name or type(self).__name__, **kwargs)
         self.step_rule = step_rules.get(step_rule)
         self.shared_rule = step_rules.Adam()
@@ -49,11 +60,16 @@ class ParticleOptimizer(BayesianOptimizer):
         if self.built:
             return
         super().build(variables)
-        rules = [self.step_rule if is_particle_variable(v) else self.shared_rule for v in self.view.all_variables]
+        rules = [
+            self.step_rule if is_particle_variable(v) else self.shared_rule
+            for v in self.view.all_variables
+        ]
         self._slots = RuleState(self.add_variable, self.view.all_variables, rules)
 
     def direction(self, particles, grads, groups):
-        raise NotImplementedError(f"{type(self).__name__} must implement direction(particles, grads, groups).")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement direction(particles, grads, groups)."
+        )
 
     def update(self, grads, variables, learning_rate, step):
         writes = StateWrites()
@@ -65,27 +81,35 @@ class ParticleOptimizer(BayesianOptimizer):
         if shared_lr is None:
             shared_lr = 1e-3 if isinstance(self.step_rule, step_rules.SGD) else learning_rate
         for g, v in shared:
-            self._slots.apply(self.position(v), tf.cast(g, v.dtype), v, shared_lr, iteration, writes)
+            self._slots.apply(
+                self.position(v), tf.cast(g, v.dtype), v, shared_lr, iteration, writes
+            )
         return writes
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         """Move the particle variables: a direction over all of them jointly, then the step rule.
         `grads`: per particle variable, in view order; `iteration`: 1, 2, ... (float)."""
-        directions = self.direction(self.view.flat_particles(), self.view.flat_gradients(grads), self.view.layer_groups)
+        directions = self.direction(
+            self.view.flat_particles(), self.view.flat_gradients(grads), self.view.layer_groups
+        )
         self.step_particles(directions, learning_rate, iteration, writes)
 
     def step_particles(self, directions, learning_rate, iteration, writes):
         """Subtract step_rule(direction) from each particle variable."""
         for d, v in zip(directions, self.view.variables):
-            self._slots.apply(self.position(v), tf.reshape(d, v.shape), v, learning_rate, iteration, writes)
+            self._slots.apply(
+                self.position(v), tf.reshape(d, v.shape), v, learning_rate, iteration, writes
+            )
 
     def check_loaded_state(self):
         self._slots.check_loaded(self.name)
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "step_rule": keras.saving.serialize_keras_object(self.step_rule),
-            "shared_learning_rate": self.shared_learning_rate,
-        })
+        config.update(
+            {
+                "step_rule": keras.saving.serialize_keras_object(self.step_rule),
+                "shared_learning_rate": self.shared_learning_rate,
+            }
+        )
         return config

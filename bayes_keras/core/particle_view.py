@@ -44,7 +44,9 @@ class ParticleView:
         if self.variables:
             counts = {int(v.shape[0]) for v in self.variables}
             if len(counts) > 1:
-                raise ValueError(f"The particle variables disagree on the number of particles: {sorted(counts)}.")
+                raise ValueError(
+                    f"The particle variables disagree on the number of particles: {sorted(counts)}."
+                )
             self.num_particles = counts.pop()
         else:
             self.num_particles = None
@@ -101,7 +103,9 @@ class ParticleView:
                 shared.append((g, v))
             else:
                 particle_grads[i] = g
-        particle_grads = [tf.zeros_like(v) if g is None else g for g, v in zip(particle_grads, self.variables)]
+        particle_grads = [
+            tf.zeros_like(v) if g is None else g for g, v in zip(particle_grads, self.variables)
+        ]
         return particle_grads, shared
 
     def partition(self, scope):
@@ -126,6 +130,10 @@ class ParticleView:
 
     def split(self, tensor, block):
         """Inverse of `concat`: a (rows, D_b) tensor (static rows) -> {index: (rows, *shape_i)} for the block's variables."""
-        pieces = tf.split(tensor, [self.sizes[i] for i in block], axis=-1) if len(block) > 1 else [tensor]
+        pieces = (
+            tf.split(tensor, [self.sizes[i] for i in block], axis=-1)
+            if len(block) > 1
+            else [tensor]
+        )
         rows = tensor.shape[0]
         return {i: tf.reshape(p, (rows,) + self.shapes[i]) for i, p in zip(block, pieces)}

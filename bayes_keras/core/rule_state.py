@@ -26,16 +26,21 @@ class RuleState:
         self.rules = list(rules)
         self.slots = []
         for v, rule in zip(variables, self.rules):
-            self.slots.append({slot: add_variable(shape=shape, dtype=v.dtype, name=f"{_clean(v.path)}_{slot}")
-                               for slot, shape in rule.slots(tuple(v.shape)).items()})
+            self.slots.append(
+                {
+                    slot: add_variable(shape=shape, dtype=v.dtype, name=f"{_clean(v.path)}_{slot}")
+                    for slot, shape in rule.slots(tuple(v.shape)).items()
+                }
+            )
 
     def apply(self, position, direction, variable, learning_rate, iteration, writes):
         """Subtract rules[position](direction) from `variable`; the rule's new state and the new value go
         into `writes`. `iteration`: the step count 1, 2, ... (float)."""
         slots = self.slots[position]
         state = {k: s.value for k, s in slots.items()}
-        update, new_state = self.rules[position].apply(direction, state, tf.cast(learning_rate, direction.dtype),
-                                                       iteration)
+        update, new_state = self.rules[position].apply(
+            direction, state, tf.cast(learning_rate, direction.dtype), iteration
+        )
         for k, value in new_state.items():
             writes.assign(slots[k], value)
         writes.assign(variable, variable.value - update)
@@ -49,7 +54,9 @@ class RuleState:
         for rule, slots in zip(self.rules, self.slots):
             for slot_name, slot in slots.items():
                 if step_rules.is_second_moment(slot_name):
-                    check_bounded_entry(name, slot, "optimizer", f"{type(rule).__name__}'s second moment")
+                    check_bounded_entry(
+                        name, slot, "optimizer", f"{type(rule).__name__}'s second moment"
+                    )
 
 
 def _clean(path):

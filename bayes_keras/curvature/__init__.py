@@ -13,15 +13,33 @@ from bayes_keras.curvature.capture import CurvatureRequest, LayerRecord, capturi
 from bayes_keras.curvature.diagonal import per_example_squared_gradients
 from bayes_keras.curvature.kinds import LayerCurvature, layer_curvature
 
-__all__ = ["CurvatureRequest", "LayerCurvature", "LayerRecord", "capturing", "layer_curvature", "record",
-           "per_example_squared_gradients"]
+__all__ = [
+    "CurvatureRequest",
+    "LayerCurvature",
+    "LayerRecord",
+    "capturing",
+    "layer_curvature",
+    "record",
+    "per_example_squared_gradients",
+]
 
 from bayes_keras.curvature.capture import is_capturing  # noqa: E402
-from bayes_keras.curvature.kfac import (KroneckerBlock, LayerSpec, kfac_factors, kronecker_spec,  # noqa: E402
-                                        sampled_negative_log_likelihood)
+from bayes_keras.curvature.kfac import (
+    KroneckerBlock,
+    LayerSpec,
+    kfac_factors,
+    kronecker_spec,  # noqa: E402
+    sampled_negative_log_likelihood,
+)
 
-__all__ += ["is_capturing", "KroneckerBlock", "LayerSpec", "kfac_factors",
-            "kronecker_spec", "sampled_negative_log_likelihood"]
+__all__ += [
+    "is_capturing",
+    "KroneckerBlock",
+    "LayerSpec",
+    "kfac_factors",
+    "kronecker_spec",
+    "sampled_negative_log_likelihood",
+]
 
 from bayes_keras.curvature import preconditioners  # noqa: E402
 

@@ -94,9 +94,13 @@ class CurvatureRequest:
 
     def __post_init__(self):
         if self.statistics not in STATISTICS:
-            raise ValueError(f"CurvatureRequest statistics must be one of {STATISTICS}; got {self.statistics!r}.")
+            raise ValueError(
+                f"CurvatureRequest statistics must be one of {STATISTICS}; got {self.statistics!r}."
+            )
         if self.labels not in LABELS:
-            raise ValueError(f"CurvatureRequest labels must be one of {LABELS}; got {self.labels!r}.")
+            raise ValueError(
+                f"CurvatureRequest labels must be one of {LABELS}; got {self.labels!r}."
+            )
 
     @property
     def samples_labels(self):

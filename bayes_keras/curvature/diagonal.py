@@ -10,7 +10,12 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import conv1d_patches, conv_patches, embedding_locations, scale_shift_gradients
+from bayes_keras.curvature.kfac import (
+    conv1d_patches,
+    conv_patches,
+    embedding_locations,
+    scale_shift_gradients,
+)
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 
@@ -32,11 +37,15 @@ def per_example_squared_gradients(record, labels="observed"):
     layer = record.layer
     grads = record.output_gradients if labels == "observed" else record.sampled_output_gradients
     if grads is None:
-        raise ValueError(f"The record of '{layer.name}' has no {labels}-label pre-activation gradients.")
+        raise ValueError(
+            f"The record of '{layer.name}' has no {labels}-label pre-activation gradients."
+        )
     rules = layer_curvature(layer)
     if rules is None or rules.squared_gradients is None:
-        raise NotImplementedError(f"Per-example squared gradients are implemented for Dense, Conv1D, Conv2D, Embedding and BatchNormalization "
-                                  f"particle layers; got {layer_kind(layer)} ('{layer.name}').")
+        raise NotImplementedError(
+            f"Per-example squared gradients are implemented for Dense, Conv1D, Conv2D, Embedding and BatchNormalization "
+            f"particle layers; got {layer_kind(layer)} ('{layer.name}')."
+        )
     kernel, bias = rules.squared_gradients(layer, record.inputs, grads)
     weights = [v for v, _, _ in layer.prior_terms]  # the kernel (or table), then the bias if any
     out = [(weights[0], tf.reshape(kernel, weights[0].shape))]
@@ -64,13 +73,19 @@ def dense_squared_gradients(layer, x, e):
         return kernel, tf.reduce_sum(e2, axis=0)
     a = tf.broadcast_to(a, tf.concat([[batch, n], tf.shape(a)[2:]], 0))
     per_example = tf.einsum("bnli,bnlo->bnio", a, e)
-    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
+    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(
+        tf.square(tf.reduce_sum(e, 2)), 0
+    )
 
 
 def batch_normalization_squared_gradients(layer, normalized, e):
     """(first, second) squared-gradient sums of a BatchNormalization particle layer, in its weights' order
     (gamma then beta; beta alone when scale=False)."""
-    sums = [tf.reduce_sum(tf.square(g), 0) for g in scale_shift_gradients(layer, normalized, e) if g is not None]
+    sums = [
+        tf.reduce_sum(tf.square(g), 0)
+        for g in scale_shift_gradients(layer, normalized, e)
+        if g is not None
+    ]
     return sums[0], (sums[1] if len(sums) > 1 else None)
 
 
@@ -89,7 +104,9 @@ def conv1d_squared_gradients(layer, x, e):
     batch, n = tf.shape(e)[0], int(layer.num_particles)
     patches = tf.broadcast_to(patches, tf.concat([[batch, n], tf.shape(patches)[2:]], 0))
     per_example = tf.matmul(patches, e, transpose_a=True)  # (B, N, k*C, F)
-    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(tf.square(tf.reduce_sum(e, 2)), 0)
+    return tf.reduce_sum(tf.square(per_example), 0), tf.reduce_sum(
+        tf.square(tf.reduce_sum(e, 2)), 0
+    )
 
 
 def conv2d_squared_gradients(layer, x, e):
@@ -101,8 +118,12 @@ def conv2d_squared_gradients(layer, x, e):
     if layer.broadcasts:
         # One patch matrix per example serves every particle: (K x T) (T x N F) per example, and the
         # particle axis leaves the product only after the batch sum, when it is small.
-        per_example = tf.matmul(patches[:, 0], tf.reshape(locations, (batch, -1, n * filters)), transpose_a=True)
+        per_example = tf.matmul(
+            patches[:, 0], tf.reshape(locations, (batch, -1, n * filters)), transpose_a=True
+        )
         kernel = tf.reshape(tf.reduce_sum(tf.square(per_example), 0), (-1, n, filters))  # (K, N, F)
         return tf.transpose(kernel, [1, 0, 2]), bias
-    per_example = tf.matmul(patches, tf.transpose(locations, [0, 2, 1, 3]), transpose_a=True)  # (B, N, K, F)
+    per_example = tf.matmul(
+        patches, tf.transpose(locations, [0, 2, 1, 3]), transpose_a=True
+    )  # (B, N, K, F)
     return tf.reduce_sum(tf.square(per_example), 0), bias

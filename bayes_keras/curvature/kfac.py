@@ -61,7 +61,16 @@ import tensorflow as tf
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 from bayes_keras.likelihoods import Likelihood
 
-SUPPORTED_LAYERS = ("Dense", "Conv1D", "Conv2D", "SimpleRNN", "LSTM", "GRU", "Embedding", "BatchNormalization")
+SUPPORTED_LAYERS = (
+    "Dense",
+    "Conv1D",
+    "Conv2D",
+    "SimpleRNN",
+    "LSTM",
+    "GRU",
+    "Embedding",
+    "BatchNormalization",
+)
 FISHER_TYPES = ("empirical", "true")
 
 
@@ -105,7 +114,9 @@ class LayerSpec:
     blocks: tuple  # KroneckerBlock, ...
     reset_after: bool = None
     layer: object = None
-    kernel_and_bias: bool = False  # one [kernel; bias] block over the layer's inputs (Dense, Conv1D, Conv2D)
+    kernel_and_bias: bool = (
+        False  # one [kernel; bias] block over the layer's inputs (Dense, Conv1D, Conv2D)
+    )
 
     @property
     def variables(self):
@@ -126,11 +137,26 @@ class LayerSpec:
 
     def same_structure(self, other):
         """Same layer kind, factors, variables (by identity), views and blocks."""
+
         def key(spec):
-            blocks = tuple((b.role, b.a, b.g, b.columns, tuple((id(pc.variable), pc.row_start, pc.row_count)
-                                                             for pc in b.pieces)) for b in spec.blocks)
-            return (spec.kind, spec.reset_after, tuple(sorted(spec.factor_dims.items())),
-                    tuple((id(v), shape) for v, shape in spec.views), blocks)
+            blocks = tuple(
+                (
+                    b.role,
+                    b.a,
+                    b.g,
+                    b.columns,
+                    tuple((id(pc.variable), pc.row_start, pc.row_count) for pc in b.pieces),
+                )
+                for b in spec.blocks
+            )
+            return (
+                spec.kind,
+                spec.reset_after,
+                tuple(sorted(spec.factor_dims.items())),
+                tuple((id(v), shape) for v, shape in spec.views),
+                blocks,
+            )
+
         return key(self) == key(other)
 
 
@@ -144,15 +170,19 @@ def kronecker_spec(layer):
     """
     rules = _kronecker_rules(layer)
     if getattr(layer, "deterministic", False):
-        raise ValueError(f"Layer '{layer.name}' is deterministic (shared weights): it has no particle curvature.")
+        raise ValueError(
+            f"Layer '{layer.name}' is deterministic (shared weights): it has no particle curvature."
+        )
     return rules.kronecker_spec(layer)
 
 
 def _kronecker_rules(layer):
     rules = layer_curvature(layer)
     if rules is None or rules.kronecker_spec is None:
-        raise ValueError(f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
-                         f"'{getattr(layer, 'name', repr(layer))}' is a {layer_kind(layer)}.")
+        raise ValueError(
+            f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
+            f"'{getattr(layer, 'name', repr(layer))}' is a {layer_kind(layer)}."
+        )
     return rules
 
 
@@ -168,8 +198,13 @@ def embedding_spec(layer):
 
 def _embedding_spec(table, layer=None):
     rows, out = int(table.shape[1]), int(table.shape[2])
-    return LayerSpec("Embedding", {"A": rows, "G": out}, ((table, (rows, out)),),
-                     (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),), layer=layer)
+    return LayerSpec(
+        "Embedding",
+        {"A": rows, "G": out},
+        ((table, (rows, out)),),
+        (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),),
+        layer=layer,
+    )
 
 
 def batch_normalization_spec(layer):
@@ -184,21 +219,37 @@ def _batch_normalization_spec(variables, layer=None):
         channels = int(variable.shape[1])
         dims.update({f"A_{role}": channels, f"G_{role}": 1})
         views.append((variable, (channels, 1)))
-        blocks.append(KroneckerBlock(role, f"A_{role}", f"G_{role}", (Piece(variable, 0, channels),)))
+        blocks.append(
+            KroneckerBlock(role, f"A_{role}", f"G_{role}", (Piece(variable, 0, channels),))
+        )
     return LayerSpec("BatchNormalization", dims, tuple(views), tuple(blocks), layer=layer)
 
 
 def recurrent_spec(layer):
     """Kronecker spec of a SimpleRNN or LSTM particle layer: an input and a recurrent block."""
-    return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel,
-                 int(layer.units), None, layer)
+    return _spec(
+        layer_kind(layer),
+        layer.kernel,
+        getattr(layer, "bias", None),
+        layer.recurrent_kernel,
+        int(layer.units),
+        None,
+        layer,
+    )
 
 
 def gru_spec(layer):
     """Kronecker spec of a GRU particle layer: an input block and, by its `reset_after`, one recurrent block
     (reset after the recurrent matmul) or two (the update / reset gates' and the candidate's)."""
-    return _spec(layer_kind(layer), layer.kernel, getattr(layer, "bias", None), layer.recurrent_kernel,
-                 int(layer.units), bool(layer.reset_after), layer)
+    return _spec(
+        layer_kind(layer),
+        layer.kernel,
+        getattr(layer, "bias", None),
+        layer.recurrent_kernel,
+        int(layer.units),
+        bool(layer.reset_after),
+        layer,
+    )
 
 
 def candidate_specs(variables):
@@ -215,41 +266,63 @@ def candidate_specs(variables):
     for v in variables:
         names.setdefault(v.name.split("/")[-1], []).append(v)
     where = ", ".join(v.path for v in variables)
-    if set(names) == {"embeddings"} and len(names["embeddings"]) == 1 and len(names["embeddings"][0].shape) == 3:
+    if (
+        set(names) == {"embeddings"}
+        and len(names["embeddings"]) == 1
+        and len(names["embeddings"][0].shape) == 3
+    ):
         return [_embedding_spec(names["embeddings"][0])]
-    if names and set(names) <= {"gamma", "beta"} and all(len(vs) == 1 and len(vs[0].shape) == 2 for vs in names.values()):
+    if (
+        names
+        and set(names) <= {"gamma", "beta"}
+        and all(len(vs) == 1 and len(vs[0].shape) == 2 for vs in names.values())
+    ):
         return [_batch_normalization_spec(list(variables))]
-    if (any(len(vs) > 1 for vs in names.values()) or "kernel" not in names
-            or not set(names) <= {"kernel", "recurrent_kernel", "bias"}):
-        raise ValueError(f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
-                         f"({', '.join(SUPPORTED_LAYERS)}: a kernel, an optional recurrent_kernel and an optional "
-                         "bias). For other layers (attention, EinsumDense, LoRA factors) use an optimizer without "
-                         "curvature, which trains them with its defaults: GaussianParticleFlow, SVGD, MGVBP, "
-                         "IndependentParticles. (preconditioner='identity' makes MatrixSVGD / PreconditionedParticles "
-                         "take plain gradient steps on the dataset-scaled log posterior: their learning rate must then "
-                         "be set to that scale, about 1 / dataset_size.)")
+    if (
+        any(len(vs) > 1 for vs in names.values())
+        or "kernel" not in names
+        or not set(names) <= {"kernel", "recurrent_kernel", "bias"}
+    ):
+        raise ValueError(
+            f"KFAC: the particle variables [{where}] are not those of a supported particle layer "
+            f"({', '.join(SUPPORTED_LAYERS)}: a kernel, an optional recurrent_kernel and an optional "
+            "bias). For other layers (attention, EinsumDense, LoRA factors) use an optimizer without "
+            "curvature, which trains them with its defaults: GaussianParticleFlow, SVGD, MGVBP, "
+            "IndependentParticles. (preconditioner='identity' makes MatrixSVGD / PreconditionedParticles "
+            "take plain gradient steps on the dataset-scaled log posterior: their learning rate must then "
+            "be set to that scale, about 1 / dataset_size.)"
+        )
     kernel, bias = names["kernel"][0], names.get("bias", [None])[0]
     if "recurrent_kernel" not in names:
         kind = {3: "Dense", 4: "Conv1D", 5: "Conv2D"}.get(len(kernel.shape))
         if kind is None:
-            raise ValueError(f"KFAC: kernel {kernel.path} of shape {tuple(kernel.shape)} is not a Dense (N, in, out), "
-                             "Conv1D (N, k, C, F) or Conv2D (N, kh, kw, C, F) particle kernel.")
+            raise ValueError(
+                f"KFAC: kernel {kernel.path} of shape {tuple(kernel.shape)} is not a Dense (N, in, out), "
+                "Conv1D (N, k, C, F) or Conv2D (N, kh, kw, C, F) particle kernel."
+            )
         return [_spec(kind, kernel, bias)]
     recurrent = names["recurrent_kernel"][0]
     if len(kernel.shape) != 3 or len(recurrent.shape) != 3:
-        raise ValueError(f"KFAC: recurrent variables [{where}] must be kernel (N, F, k*units) and recurrent_kernel "
-                         "(N, units, k*units).")
+        raise ValueError(
+            f"KFAC: recurrent variables [{where}] must be kernel (N, F, k*units) and recurrent_kernel "
+            "(N, units, k*units)."
+        )
     units, width = int(recurrent.shape[1]), int(recurrent.shape[2])
     gates = width // units if width % units == 0 else 0
     kind = {1: "SimpleRNN", 3: "GRU", 4: "LSTM"}.get(gates)
     if kind is None:
-        raise ValueError(f"KFAC: recurrent kernel {recurrent.path} of shape {tuple(recurrent.shape)} has "
-                         f"{width} columns for {units} units: not SimpleRNN (1x), GRU (3x) or LSTM (4x).")
+        raise ValueError(
+            f"KFAC: recurrent kernel {recurrent.path} of shape {tuple(recurrent.shape)} has "
+            f"{width} columns for {units} units: not SimpleRNN (1x), GRU (3x) or LSTM (4x)."
+        )
     if gates != 3:  # only a GRU's structure depends on a flag (reset_after) the shapes may not show
         return [_spec(kind, kernel, bias, recurrent, units)]
     if bias is not None:
         return [_spec(kind, kernel, bias, recurrent, units, len(bias.shape) == 3)]
-    return [_spec(kind, kernel, None, recurrent, units, True), _spec(kind, kernel, None, recurrent, units, False)]
+    return [
+        _spec(kind, kernel, None, recurrent, units, True),
+        _spec(kind, kernel, None, recurrent, units, False),
+    ]
 
 
 def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, layer=None):
@@ -267,8 +340,14 @@ def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, laye
             _check_shape(bias, (out,))
             views.append((bias, (1, out)))
             pieces.append(Piece(bias, 0, 1))
-        return LayerSpec(kind, {"A": rows + has_bias, "G": out}, tuple(views),
-                         (KroneckerBlock("weights", "A", "G", tuple(pieces)),), layer=layer, kernel_and_bias=True)
+        return LayerSpec(
+            kind,
+            {"A": rows + has_bias, "G": out},
+            tuple(views),
+            (KroneckerBlock("weights", "A", "G", tuple(pieces)),),
+            layer=layer,
+            kernel_and_bias=True,
+        )
     features, width = int(kernel.shape[1]), int(kernel.shape[2])
     _check_shape(recurrent, (units, width))
     views = [(kernel, (features, width)), (recurrent, (units, width))]
@@ -285,8 +364,10 @@ def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, laye
     blocks = [KroneckerBlock("input", "A_in", "G", tuple(in_pieces))]
     if reset_after is False:
         dims.update({"A_rec": units, "A_reset": units})
-        blocks += [KroneckerBlock("recurrent_zr", "A_rec", "G", tuple(rec_pieces), (0, 2 * units)),
-                   KroneckerBlock("recurrent_h", "A_reset", "G", tuple(rec_pieces), (2 * units, width))]
+        blocks += [
+            KroneckerBlock("recurrent_zr", "A_rec", "G", tuple(rec_pieces), (0, 2 * units)),
+            KroneckerBlock("recurrent_h", "A_reset", "G", tuple(rec_pieces), (2 * units, width)),
+        ]
     elif reset_after:
         dims.update({"A_rec": units + has_bias, "G_rec": width})
         blocks.append(KroneckerBlock("recurrent", "A_rec", "G_rec", tuple(rec_pieces)))
@@ -298,8 +379,10 @@ def _spec(kind, kernel, bias, recurrent=None, units=None, reset_after=None, laye
 
 def _check_shape(variable, shape):
     if tuple(int(d) for d in variable.shape[1:]) != tuple(shape):
-        raise ValueError(f"KFAC: variable {variable.path} has per-particle shape {tuple(variable.shape[1:])}, "
-                         f"expected {tuple(shape)}.")
+        raise ValueError(
+            f"KFAC: variable {variable.path} has per-particle shape {tuple(variable.shape[1:])}, "
+            f"expected {tuple(shape)}."
+        )
 
 
 # -- factors -------------------------------------------------------------------------------------
@@ -318,8 +401,11 @@ def kfac_factors(record, fisher="empirical"):
     e = record.output_gradients if fisher == "empirical" else record.sampled_output_gradients
     layer = record.layer
     if e is None:
-        what = ("output_gradients" if fisher == "empirical" else
-                "sampled_output_gradients (the optimizer's curvature_request must sample labels)")
+        what = (
+            "output_gradients"
+            if fisher == "empirical"
+            else "sampled_output_gradients (the optimizer's curvature_request must sample labels)"
+        )
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no {what}.")
     if record.dataset_scale is None:
         raise ValueError(f"KFAC: the record of layer '{layer.name}' has no dataset_scale.")
@@ -339,15 +425,19 @@ def dense_factors(layer, record, e, scale):
 def conv2d_factors(layer, record, e, scale):
     """{"A", "G"} of a Conv2D particle layer (the H'W' output positions are the locations)."""
     n = int(layer.num_particles)
-    return {"A": input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
-            "G": gradient_factor(conv_locations(layer, e), scale)}
+    return {
+        "A": input_factor(conv_patches(layer, record.inputs), layer.bias is not None, n),
+        "G": gradient_factor(conv_locations(layer, e), scale),
+    }
 
 
 def conv1d_factors(layer, record, e, scale):
     """{"A", "G"} of a Conv1D particle layer (the T' output steps are the locations; e is (B, N, T', F))."""
     n = int(layer.num_particles)
-    return {"A": input_factor(conv1d_patches(layer, record.inputs), layer.bias is not None, n),
-            "G": gradient_factor(e, scale)}
+    return {
+        "A": input_factor(conv1d_patches(layer, record.inputs), layer.bias is not None, n),
+        "G": gradient_factor(e, scale),
+    }
 
 
 class _Conv1DAsConv2D(NamedTuple):
@@ -369,10 +459,17 @@ def conv1d_patches(layer, x):
     if layer.padding == "causal":
         pad = (layer.kernel_size - 1) * layer.dilation_rate
         x = tf.pad(x, [[0, 0]] * (len(x.shape) - 2) + [[pad, 0], [0, 0]])
-    images = tf.expand_dims(x if layer.broadcasts else tf.transpose(x, [0, 2, 1, 3]), 1)  # (B, 1, T, [N,] C)
-    view = _Conv1DAsConv2D((1, layer.kernel_size), (1, layer.strides), (1, layer.dilation_rate),
-                           "valid" if layer.padding == "causal" else layer.padding, layer.broadcasts,
-                           int(layer.num_particles))
+    images = tf.expand_dims(
+        x if layer.broadcasts else tf.transpose(x, [0, 2, 1, 3]), 1
+    )  # (B, 1, T, [N,] C)
+    view = _Conv1DAsConv2D(
+        (1, layer.kernel_size),
+        (1, layer.strides),
+        (1, layer.dilation_rate),
+        "valid" if layer.padding == "causal" else layer.padding,
+        layer.broadcasts,
+        int(layer.num_particles),
+    )
     return conv_patches(view, images)
 
 
@@ -385,14 +482,19 @@ def conv_locations(layer, e):
 def embedding_locations(layer, ids, e):
     """An Embedding's token ids and output gradient as locations: (one-hot ids (B, 1, L, V), e (B, N, L, D))."""
     batch = tf.shape(e)[0]
-    one_hot = tf.one_hot(tf.reshape(tf.cast(ids, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype)
+    one_hot = tf.one_hot(
+        tf.reshape(tf.cast(ids, tf.int32), (batch, 1, -1)), layer.input_dim, dtype=e.dtype
+    )
     return one_hot, tf.reshape(e, (batch, int(layer.num_particles), -1, layer.output_dim))
 
 
 def embedding_factors(layer, record, e, scale):
     """{"A", "G"} of an Embedding particle layer (every token position is a location)."""
     one_hot, e = embedding_locations(layer, record.inputs, e)
-    return {"A": input_factor(one_hot, False, int(layer.num_particles)), "G": gradient_factor(e, scale)}
+    return {
+        "A": input_factor(one_hot, False, int(layer.num_particles)),
+        "G": gradient_factor(e, scale),
+    }
 
 
 def scale_shift_gradients(layer, normalized, e):
@@ -408,7 +510,11 @@ def scale_shift_gradients(layer, normalized, e):
         return tf.reshape(t, (batch, n, -1, channels))
 
     e = locations(e)
-    g_gamma = tf.reduce_sum(e * locations(tf.cast(normalized, e.dtype)), 2) if layer.gamma is not None else None
+    g_gamma = (
+        tf.reduce_sum(e * locations(tf.cast(normalized, e.dtype)), 2)
+        if layer.gamma is not None
+        else None
+    )
     g_beta = tf.reduce_sum(e, 2) if layer.beta is not None else None
     return g_gamma, g_beta
 
@@ -429,7 +535,9 @@ def recurrent_factors(layer, record, e, scale, reset_after=None):
     locations); a GRU's through `gru_factors`."""
     extras = record.extras or {}
     if "recurrent_inputs" not in extras:
-        raise ValueError(f"KFAC: the record of recurrent layer '{layer.name}' has no recurrent inputs (h_(t-1)).")
+        raise ValueError(
+            f"KFAC: the record of recurrent layer '{layer.name}' has no recurrent inputs (h_(t-1))."
+        )
     n, batch = int(layer.num_particles), tf.shape(e)[0]
     has_bias = getattr(layer, "bias", None) is not None
     units, width = int(layer.units), int(layer.kernel.shape[2])
@@ -441,13 +549,14 @@ def recurrent_factors(layer, record, e, scale, reset_after=None):
     factors = {"A_in": input_factor(x, has_bias, n), "G": gradient_factor(e, scale)}
     if reset_after:
         r = tf.reshape(extras["reset_gates"], (batch, n, -1, units))
-        e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units:]], axis=-1)
+        e_rec = tf.concat([e[..., : 2 * units], r * e[..., 2 * units :]], axis=-1)
         factors["A_rec"] = input_factor(h_prev, has_bias, n)
         factors["G_rec"] = gradient_factor(e_rec, scale)
     elif reset_after is False:
         factors["A_rec"] = input_factor(h_prev, False, n)
-        factors["A_reset"] = input_factor(tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)),
-                                           False, n)
+        factors["A_reset"] = input_factor(
+            tf.reshape(extras["reset_recurrent_inputs"], (batch, n, -1, units)), False, n
+        )
     else:
         factors["A_rec"] = input_factor(h_prev, False, n)
     return factors
@@ -523,13 +632,17 @@ def conv_patches(layer, x):
         images = x
     else:  # (B, H, W, N, C) -> (B*N, H, W, C), each particle's images contiguous
         shape = tf.shape(x)
-        images = tf.reshape(tf.transpose(x, [0, 3, 1, 2, 4]), tf.stack([-1, shape[1], shape[2], shape[4]]))
+        images = tf.reshape(
+            tf.transpose(x, [0, 3, 1, 2, 4]), tf.stack([-1, shape[1], shape[2], shape[4]])
+        )
     height, width, channels = x.shape[1], x.shape[2], x.shape[-1]
     patches = None
     if height is not None and width is not None:
         sizes = []
-        for size, k, s, d in ((height, kh, layer.strides[0], layer.dilation_rate[0]),
-                              (width, kw, layer.strides[1], layer.dilation_rate[1])):
+        for size, k, s, d in (
+            (height, kh, layer.strides[0], layer.dilation_rate[0]),
+            (width, kw, layer.strides[1], layer.dilation_rate[1]),
+        ):
             span = (k - 1) * d + 1
             if layer.padding == "same":
                 out = -(-size // s)
@@ -543,16 +656,30 @@ def conv_patches(layer, x):
             if any(pad_h + pad_w):
                 images = tf.pad(images, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
             padded_w = width + sum(pad_w)
-            rows = (np.arange(out_h)[:, None, None, None] * s_h + np.arange(kh)[None, None, :, None] * d_h)
-            cols = (np.arange(out_w)[None, :, None, None] * s_w + np.arange(kw)[None, None, None, :] * d_w)
-            index = (rows * padded_w + cols).reshape(-1)  # [location][i][j] -> pixel of the padded image
+            rows = (
+                np.arange(out_h)[:, None, None, None] * s_h
+                + np.arange(kh)[None, None, :, None] * d_h
+            )
+            cols = (
+                np.arange(out_w)[None, :, None, None] * s_w
+                + np.arange(kw)[None, None, None, :] * d_w
+            )
+            index = (rows * padded_w + cols).reshape(
+                -1
+            )  # [location][i][j] -> pixel of the padded image
             pixels = tf.reshape(images, tf.stack([-1, (height + sum(pad_h)) * padded_w, channels]))
-            patches = tf.reshape(tf.gather(pixels, index.astype(np.int32), axis=1),
-                                 tf.stack([-1, out_h * out_w, kh * kw * channels]))
+            patches = tf.reshape(
+                tf.gather(pixels, index.astype(np.int32), axis=1),
+                tf.stack([-1, out_h * out_w, kh * kw * channels]),
+            )
     if patches is None:
         patches = tf.image.extract_patches(
-            images, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1], rates=[1, *layer.dilation_rate, 1],
-            padding=layer.padding.upper())
+            images,
+            sizes=[1, kh, kw, 1],
+            strides=[1, *layer.strides, 1],
+            rates=[1, *layer.dilation_rate, 1],
+            padding=layer.padding.upper(),
+        )
     k = patches.shape[-1]
     return tf.reshape(patches, (batch, 1 if layer.broadcasts else layer.num_particles, -1, k))
 
@@ -562,6 +689,8 @@ def sampled_negative_log_likelihood(likelihood, outputs, seed=None):
     """-log p(y~_bn | x_b, w_n) (batch, N) for labels drawn from each particle's own predictive: the
     likelihood's own `sampled_negative_log_likelihood` (bayes_keras.likelihoods.Likelihood)."""
     if not isinstance(likelihood, Likelihood):
-        raise ValueError(f"The true Fisher samples labels from a bayes_keras likelihood; {type(likelihood).__name__} "
-                         "is not supported. Use fisher='empirical'.")
+        raise ValueError(
+            f"The true Fisher samples labels from a bayes_keras likelihood; {type(likelihood).__name__} "
+            "is not supported. Use fisher='empirical'."
+        )
     return likelihood.sampled_negative_log_likelihood(outputs, seed)

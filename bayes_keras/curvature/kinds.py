@@ -32,7 +32,9 @@ class LayerCurvature:
 
 def layer_curvature(layer):
     """The `LayerCurvature` a layer's class declares (None: no curvature formulas)."""
-    rules = getattr(layer, "curvature_rules", None)  # the class's, or None set by an instance (grouped Conv2D)
+    rules = getattr(
+        layer, "curvature_rules", None
+    )  # the class's, or None set by an instance (grouped Conv2D)
     return rules if isinstance(rules, LayerCurvature) else None
 
 

@@ -27,7 +27,11 @@ class CentredLinear(Kernel):
         if ys is not None:
             k = 0.5 * (k + tf.linalg.matrix_transpose(k))
         n = tf.cast(tf.shape(xs[0])[0], xs[0].dtype)
-        total = n if weights is None else tf.reduce_sum(tf.cast(weights, xs[0].dtype), axis=-1)[..., None, None]
+        total = (
+            n
+            if weights is None
+            else tf.reduce_sum(tf.cast(weights, xs[0].dtype), axis=-1)[..., None, None]
+        )
         rep = [total * _centre(x, 0) for x in xs]
         if ys is not None and weights is None:  # broadcast to the metric's batch shape
             batch = tf.shape(k)[:-2]

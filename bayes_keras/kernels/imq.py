@@ -29,8 +29,12 @@ class IMQ(RadialKernel):
 
     def __init__(self, bandwidth="median", beta=-0.5, divide_by_log_n=None):
         super().__init__(bandwidth, divide_by_log_n)
-        if isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer)) \
-                or not np.isfinite(beta) or beta >= 0:
+        if (
+            isinstance(beta, bool)
+            or not isinstance(beta, (int, float, np.floating, np.integer))
+            or not np.isfinite(beta)
+            or beta >= 0
+        ):
             raise ValueError(f"IMQ beta must be a negative number (e.g. -0.5); got {beta!r}.")
         self.beta = float(beta)
 

@@ -110,16 +110,26 @@ class RadialKernel(Kernel):
     def __init__(self, bandwidth="median", divide_by_log_n=None):
         if isinstance(bandwidth, str):
             if bandwidth != "median":
-                raise ValueError(f"{type(self).__name__} bandwidth must be 'median' or a positive number; "
-                                 f"got {bandwidth!r}.")
-        elif isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float, np.floating, np.integer)) \
-                or not np.isfinite(bandwidth) or bandwidth <= 0:
-            raise ValueError(f"{type(self).__name__} bandwidth must be 'median' or a positive number; "
-                             f"got {bandwidth!r}.")
+                raise ValueError(
+                    f"{type(self).__name__} bandwidth must be 'median' or a positive number; "
+                    f"got {bandwidth!r}."
+                )
+        elif (
+            isinstance(bandwidth, bool)
+            or not isinstance(bandwidth, (int, float, np.floating, np.integer))
+            or not np.isfinite(bandwidth)
+            or bandwidth <= 0
+        ):
+            raise ValueError(
+                f"{type(self).__name__} bandwidth must be 'median' or a positive number; "
+                f"got {bandwidth!r}."
+            )
         else:
             bandwidth = float(bandwidth)
         self.bandwidth = bandwidth
-        self.divide_by_log_n = self.default_divide_by_log_n if divide_by_log_n is None else bool(divide_by_log_n)
+        self.divide_by_log_n = (
+            self.default_divide_by_log_n if divide_by_log_n is None else bool(divide_by_log_n)
+        )
 
     def bandwidth_from(self, d2):
         """The bandwidth h (..., ) for squared distances d2 (..., N, N); a constant (stop-gradient)."""

@@ -17,8 +17,12 @@ from bayes_keras.layers.flatten import Flatten
 from bayes_keras.layers.gaussian_dropout import GaussianDropout
 from bayes_keras.layers.gaussian_noise import GaussianNoise
 from bayes_keras.layers.get_item import GetItem  # noqa: F401 (made by bayesianize)
-from bayes_keras.layers.global_pooling import (GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
-                                               GlobalMaxPooling2D)
+from bayes_keras.layers.global_pooling import (
+    GlobalAveragePooling1D,
+    GlobalAveragePooling2D,
+    GlobalMaxPooling1D,
+    GlobalMaxPooling2D,
+)
 from bayes_keras.layers.gru import GRU
 from bayes_keras.layers.layer_normalization import LayerNormalization
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
@@ -30,8 +34,35 @@ from bayes_keras.layers.pooling import AveragePooling2D, MaxPooling2D
 from bayes_keras.layers.separable_conv2d import SeparableConv2D
 from bayes_keras.layers.simple_rnn import SimpleRNN
 
-__all__ = ["ParticleLayer", "Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling1D",
-           "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Flatten", "Activation", "Dropout",
-           "GaussianNoise", "GaussianDropout", "AlphaDropout",
-           "SimpleRNN", "LSTM", "GRU", "Bidirectional", "BatchNormalization", "Embedding", "LayerNormalization",
-           "EinsumDense", "MultiHeadAttention", "LoRAEinsumDense", "LoRAEmbedding", "PerParticle"]
+__all__ = [
+    "ParticleLayer",
+    "Dense",
+    "Conv1D",
+    "Conv2D",
+    "DepthwiseConv2D",
+    "SeparableConv2D",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "Flatten",
+    "Activation",
+    "Dropout",
+    "GaussianNoise",
+    "GaussianDropout",
+    "AlphaDropout",
+    "SimpleRNN",
+    "LSTM",
+    "GRU",
+    "Bidirectional",
+    "BatchNormalization",
+    "Embedding",
+    "LayerNormalization",
+    "EinsumDense",
+    "MultiHeadAttention",
+    "LoRAEinsumDense",
+    "LoRAEmbedding",
+    "PerParticle",
+]

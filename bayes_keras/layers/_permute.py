@@ -12,5 +12,5 @@ def permute(x, perm):
     tensors; the Einsum kernel transposes with Eigen (docs/architecture.md, "Particle axis"). For
     kernels a layer rearranges every step, not for activations between layers: Grappler removes a
     Transpose followed by its inverse, and not an einsum."""
-    letters = _LETTERS[:len(perm)]
+    letters = _LETTERS[: len(perm)]
     return tf.einsum(f"{letters}->{''.join(letters[p] for p in perm)}", x)

@@ -95,13 +95,24 @@ class _ShiftedInitializer(keras.initializers.Initializer):
     def __call__(self, shape, dtype=None):
         value = self.inner(shape, dtype=dtype)
         last = shape[-1]
-        mask = tf.concat([tf.zeros([self.start]), tf.ones([self.size]), tf.zeros([last - self.start - self.size])], 0)
+        mask = tf.concat(
+            [
+                tf.zeros([self.start]),
+                tf.ones([self.size]),
+                tf.zeros([last - self.start - self.size]),
+            ],
+            0,
+        )
         return value + tf.cast(self.shift * mask, value.dtype)
 
     def get_config(self):
         inner = self.inner.get_config()
-        config = {"inner": keras.initializers.serialize(self.inner), "start": self.start, "size": self.size,
-                  "shift": self.shift}
+        config = {
+            "inner": keras.initializers.serialize(self.inner),
+            "start": self.start,
+            "size": self.size,
+            "shift": self.shift,
+        }
         if "seed" in inner:
             config["seed"] = inner["seed"]
         return config
@@ -141,22 +152,33 @@ class _ParticleRNN(ParticleLayer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
         self.return_sequences = bool(return_sequences)
         self.go_backwards = bool(go_backwards)
         self.unroll = bool(unroll)
         for key, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
-            if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, numbers.Real)
+                or not 0.0 <= rate < 1.0
+            ):
                 raise ValueError(f"{name} {key} must be a number in [0, 1); got {rate!r}.")
         self.dropout = float(dropout)
         self.recurrent_dropout = float(recurrent_dropout)
         self.seed = seed
         # Only layers that drop anything own a seed generator (a variable), so models without dropout
         # keep the variables they had.
-        self.seed_generator = (keras.random.SeedGenerator(seed)
-                               if self.dropout > 0 or self.recurrent_dropout > 0 else None)
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed)
+            if self.dropout > 0 or self.recurrent_dropout > 0
+            else None
+        )
         # Default: the kernel prior, as for keras' recurrent_regularizer-less layers.
-        self.recurrent_prior = self.kernel_prior if recurrent_prior is None else priors_lib.get(recurrent_prior)
+        self.recurrent_prior = (
+            self.kernel_prior if recurrent_prior is None else priors_lib.get(recurrent_prior)
+        )
         self.supports_masking = True
 
     # -- weights -------------------------------------------------------------------------------
@@ -170,18 +192,30 @@ class _ParticleRNN(ParticleLayer):
         self._resolve_num_particles(input_shape, core_rank=3)
         features = input_shape[-1]
         if features is None:
-            raise ValueError(f"{type(self).__name__} '{self.name}' needs a known feature dimension; "
-                             f"got {tuple(input_shape)}.")
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' needs a known feature dimension; "
+                f"got {tuple(input_shape)}."
+            )
         width = self._gates * self.units
-        self.kernel = self.add_particle_weight("kernel", (features, width), self.kernel_initializer,
-                                               self.kernel_prior, fan_in=features)
-        self.recurrent_kernel = self.add_particle_weight("recurrent_kernel", (self.units, width),
-                                                         self.recurrent_initializer, self.recurrent_prior,
-                                                         fan_in=self.units)
+        self.kernel = self.add_particle_weight(
+            "kernel", (features, width), self.kernel_initializer, self.kernel_prior, fan_in=features
+        )
+        self.recurrent_kernel = self.add_particle_weight(
+            "recurrent_kernel",
+            (self.units, width),
+            self.recurrent_initializer,
+            self.recurrent_prior,
+            fan_in=self.units,
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", self._bias_shape(), self._bias_initializer_for_build(),
-                                                 self.bias_prior, fan_in=features)
+            self.bias = self.add_particle_weight(
+                "bias",
+                self._bias_shape(),
+                self._bias_initializer_for_build(),
+                self.bias_prior,
+                fan_in=features,
+            )
 
     def _split_bias(self, bias):
         """(input bias, recurrent bias or None) of one weight set or of the (N, ...) stack."""
@@ -211,10 +245,18 @@ class _ParticleRNN(ParticleLayer):
         rank = len(x.shape)
         expected = 3 if self.broadcasts else 4
         if rank != expected:
-            layout = "(batch, time, features)" if self.broadcasts else "(batch, particles, time, features)"
-            raise ValueError(f"{type(self).__name__} '{self.name}' expects input {layout}; got shape {tuple(x.shape)}.")
+            layout = (
+                "(batch, time, features)"
+                if self.broadcasts
+                else "(batch, particles, time, features)"
+            )
+            raise ValueError(
+                f"{type(self).__name__} '{self.name}' expects input {layout}; got shape {tuple(x.shape)}."
+            )
 
-    def _loop(self, xs, recurrent_kernel, recurrent_bias, sequence=None, mask=None, recurrent_keep=None):
+    def _loop(
+        self, xs, recurrent_kernel, recurrent_bias, sequence=None, mask=None, recurrent_keep=None
+    ):
         """Run the recurrence over time-major projected inputs xs (T, *lead, k*units); returns all
         states h (T, *lead, units) in processing order when `sequence` (default: return_sequences),
         else the last one. `mask` (T, *lead broadcastable) bool: at a masked step every state (and so the
@@ -244,8 +286,10 @@ class _ParticleRNN(ParticleLayer):
         if self.unroll:
             steps = tf.nest.flatten(xs)[0].shape[0]
             if steps is None:
-                raise ValueError(f"{type(self).__name__} '{self.name}': unroll=True needs a static number of "
-                                 "time steps.")
+                raise ValueError(
+                    f"{type(self).__name__} '{self.name}': unroll=True needs a static number of "
+                    "time steps."
+                )
             states, outputs = states0, []
             for t in range(steps):
                 states = step(states, tf.nest.map_structure(lambda a: a[t], xs))
@@ -274,7 +318,9 @@ class _ParticleRNN(ParticleLayer):
 
     def _run_particles(self, x, mask=None, input_keep=None, recurrent_keep=None):
         n, width = self.num_particles, self._gates * self.units
-        if input_keep is not None:  # (B, N, F), the same at every step; a first layer's x gains the N axis
+        if (
+            input_keep is not None
+        ):  # (B, N, F), the same at every step; a first layer's x gains the N axis
             x = (x[:, None] if len(x.shape) == 3 else x) * input_keep[:, :, None, :]
         xs = self._project(x)  # (T, N, B, width)
         recurrent_bias = None
@@ -287,25 +333,39 @@ class _ParticleRNN(ParticleLayer):
         if mask is not None:  # (B, T) or (B, N, T) -> time-major (T, 1 or N, B)
             mask = tf.transpose(mask[:, None, :] if len(mask.shape) == 2 else mask, [2, 1, 0])
         if recurrent_keep is not None:
-            recurrent_keep = tf.transpose(recurrent_keep, [1, 0, 2])  # (B, N, u) -> (N, B, u), as the states
+            recurrent_keep = tf.transpose(
+                recurrent_keep, [1, 0, 2]
+            )  # (B, N, u) -> (N, B, u), as the states
         if capture.is_capturing():
             h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias, mask, recurrent_keep)
         else:
-            h = self._loop(xs, recurrent_kernel, recurrent_bias, mask=mask, recurrent_keep=recurrent_keep)
+            h = self._loop(
+                xs, recurrent_kernel, recurrent_bias, mask=mask, recurrent_keep=recurrent_keep
+            )
         if self.return_sequences:
             return tf.transpose(h, [2, 1, 0, 3])  # (T, N, B, u) -> (B, N, T, u)
         return tf.transpose(h, [1, 0, 2])  # (N, B, u) -> (B, N, u)
 
-    def _loop_recorded(self, x, xs, recurrent_kernel, recurrent_bias, mask=None, recurrent_keep=None):
+    def _loop_recorded(
+        self, x, xs, recurrent_kernel, recurrent_bias, mask=None, recurrent_keep=None
+    ):
         """`_loop` under curvature capture (see the module docstring): records x (after input dropout), the
         projected input (B, N, T, width) and, in `extras`, h_{t-1} as it enters the recurrent matmul (after
         recurrent dropout) and the cell's statistics."""
         xs_b = tf.transpose(xs, [2, 1, 0, 3])  # (T, N, B, w) -> (B, N, T, w): exact
         rec = capture.record(self, x, xs_b)
         xs = tf.transpose(xs_b, [2, 1, 0, 3])
-        hs = self._loop(xs, recurrent_kernel, recurrent_bias, sequence=True, mask=mask,
-                        recurrent_keep=recurrent_keep)  # (T, N, B, u), processing order
-        h_prev = self._dropped(tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0)), recurrent_keep)
+        hs = self._loop(
+            xs,
+            recurrent_kernel,
+            recurrent_bias,
+            sequence=True,
+            mask=mask,
+            recurrent_keep=recurrent_keep,
+        )  # (T, N, B, u), processing order
+        h_prev = self._dropped(
+            tf.stop_gradient(tf.concat([tf.zeros_like(hs[:1]), hs[:-1]], 0)), recurrent_keep
+        )
         xs_proc = tf.stop_gradient(tf.reverse(xs, [0]) if self.go_backwards else xs)
         extras = {"recurrent_inputs": h_prev}
         extras.update(self._curvature_statistics(xs_proc, h_prev, recurrent_kernel, recurrent_bias))
@@ -331,8 +391,13 @@ class _ParticleRNN(ParticleLayer):
             b_in, recurrent_bias = self._split_bias(tf.convert_to_tensor(self.bias))
             xw = xw + b_in
         mask = None if mask is None else tf.transpose(mask)  # (T, M)
-        h = self._loop(tf.transpose(xw, [1, 0, 2]), tf.convert_to_tensor(self.recurrent_kernel), recurrent_bias,
-                       mask=mask, recurrent_keep=recurrent_keep)
+        h = self._loop(
+            tf.transpose(xw, [1, 0, 2]),
+            tf.convert_to_tensor(self.recurrent_kernel),
+            recurrent_bias,
+            mask=mask,
+            recurrent_keep=recurrent_keep,
+        )
         return tf.transpose(h, [1, 0, 2]) if self.return_sequences else h
 
     def _dropout_masks(self, x, training):
@@ -352,11 +417,16 @@ class _ParticleRNN(ParticleLayer):
             # particles) kept, as one device draws.
             def draw(batch):
                 particles = distribute.particles_drawn(self.num_particles)
-                mask = keras.random.dropout(tf.ones(tf.stack([batch, particles, width]), x.dtype), rate,
-                                            seed=self.seed_generator)
+                mask = keras.random.dropout(
+                    tf.ones(tf.stack([batch, particles, width]), x.dtype),
+                    rate,
+                    seed=self.seed_generator,
+                )
                 return distribute.particle_columns(mask, self.num_particles)
 
-            if distribute.in_particle_slice():  # particle parallel: every replica has the whole batch
+            if (
+                distribute.in_particle_slice()
+            ):  # particle parallel: every replica has the whole batch
                 return draw(shape[0])
             return distribute.replica_rows(draw, shape[0])
 
@@ -373,14 +443,23 @@ class _ParticleRNN(ParticleLayer):
             return self._run_particles(x, mask, input_keep, recurrent_keep)
         if self.broadcasts and input_keep is None and recurrent_keep is None:
             return self._broadcast_shared(self._run_shared(x, mask))
-        if self.broadcasts:  # every particle gets its own dropout masks: the shared weights run N times
+        if (
+            self.broadcasts
+        ):  # every particle gets its own dropout masks: the shared weights run N times
             x = tf.tile(x[:, None], [1, self.num_particles, 1, 1])
         shape = tf.shape(x)
         if mask is not None:  # (B, [N,] T) -> (B * N, T), particles folded into the batch as x is
-            mask = tf.reshape(tf.broadcast_to(mask[:, None, :] if len(mask.shape) == 2 else mask, shape[:3]), (-1, shape[2]))
+            mask = tf.reshape(
+                tf.broadcast_to(mask[:, None, :] if len(mask.shape) == 2 else mask, shape[:3]),
+                (-1, shape[2]),
+            )
         fold = lambda keep: None if keep is None else tf.reshape(keep, (-1, keep.shape[-1]))  # noqa: E731
-        y = self._run_shared(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), mask, fold(input_keep),
-                             fold(recurrent_keep))  # particles folded into batch
+        y = self._run_shared(
+            tf.reshape(x, tf.concat([[-1], shape[2:]], 0)),
+            mask,
+            fold(input_keep),
+            fold(recurrent_keep),
+        )  # particles folded into batch
         return tf.reshape(y, tf.concat([shape[:2], tf.shape(y)[1:]], 0))
 
     def compute_mask(self, inputs, mask=None):

@@ -7,7 +7,9 @@ from bayes_keras import distribute
 from bayes_keras._config import check_number
 from bayes_keras.layers._random import draw_as_one_device
 
-_ALPHA_P = -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946  # -alpha * scale of SELU
+_ALPHA_P = (
+    -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946
+)  # -alpha * scale of SELU
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -33,7 +35,13 @@ class AlphaDropout(keras.layers.AlphaDropout):
         if not (training and self.rate > 0 and distribute.distributed()):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
-        kept = draw_as_one_device(self, x, lambda shape: tf.cast(
-            keras.random.uniform(shape, seed=self.seed_generator) >= self.rate, x.dtype), self.noise_shape)
-        a = ((1 - self.rate) * (1 + self.rate * _ALPHA_P ** 2)) ** -0.5
+        kept = draw_as_one_device(
+            self,
+            x,
+            lambda shape: tf.cast(
+                keras.random.uniform(shape, seed=self.seed_generator) >= self.rate, x.dtype
+            ),
+            self.noise_shape,
+        )
+        a = ((1 - self.rate) * (1 + self.rate * _ALPHA_P**2)) ** -0.5
         return a * (x * kept + _ALPHA_P * (1 - kept)) - a * _ALPHA_P * self.rate

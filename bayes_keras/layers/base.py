@@ -56,12 +56,16 @@ def _particle_initializer(initializer, num_particles):
             value = initializer(per_particle, dtype=dtype)
             return tf.tile(tf.expand_dims(value, 0), [num_particles] + [1] * len(per_particle))
         base = int(config["seed"] if config["seed"] is not None else random.randint(0, 2**30))
-        if isinstance(initializer, _STACKABLE) and type(initializer).__module__.startswith("keras."):
+        if isinstance(initializer, _STACKABLE) and type(initializer).__module__.startswith(
+            "keras."
+        ):
             return _stacked_draw(initializer, config, base, num_particles, per_particle, dtype)
         if num_particles > _LOOP_LIMIT:
-            raise ValueError(f"{num_particles} particles with the {type(initializer).__name__} initializer would be "
-                             f"drawn one by one; use at most {_LOOP_LIMIT} particles, or a Keras random / "
-                             "variance-scaling initializer.")
+            raise ValueError(
+                f"{num_particles} particles with the {type(initializer).__name__} initializer would be "
+                f"drawn one by one; use at most {_LOOP_LIMIT} particles, or a Keras random / "
+                "variance-scaling initializer."
+            )
         draws = []
         for i in range(num_particles):
             clone = initializer.__class__.from_config({**config, "seed": base + 7919 * i})
@@ -72,11 +76,17 @@ def _particle_initializer(initializer, num_particles):
 
 
 DRAW_HEADROOM = 3.5  # bytes held while a particle weight is drawn, per byte (measured 2.9-3.2: size_guard_peaks.md)
-_LOOP_LIMIT = 4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
+_LOOP_LIMIT = (
+    4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
+)
 # Initializers whose draws on the stacked (N, ...) shape are N independent per-particle draws (VarianceScaling
 # once its scale is corrected for the fans; Keras' own classes, not subclasses): one call for all particles.
-_STACKABLE = (keras.initializers.VarianceScaling, keras.initializers.RandomNormal, keras.initializers.RandomUniform,
-              keras.initializers.TruncatedNormal)
+_STACKABLE = (
+    keras.initializers.VarianceScaling,
+    keras.initializers.RandomNormal,
+    keras.initializers.RandomUniform,
+    keras.initializers.TruncatedNormal,
+)
 
 
 def _stacked_draw(initializer, config, seed, num_particles, per_particle, dtype):
@@ -87,8 +97,12 @@ def _stacked_draw(initializer, config, seed, num_particles, per_particle, dtype)
     stacked = (num_particles,) + per_particle
     if isinstance(initializer, keras.initializers.VarianceScaling):
         fans = [_fan(shape, initializer.mode) for shape in (per_particle, stacked)]
-        return keras.initializers.VarianceScaling(initializer.scale * fans[1] / fans[0], initializer.mode,
-                                                  initializer.distribution, seed=seed)(stacked, dtype=dtype)
+        return keras.initializers.VarianceScaling(
+            initializer.scale * fans[1] / fans[0],
+            initializer.mode,
+            initializer.distribution,
+            seed=seed,
+        )(stacked, dtype=dtype)
     return initializer.__class__.from_config({**config, "seed": seed})(stacked, dtype=dtype)
 
 
@@ -163,11 +177,19 @@ class ParticleLayer(keras.layers.Layer):
 
     curvature_rules = None  # no curvature formulas (bayes_keras.curvature.kinds)
 
-    def __init__(self, num_particles=None, deterministic=False, kernel_prior=None, bias_prior=None, **kwargs):
+    def __init__(
+        self, num_particles=None, deterministic=False, kernel_prior=None, bias_prior=None, **kwargs
+    ):
         super().__init__(**kwargs)
         if num_particles is not None:
-            if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 1:
-                raise ValueError(f"num_particles must be a positive integer or None; got {num_particles!r}.")
+            if (
+                isinstance(num_particles, bool)
+                or not isinstance(num_particles, int)
+                or num_particles < 1
+            ):
+                raise ValueError(
+                    f"num_particles must be a positive integer or None; got {num_particles!r}."
+                )
         self._given_num_particles = num_particles
         self.num_particles = num_particles
         self.deterministic = bool(deterministic)
@@ -195,7 +217,11 @@ class ParticleLayer(keras.layers.Layer):
             return
         axis = particle_axis(core_rank + 1)
         if rank != core_rank + 1 or input_shape[axis] is None:
-            layout = "(batch, H, W, particles, channels)" if core_rank + 1 == IMAGE_RANK else "(batch, particles, ...)"
+            layout = (
+                "(batch, H, W, particles, channels)"
+                if core_rank + 1 == IMAGE_RANK
+                else "(batch, particles, ...)"
+            )
             raise ValueError(
                 f"{name} '{self.name}' expects input {layout} of rank {core_rank + 1} from a "
                 f"previous particle layer; got shape {tuple(input_shape)}. If this is the first Bayesian "
@@ -218,12 +244,17 @@ class ParticleLayer(keras.layers.Layer):
             # This weight and the layer's earlier ones together, times DRAW_HEADROOM: drawing the initial values
             # holds the random draw, the variable and the initializer's intermediates at once.
             nbytes = tensor_bytes((self.num_particles,) + tuple(shape), self.variable_dtype)
-            total = nbytes + sum(tensor_bytes(v.shape, v.dtype) for v, _, _ in self._prior_terms
-                                 if getattr(v, "is_particle_variable", False))
-            check_fits(DRAW_HEADROOM * total,
-                       f"{type(self).__name__} '{self.name}': its {name} for {self.num_particles} particles, shape "
-                       f"{(self.num_particles,) + tuple(shape)}, with the layer's other weights and the initial draw,",
-                       "Use fewer particles or a smaller layer.")
+            total = nbytes + sum(
+                tensor_bytes(v.shape, v.dtype)
+                for v, _, _ in self._prior_terms
+                if getattr(v, "is_particle_variable", False)
+            )
+            check_fits(
+                DRAW_HEADROOM * total,
+                f"{type(self).__name__} '{self.name}': its {name} for {self.num_particles} particles, shape "
+                f"{(self.num_particles,) + tuple(shape)}, with the layer's other weights and the initial draw,",
+                "Use fewer particles or a smaller layer.",
+            )
             variable = self.add_weight(
                 name=name,
                 shape=(self.num_particles,) + tuple(shape),

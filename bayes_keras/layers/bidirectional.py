@@ -37,15 +37,23 @@ class Bidirectional(keras.layers.Layer):
 
     def __init__(self, layer, merge_mode="concat", weights=None, backward_layer=None, **kwargs):
         if not isinstance(layer, _ParticleRNN):
-            raise ValueError("bayes_keras.layers.Bidirectional wraps a bayes_keras particle RNN layer (SimpleRNN, "
-                             f"LSTM, GRU); got {layer!r}. Use keras.layers.Bidirectional for Keras layers.")
+            raise ValueError(
+                "bayes_keras.layers.Bidirectional wraps a bayes_keras particle RNN layer (SimpleRNN, "
+                f"LSTM, GRU); got {layer!r}. Use keras.layers.Bidirectional for Keras layers."
+            )
         if merge_mode not in _MERGE_MODES:
-            raise ValueError(f"Bidirectional merge_mode must be one of {_MERGE_MODES}; got {merge_mode!r}.")
+            raise ValueError(
+                f"Bidirectional merge_mode must be one of {_MERGE_MODES}; got {merge_mode!r}."
+            )
         if weights is not None:
-            raise ValueError("bayes_keras.layers.Bidirectional does not support weights=; set the sublayers' weights.")
+            raise ValueError(
+                "bayes_keras.layers.Bidirectional does not support weights=; set the sublayers' weights."
+            )
         if layer.go_backwards:
-            raise ValueError("Bidirectional needs a forward layer (go_backwards=False); the backward copy is made "
-                             "from it.")
+            raise ValueError(
+                "Bidirectional needs a forward layer (go_backwards=False); the backward copy is made "
+                "from it."
+            )
         super().__init__(**kwargs)
         self.supports_masking = True
         self.forward_layer = self._copy(layer, "forward", go_backwards=False)
@@ -53,13 +61,20 @@ class Bidirectional(keras.layers.Layer):
             self.backward_layer = self._copy(layer, "backward", go_backwards=True)
         else:
             if not isinstance(backward_layer, _ParticleRNN):
-                raise ValueError(f"Bidirectional backward_layer must be a bayes_keras particle RNN layer; got "
-                                 f"{backward_layer!r}.")
-            for attr, want in (("go_backwards", True), ("return_sequences", layer.return_sequences),
-                               ("_given_num_particles", layer._given_num_particles)):
+                raise ValueError(
+                    f"Bidirectional backward_layer must be a bayes_keras particle RNN layer; got "
+                    f"{backward_layer!r}."
+                )
+            for attr, want in (
+                ("go_backwards", True),
+                ("return_sequences", layer.return_sequences),
+                ("_given_num_particles", layer._given_num_particles),
+            ):
                 if getattr(backward_layer, attr) != want:
-                    raise ValueError(f"Bidirectional backward_layer needs {attr.lstrip('_')}={want!r}; got "
-                                     f"{getattr(backward_layer, attr)!r}.")
+                    raise ValueError(
+                        f"Bidirectional backward_layer needs {attr.lstrip('_')}={want!r}; got "
+                        f"{getattr(backward_layer, attr)!r}."
+                    )
             self.backward_layer = backward_layer
         self.merge_mode = merge_mode
         self.return_sequences = layer.return_sequences
@@ -70,7 +85,7 @@ class Bidirectional(keras.layers.Layer):
         base = layer.name
         for p in ("forward_", "backward_"):
             if base.startswith(p):
-                base = base[len(p):]
+                base = base[len(p) :]
         config["name"] = f"{prefix}_{base}"
         config["go_backwards"] = go_backwards
         return layer.__class__.from_config(config)
@@ -106,18 +121,23 @@ class Bidirectional(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "layer": keras.saving.serialize_keras_object(self.forward_layer),
-            "merge_mode": self.merge_mode,
-            "backward_layer": keras.saving.serialize_keras_object(self.backward_layer),
-        })
+        config.update(
+            {
+                "layer": keras.saving.serialize_keras_object(self.forward_layer),
+                "merge_mode": self.merge_mode,
+                "backward_layer": keras.saving.serialize_keras_object(self.backward_layer),
+            }
+        )
         return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = copy.deepcopy(config)
-        config["layer"] = keras.saving.deserialize_keras_object(config["layer"], custom_objects=custom_objects)
+        config["layer"] = keras.saving.deserialize_keras_object(
+            config["layer"], custom_objects=custom_objects
+        )
         if config.get("backward_layer") is not None:
-            config["backward_layer"] = keras.saving.deserialize_keras_object(config["backward_layer"],
-                                                                            custom_objects=custom_objects)
+            config["backward_layer"] = keras.saving.deserialize_keras_object(
+                config["backward_layer"], custom_objects=custom_objects
+            )
         return cls(**config)

@@ -40,42 +40,69 @@ class Conv1D(ParticleLayer):
 
     curvature_rules = rules.CONV1D  # KFAC and squared-gradient formulas (curvature/rules.py)
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, activation=None,
-                 use_bias=True, kernel_initializer="glorot_uniform", bias_initializer=None, data_format=None,
-                 **kwargs):
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        dilation_rate=1,
+        activation=None,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer=None,
+        data_format=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if data_format not in (None, "channels_last"):
-            raise ValueError(f"bayes_keras Conv1D supports data_format='channels_last' only; got {data_format!r}.")
+            raise ValueError(
+                f"bayes_keras Conv1D supports data_format='channels_last' only; got {data_format!r}."
+            )
         if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
             raise ValueError(f"Conv1D filters must be a positive integer; got {filters!r}.")
         padding = str(padding).lower()
         if padding not in ("valid", "same", "causal"):
-            raise ValueError(f"Conv1D padding must be 'valid', 'same' or 'causal'; got {padding!r}.")
+            raise ValueError(
+                f"Conv1D padding must be 'valid', 'same' or 'causal'; got {padding!r}."
+            )
         self.filters = filters
         self.kernel_size = _single(kernel_size, "kernel_size")
         self.strides = _single(strides, "strides")
         self.dilation_rate = _single(dilation_rate, "dilation_rate")
         if self.strides > 1 and self.dilation_rate > 1:
-            raise ValueError(f"Conv1D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
-                             f"got strides={self.strides}, dilation_rate={self.dilation_rate}.")
+            raise ValueError(
+                f"Conv1D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
+                f"got strides={self.strides}, dilation_rate={self.dilation_rate}."
+            )
         self.padding = padding
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=3)
         channels = input_shape[-1]
         if channels is None:
-            raise ValueError(f"Conv1D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}.")
+            raise ValueError(
+                f"Conv1D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}."
+            )
         fan_in = self.kernel_size * channels
-        self.kernel = self.add_particle_weight("kernel", (self.kernel_size, channels, self.filters),
-                                               self.kernel_initializer, self.kernel_prior, fan_in)
+        self.kernel = self.add_particle_weight(
+            "kernel",
+            (self.kernel_size, channels, self.filters),
+            self.kernel_initializer,
+            self.kernel_prior,
+            fan_in,
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
-                                                 self.bias_prior, fan_in)
+            self.bias = self.add_particle_weight(
+                "bias", (self.filters,), self.bias_initializer, self.bias_prior, fan_in
+            )
         grouped = not (self.deterministic or self.broadcasts)
         self.supports_jit = grouped_convolution.supports_jit(self.num_particles if grouped else 1)
 
@@ -103,7 +130,9 @@ class Conv1D(ParticleLayer):
                 y = y + self.bias
             return self.activation(self._broadcast_shared(y))
         # (N, k, C, F) -> (1, k, C, N*F): output channel block n belongs to particle n.
-        kernel = tf.reshape(tf.transpose(self.kernel, [1, 2, 0, 3]), (1, self.kernel_size, -1, n * f))
+        kernel = tf.reshape(
+            tf.transpose(self.kernel, [1, 2, 0, 3]), (1, self.kernel_size, -1, n * f)
+        )
         if self.broadcasts:
             y = grouped_conv2d(x, kernel, 1, strides, self._padding(), dilations)
         else:
@@ -112,7 +141,9 @@ class Conv1D(ParticleLayer):
             xg = tf.reshape(xg, tf.stack([shape[0], 1, shape[3], n * x.shape[-1]]))
             y = grouped_conv2d(xg, kernel, n, strides, self._padding(), dilations)
         capturing = capture.is_capturing()
-        if not capturing:  # bias and activation before the transpose, on (B, 1, T', N*F) (see Conv2D)
+        if (
+            not capturing
+        ):  # bias and activation before the transpose, on (B, 1, T', N*F) (see Conv2D)
             if self.bias is not None:
                 y = y + tf.reshape(self.bias, (n * f,))
             y = self.activation(y)
@@ -132,20 +163,24 @@ class Conv1D(ParticleLayer):
             batch, n, steps = input_shape[0], input_shape[1], input_shape[2]
         # 'causal' pads (k - 1) d steps on the left: the length of 'same'
         padding = "same" if self.padding == "causal" else self.padding
-        steps = grouped_convolution.output_length(steps, self.kernel_size, self.strides, self.dilation_rate, padding)
+        steps = grouped_convolution.output_length(
+            steps, self.kernel_size, self.strides, self.dilation_rate, padding
+        )
         return (batch, n, steps, self.filters)
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "filters": self.filters,
-            "kernel_size": self.kernel_size,
-            "strides": self.strides,
-            "padding": self.padding,
-            "dilation_rate": self.dilation_rate,
-            "activation": keras.activations.serialize(self.activation),
-            "use_bias": self.use_bias,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "dilation_rate": self.dilation_rate,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config

@@ -5,18 +5,33 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture
 from bayes_keras.curvature import rules
-from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, merge_particle_channels,
-                                     split_particle_channels)
+from bayes_keras.layers.base import (
+    ParticleLayer,
+    _default_bias_initializer,
+    merge_particle_channels,
+    split_particle_channels,
+)
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
 def positive_pair(value, name):
     """`value` as a pair of positive ints (an int means the same for both spatial axes); a clear error if not."""
-    pair = (value, value) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
-    if pair is None or len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                                 for v in pair):
-        raise ValueError(f"Conv2D {name} must be a positive int or a pair of positive ints; got {value!r}.")
+    pair = (
+        (value, value)
+        if isinstance(value, int)
+        else tuple(value)
+        if isinstance(value, (tuple, list))
+        else None
+    )
+    if (
+        pair is None
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
+    ):
+        raise ValueError(
+            f"Conv2D {name} must be a positive int or a pair of positive ints; got {value!r}."
+        )
     return pair
 
 
@@ -64,15 +79,26 @@ class Conv2D(ParticleLayer):
     ):
         super().__init__(**kwargs)
         if data_format not in (None, "channels_last"):
-            raise ValueError(f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}.")
+            raise ValueError(
+                f"bayes_keras Conv2D supports data_format='channels_last' only; got {data_format!r}."
+            )
         if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
             raise ValueError(f"Conv2D filters must be a positive integer; got {filters!r}.")
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or filters % groups:
-            raise ValueError(f"Conv2D groups must be a positive integer that divides filters={filters!r}; got "
-                             f"{groups!r}.")
+        if (
+            isinstance(groups, bool)
+            or not isinstance(groups, int)
+            or groups < 1
+            or filters % groups
+        ):
+            raise ValueError(
+                f"Conv2D groups must be a positive integer that divides filters={filters!r}; got "
+                f"{groups!r}."
+            )
         self.groups = groups
         if groups > 1:
-            self.curvature_rules = None  # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
+            self.curvature_rules = (
+                None  # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
+            )
         padding = str(padding).lower()
         if padding not in ("valid", "same"):
             raise ValueError(f"Conv2D padding must be 'valid' or 'same'; got {padding!r}.")
@@ -82,36 +108,53 @@ class Conv2D(ParticleLayer):
         self.dilation_rate = positive_pair(dilation_rate, "dilation_rate")
         self.padding = padding
         if max(self.strides) > 1 and max(self.dilation_rate) > 1:
-            raise ValueError(f"Conv2D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
-                             f"got strides={self.strides}, dilation_rate={self.dilation_rate}.")
+            raise ValueError(
+                f"Conv2D does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
+                f"got strides={self.strides}, dilation_rate={self.dilation_rate}."
+            )
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)
         channels = input_shape[-1]
         if channels is None:
-            raise ValueError(f"Conv2D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}.")
+            raise ValueError(
+                f"Conv2D '{self.name}' needs a known channel dimension; got {tuple(input_shape)}."
+            )
         if channels % self.groups:
-            raise ValueError(f"Conv2D '{self.name}' has groups={self.groups}, which must divide the input's "
-                             f"{channels} channels.")
+            raise ValueError(
+                f"Conv2D '{self.name}' has groups={self.groups}, which must divide the input's "
+                f"{channels} channels."
+            )
         kh, kw = self.kernel_size
         channels //= self.groups  # each group sees C / groups input channels
         fan_in = kh * kw * channels
-        self.kernel = self.add_particle_weight("kernel", (kh, kw, channels, self.filters),
-                                               self.kernel_initializer, self.kernel_prior, fan_in)
+        self.kernel = self.add_particle_weight(
+            "kernel",
+            (kh, kw, channels, self.filters),
+            self.kernel_initializer,
+            self.kernel_prior,
+            fan_in,
+        )
         # every non-first layer is a grouped convolution (a deterministic one with N equal groups)
-        self.supports_jit = grouped_convolution.supports_jit(1 if self.broadcasts and self.groups == 1
-                                                             else self.num_particles * self.groups)
+        self.supports_jit = grouped_convolution.supports_jit(
+            1 if self.broadcasts and self.groups == 1 else self.num_particles * self.groups
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer,
-                                                 self.bias_prior, fan_in)
+            self.bias = self.add_particle_weight(
+                "bias", (self.filters,), self.bias_initializer, self.bias_prior, fan_in
+            )
 
     def _conv(self, x, kernel, groups=1):
-        return grouped_conv2d(x, kernel, groups, self.strides, self.padding.upper(), self.dilation_rate)
+        return grouped_conv2d(
+            x, kernel, groups, self.strides, self.padding.upper(), self.dilation_rate
+        )
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)
@@ -120,7 +163,9 @@ class Conv2D(ParticleLayer):
         g = self.groups
         if self.broadcasts and (g == 1 or self.deterministic):
             grouped = x  # (B, H, W, C), shared by the particles
-        elif self.broadcasts:  # a grouped kernel per particle: every particle's own copy of the input
+        elif (
+            self.broadcasts
+        ):  # a grouped kernel per particle: every particle's own copy of the input
             grouped = tf.tile(x, [1, 1, 1, n])
         else:
             grouped = merge_particle_channels(x, n)  # (B, H, W, N*C)
@@ -158,8 +203,13 @@ class Conv2D(ParticleLayer):
         batch, h, w = input_shape[0], input_shape[1], input_shape[2]
         n = self._given_num_particles if self.broadcasts else input_shape[3]
         out = grouped_convolution.output_length
-        return (batch, out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
-                out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding), n, self.filters)
+        return (
+            batch,
+            out(h, self.kernel_size[0], self.strides[0], self.dilation_rate[0], self.padding),
+            out(w, self.kernel_size[1], self.strides[1], self.dilation_rate[1], self.padding),
+            n,
+            self.filters,
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -8,7 +8,12 @@ from bayes_keras.layers.base import particle_axis
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 from bayes_keras.layers.multi_head_attention import MultiHeadAttention
-from bayes_keras.layers.per_particle import fold_mask, fold_particles, repeat_examples, unfold_particles
+from bayes_keras.layers.per_particle import (
+    fold_mask,
+    fold_particles,
+    repeat_examples,
+    unfold_particles,
+)
 
 # twins whose particle axis follows the batch axis at every rank (einsum equations), not only below image rank
 _LEADING_PARTICLES = (EinsumDense, LoRAEinsumDense, MultiHeadAttention)
@@ -32,8 +37,12 @@ def set_sublayer(root, path, value):
     node, key = _parent_and_key(root, path)
     old = node[int(key)] if key.isdigit() else getattr(node, key, None)
     tracker = getattr(node, "_tracker", None)  # Keras' attribute tracker (no public API reaches it)
-    if tracker is not None and tracker.locked and isinstance(old, keras.layers.Layer) and tracker.is_in_store(
-            "layers", old):
+    if (
+        tracker is not None
+        and tracker.locked
+        and isinstance(old, keras.layers.Layer)
+        and tracker.is_in_store("layers", old)
+    ):
         # a layer built in its constructor (KerasHub's TransformerDecoder, given its input shapes) refuses new
         # sublayers: the twin takes the old one's place in the tracker (and so in the weight order), as Keras' own
         # layers change their state after build (enable_lora unlocks the tracker)
@@ -52,7 +61,9 @@ class Batchless(keras.layers.Layer):
 
     def __init__(self, layer, **kwargs):
         super().__init__(**kwargs)
-        self.layer = keras.saving.deserialize_keras_object(layer) if isinstance(layer, dict) else layer
+        self.layer = (
+            keras.saving.deserialize_keras_object(layer) if isinstance(layer, dict) else layer
+        )
 
     def call(self, inputs):
         return self.layer(inputs[None])[0]
@@ -92,29 +103,45 @@ class Converted(keras.layers.Layer):
         folded: run the custom layer's call on the folded batch (above).
     """
 
-    def __init__(self, layer, twins, particle_inputs, num_particles, built_parts=None, folded=False, **kwargs):
+    def __init__(
+        self, layer, twins, particle_inputs, num_particles, built_parts=None, folded=False, **kwargs
+    ):
         super().__init__(**kwargs)
         deserialize = keras.saving.deserialize_keras_object
-        if isinstance(layer, dict):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
+        if isinstance(
+            layer, dict
+        ):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
             layer = deserialize({k: v for k, v in layer.items() if k != "build_config"})
         self.layer = layer
         # what the layer's build() makes (its sublayers, plain values): given here, so that build() never runs
         # (it would make the sublayers again, over the twins); kept serialized, for get_config
         top = {path.split(".")[0] for path in twins}
-        self.built_parts = {name: keras.saving.serialize_keras_object(v) if isinstance(v, keras.layers.Layer) else v
-                            for name, v in (built_parts or {}).items() if name not in top}
+        self.built_parts = {
+            name: keras.saving.serialize_keras_object(v) if isinstance(v, keras.layers.Layer) else v
+            for name, v in (built_parts or {}).items()
+            if name not in top
+        }
         for name, value in self.built_parts.items():
-            setattr(self.layer, name, deserialize(value) if isinstance(value, dict) and "class_name" in value
-                    else value)
+            setattr(
+                self.layer,
+                name,
+                deserialize(value) if isinstance(value, dict) and "class_name" in value else value,
+            )
         if built_parts:
             self.layer.built = True
-        self.twins = {path: deserialize(t) if isinstance(t, dict) else t for path, t in twins.items()}
+        self.twins = {
+            path: deserialize(t) if isinstance(t, dict) else t for path, t in twins.items()
+        }
         self.particle_inputs = list(particle_inputs)
         self.num_particles = int(num_particles)
         self.folded = bool(folded)
-        self.supports_masking = self.layer.supports_masking  # its inputs' masks pass on as the custom layer's do
+        self.supports_masking = (
+            self.layer.supports_masking
+        )  # its inputs' masks pass on as the custom layer's do
         for path, twin in self.twins.items():
-            set_sublayer(self.layer, path, _Unfolding(twin, self.num_particles) if self.folded else twin)
+            set_sublayer(
+                self.layer, path, _Unfolding(twin, self.num_particles) if self.folded else twin
+            )
 
     def build(self, *args, **kwargs):
         pass  # the twins build on their first call, inside the custom layer's call
@@ -131,9 +158,14 @@ class Converted(keras.layers.Layer):
 
     def _folded(self, tensor, carries):
         mask = get_keras_mask(tensor)
-        folded = fold_particles(tensor) if carries else repeat_examples(tf.convert_to_tensor(tensor),
-                                                                         self.num_particles)
-        if mask is not None:  # the padding mask an Embedding set, which the custom layer's sublayers read
+        folded = (
+            fold_particles(tensor)
+            if carries
+            else repeat_examples(tf.convert_to_tensor(tensor), self.num_particles)
+        )
+        if (
+            mask is not None
+        ):  # the padding mask an Embedding set, which the custom layer's sublayers read
             set_keras_mask(folded, fold_mask(mask, tensor, carries, self.num_particles))
         return folded
 
@@ -146,14 +178,22 @@ class Converted(keras.layers.Layer):
         outputs = self.layer(*args, **kwargs)
         if not self.folded:
             return outputs
-        return keras.tree.map_structure(lambda y: unfold_particles(y, self.num_particles) if _is_tensor(y) else y,
-                                        outputs)
+        return keras.tree.map_structure(
+            lambda y: unfold_particles(y, self.num_particles) if _is_tensor(y) else y, outputs
+        )
 
     def get_config(self):
-        return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.layer),
-                "twins": {path: keras.saving.serialize_keras_object(t) for path, t in self.twins.items()},
-                "particle_inputs": self.particle_inputs, "num_particles": self.num_particles,
-                "built_parts": dict(self.built_parts), "folded": self.folded}
+        return {
+            **super().get_config(),
+            "layer": keras.saving.serialize_keras_object(self.layer),
+            "twins": {
+                path: keras.saving.serialize_keras_object(t) for path, t in self.twins.items()
+            },
+            "particle_inputs": self.particle_inputs,
+            "num_particles": self.num_particles,
+            "built_parts": dict(self.built_parts),
+            "folded": self.folded,
+        }
 
 
 class _Unfolding(keras.layers.Layer):
@@ -178,7 +218,9 @@ class _Unfolding(keras.layers.Layer):
         mask = get_keras_mask(x)
         x = tf.convert_to_tensor(x)
         if not x.shape.rank or (x.shape[0] == 1 and self.num_particles > 1):
-            return x  # a scalar, or one row that broadcasts over the batch (a causal mask (1, T, T))
+            return (
+                x  # a scalar, or one row that broadcasts over the batch (a causal mask (1, T, T))
+            )
         if isinstance(self.layer, _LEADING_PARTICLES):
             y = tf.reshape(x, tf.concat([[-1, self.num_particles], tf.shape(x)[1:]], 0))
             y.set_shape([None, self.num_particles] + list(x.shape[1:]))
@@ -196,9 +238,15 @@ class _Unfolding(keras.layers.Layer):
             folded = tf.reshape(y, tf.concat([[-1], tf.shape(y)[2:]], 0))
         else:
             folded = fold_particles(y)
-        if mask is not None:  # the twin's output mask (attention keeps its query's), on the folded batch
-            set_keras_mask(folded, self._fold(mask) if len(mask.shape) == len(y.shape) - 1 else
-                           repeat_examples(mask, self.num_particles))
+        if (
+            mask is not None
+        ):  # the twin's output mask (attention keeps its query's), on the folded batch
+            set_keras_mask(
+                folded,
+                self._fold(mask)
+                if len(mask.shape) == len(y.shape) - 1
+                else repeat_examples(mask, self.num_particles),
+            )
         return folded
 
     def call(self, *args, **kwargs):
@@ -207,4 +255,8 @@ class _Unfolding(keras.layers.Layer):
 
 
 def _is_tensor(x):
-    return isinstance(x, (tf.Tensor, tf.Variable, keras.KerasTensor)) or hasattr(x, "__array__") and hasattr(x, "shape")
+    return (
+        isinstance(x, (tf.Tensor, tf.Variable, keras.KerasTensor))
+        or hasattr(x, "__array__")
+        and hasattr(x, "shape")
+    )

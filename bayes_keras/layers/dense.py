@@ -48,7 +48,9 @@ class Dense(ParticleLayer):
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
         self.image = False
 
     def build(self, input_shape):
@@ -58,7 +60,8 @@ class Dense(ParticleLayer):
         if rank + (1 if self.broadcasts else 0) > IMAGE_RANK:
             raise ValueError(
                 f"Dense '{self.name}' takes (batch, [particles,] features), (batch, [particles,] time, features) or "
-                f"images (batch, H, W, [particles,] channels); got shape {tuple(input_shape)}.")
+                f"images (batch, H, W, [particles,] channels); got shape {tuple(input_shape)}."
+            )
         # a per-pixel Dense on images (ConvNeXt's pointwise layers): (B, H, W, N, C), without curvature formulas
         self.image = rank + (1 if self.broadcasts else 0) == IMAGE_RANK
         if self.image:
@@ -67,13 +70,21 @@ class Dense(ParticleLayer):
         self._resolve_num_particles(input_shape, core_rank)
         in_dim = input_shape[-1]
         if in_dim is None:
-            raise ValueError(f"Dense '{self.name}' needs a known last input dimension; got {tuple(input_shape)}.")
-        self.kernel = self.add_particle_weight("kernel", (in_dim, self.units), self.kernel_initializer,
-                                               self.kernel_prior, fan_in=in_dim)
+            raise ValueError(
+                f"Dense '{self.name}' needs a known last input dimension; got {tuple(input_shape)}."
+            )
+        self.kernel = self.add_particle_weight(
+            "kernel",
+            (in_dim, self.units),
+            self.kernel_initializer,
+            self.kernel_prior,
+            fan_in=in_dim,
+        )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", (self.units,), self.bias_initializer,
-                                                 self.bias_prior, fan_in=in_dim)
+            self.bias = self.add_particle_weight(
+                "bias", (self.units,), self.bias_initializer, self.bias_prior, fan_in=in_dim
+            )
         # Keras checks every later call against the features the weights were built for (a model rebuilt
         # from a config whose Input was changed is refused naming this layer, as keras.layers.Dense does).
         self.input_spec = keras.InputSpec(min_ndim=2, axes={-1: in_dim})

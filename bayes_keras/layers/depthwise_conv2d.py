@@ -3,8 +3,12 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, merge_particle_channels,
-                                     split_particle_channels)
+from bayes_keras.layers.base import (
+    ParticleLayer,
+    _default_bias_initializer,
+    merge_particle_channels,
+    split_particle_channels,
+)
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.conv2d import positive_pair
 
@@ -21,12 +25,15 @@ def particle_depthwise_conv2d(layer, x, kernel):
     kh, kw = layer.kernel_size
     grouped = tf.tile(x, [1, 1, 1, n]) if layer.broadcasts else merge_particle_channels(x, n)
     if layer.deterministic:
-        kernel = tf.tile(kernel, [1, 1, n, 1])  # (kh, kw, N*C, M): the shared kernel for every channel block
+        kernel = tf.tile(
+            kernel, [1, 1, n, 1]
+        )  # (kh, kw, N*C, M): the shared kernel for every channel block
     else:
         kernel = tf.reshape(tf.transpose(kernel, [1, 2, 0, 3, 4]), (kh, kw, -1, kernel.shape[-1]))
     sh, sw = layer.strides
-    return tf.nn.depthwise_conv2d(grouped, kernel, (1, sh, sw, 1), layer.padding.upper(),
-                                  dilations=layer.dilation_rate)
+    return tf.nn.depthwise_conv2d(
+        grouped, kernel, (1, sh, sw, 1), layer.padding.upper(), dilations=layer.dilation_rate
+    )
 
 
 def particle_image_output_shape(layer, input_shape, channels):
@@ -34,20 +41,45 @@ def particle_image_output_shape(layer, input_shape, channels):
     padding, on (B, H, W, N, C) (or (B, H, W, C) where `layer` starts the particle axis)."""
     n = layer._given_num_particles if layer.broadcasts else input_shape[3]
     out = grouped_convolution.output_length
-    return (input_shape[0],
-            out(input_shape[1], layer.kernel_size[0], layer.strides[0], layer.dilation_rate[0], layer.padding),
-            out(input_shape[2], layer.kernel_size[1], layer.strides[1], layer.dilation_rate[1], layer.padding),
-            n, channels)
+    return (
+        input_shape[0],
+        out(
+            input_shape[1],
+            layer.kernel_size[0],
+            layer.strides[0],
+            layer.dilation_rate[0],
+            layer.padding,
+        ),
+        out(
+            input_shape[2],
+            layer.kernel_size[1],
+            layer.strides[1],
+            layer.dilation_rate[1],
+            layer.padding,
+        ),
+        n,
+        channels,
+    )
 
 
-def set_depthwise_geometry(layer, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate):
+def set_depthwise_geometry(
+    layer, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate
+):
     """Validates and sets `layer`'s kernel_size, strides, padding, depth_multiplier and dilation_rate as Keras'
     DepthwiseConv2D and SeparableConv2D accept them (channels_last only)."""
     name = type(layer).__name__
     if data_format not in (None, "channels_last"):
-        raise ValueError(f"bayes_keras {name} supports data_format='channels_last' only; got {data_format!r}.")
-    if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, int) or depth_multiplier < 1:
-        raise ValueError(f"{name} depth_multiplier must be a positive integer; got {depth_multiplier!r}.")
+        raise ValueError(
+            f"bayes_keras {name} supports data_format='channels_last' only; got {data_format!r}."
+        )
+    if (
+        isinstance(depth_multiplier, bool)
+        or not isinstance(depth_multiplier, int)
+        or depth_multiplier < 1
+    ):
+        raise ValueError(
+            f"{name} depth_multiplier must be a positive integer; got {depth_multiplier!r}."
+        )
     padding = str(padding).lower()
     if padding not in ("valid", "same"):
         raise ValueError(f"{name} padding must be 'valid' or 'same'; got {padding!r}.")
@@ -55,8 +87,10 @@ def set_depthwise_geometry(layer, kernel_size, strides, padding, depth_multiplie
     layer.strides = positive_pair(strides, "strides")
     layer.dilation_rate = positive_pair(dilation_rate, "dilation_rate")
     if max(layer.strides) > 1 and max(layer.dilation_rate) > 1:
-        raise ValueError(f"{name} does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
-                         f"got strides={layer.strides}, dilation_rate={layer.dilation_rate}.")
+        raise ValueError(
+            f"{name} does not support strides > 1 together with dilation_rate > 1 (as in Keras); "
+            f"got strides={layer.strides}, dilation_rate={layer.dilation_rate}."
+        )
     layer.padding, layer.depth_multiplier = padding, depth_multiplier
 
 
@@ -64,13 +98,19 @@ def add_depthwise_kernel(layer, input_shape):
     """Sets `layer.channels` (the known channel dimension of `input_shape`) and creates `layer.depthwise_kernel`,
     (N, kh, kw, C, depth_multiplier), fan-in kh * kw; `layer`'s particles are resolved already."""
     if input_shape[-1] is None:
-        raise ValueError(f"{type(layer).__name__} '{layer.name}' needs a known channel dimension; got "
-                         f"{tuple(input_shape)}.")
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' needs a known channel dimension; got "
+            f"{tuple(input_shape)}."
+        )
     layer.channels = int(input_shape[-1])
     kh, kw = layer.kernel_size
     layer.depthwise_kernel = layer.add_particle_weight(
-        "depthwise_kernel", (kh, kw, layer.channels, layer.depth_multiplier), layer.depthwise_initializer,
-        layer.kernel_prior, kh * kw)
+        "depthwise_kernel",
+        (kh, kw, layer.channels, layer.depth_multiplier),
+        layer.depthwise_initializer,
+        layer.kernel_prior,
+        kh * kw,
+    )
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -95,15 +135,30 @@ class DepthwiseConv2D(ParticleLayer):
         >>> h = bayes_keras.layers.DepthwiseConv2D(3, padding="same", activation="relu")(h)
     """
 
-    def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1, data_format=None,
-                 dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
-                 bias_initializer=None, **kwargs):
+    def __init__(
+        self,
+        kernel_size,
+        strides=(1, 1),
+        padding="valid",
+        depth_multiplier=1,
+        data_format=None,
+        dilation_rate=(1, 1),
+        activation=None,
+        use_bias=True,
+        depthwise_initializer="glorot_uniform",
+        bias_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        set_depthwise_geometry(self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate)
+        set_depthwise_geometry(
+            self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate
+        )
         self.activation = keras.activations.get(activation)
         self.use_bias = bool(use_bias)
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)
@@ -111,8 +166,13 @@ class DepthwiseConv2D(ParticleLayer):
         kh, kw = self.kernel_size
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", (self.channels * self.depth_multiplier,),
-                                                 self.bias_initializer, self.bias_prior, kh * kw)
+            self.bias = self.add_particle_weight(
+                "bias",
+                (self.channels * self.depth_multiplier,),
+                self.bias_initializer,
+                self.bias_prior,
+                kh * kw,
+            )
 
     def call(self, inputs):
         y = particle_depthwise_conv2d(self, tf.convert_to_tensor(inputs), self.depthwise_kernel)
@@ -122,15 +182,23 @@ class DepthwiseConv2D(ParticleLayer):
         return self.activation(y)
 
     def compute_output_shape(self, input_shape):
-        return particle_image_output_shape(self, input_shape, input_shape[-1] * self.depth_multiplier)
+        return particle_image_output_shape(
+            self, input_shape, input_shape[-1] * self.depth_multiplier
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "kernel_size": self.kernel_size, "strides": self.strides, "padding": self.padding,
-            "depth_multiplier": self.depth_multiplier, "dilation_rate": self.dilation_rate,
-            "activation": keras.activations.serialize(self.activation), "use_bias": self.use_bias,
-            "depthwise_initializer": keras.initializers.serialize(self.depthwise_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "depth_multiplier": self.depth_multiplier,
+                "dilation_rate": self.dilation_rate,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "depthwise_initializer": keras.initializers.serialize(self.depthwise_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config

@@ -31,6 +31,12 @@ class Dropout(keras.layers.Dropout):
         if not (training and self.rate > 0 and distribute.distributed()):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
-        keep = draw_as_one_device(self, x, lambda shape: keras.random.dropout(
-            tf.ones(shape, x.dtype), self.rate, seed=self.seed_generator), self.noise_shape)
+        keep = draw_as_one_device(
+            self,
+            x,
+            lambda shape: keras.random.dropout(
+                tf.ones(shape, x.dtype), self.rate, seed=self.seed_generator
+            ),
+            self.noise_shape,
+        )
         return x * keep

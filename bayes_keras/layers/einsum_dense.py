@@ -22,8 +22,10 @@ def parse_equation(equation):
             match = form.fullmatch(equation.replace(" ", ""))
             if match:
                 return match.group(1), match.group(2), match.group(3), side
-    raise ValueError(f"EinsumDense equation must have the form 'X,Y->Z', '...X,Y->...Z' or 'X...,Y->Z...' "
-                     f"(letters; X's first letter the batch axis); got {equation!r}.")
+    raise ValueError(
+        f"EinsumDense equation must have the form 'X,Y->Z', '...X,Y->...Z' or 'X...,Y->Z...' "
+        f"(letters; X's first letter the batch axis); got {equation!r}."
+    )
 
 
 def einsum_shapes(equation, bias_axes, input_shape, partial_output_shape):
@@ -32,23 +34,32 @@ def einsum_shapes(equation, bias_axes, input_shape, partial_output_shape):
     input_spec, kernel_spec, output_spec, side = parse_equation(equation)
     elided = len(input_shape) - len(input_spec)
     if elided < 0 or (elided > 0 and side is None):
-        raise ValueError(f"EinsumDense equation {equation!r} needs an input of rank {len(input_spec)}"
-                         f"{' or more' if side else ''}; got shape {tuple(input_shape)}.")
+        raise ValueError(
+            f"EinsumDense equation {equation!r} needs an input of rank {len(input_spec)}"
+            f"{' or more' if side else ''}; got shape {tuple(input_shape)}."
+        )
     output_shape = [input_shape[0]] + list(partial_output_shape)
     offset = elided if side == "left" else 0
     if side == "left":
         output_shape[1:1] = list(input_shape[1:elided])
     elif side == "right":
-        output_shape += list(input_shape[len(input_shape) - elided:])
+        output_shape += list(input_shape[len(input_shape) - elided :])
     input_axis = {d: i + offset for i, d in enumerate(input_spec)}
     output_axis = {d: i + offset for i, d in enumerate(output_spec)}
     if len(output_shape) != len(output_spec) + elided:
-        raise ValueError(f"EinsumDense output_shape {tuple(partial_output_shape)} does not fit the equation "
-                         f"{equation!r}: it gives the output axes after the batch axis ({len(output_spec) - 1}).")
+        raise ValueError(
+            f"EinsumDense output_shape {tuple(partial_output_shape)} does not fit the equation "
+            f"{equation!r}: it gives the output axes after the batch axis ({len(output_spec) - 1})."
+        )
     for d in input_spec:
-        if d in output_axis and output_shape[output_axis[d]] not in (None, input_shape[input_axis[d]]):
-            raise ValueError(f"EinsumDense: input shape and output_shape disagree at axis '{d}' of {equation!r}: "
-                             f"{input_shape[input_axis[d]]} vs {output_shape[output_axis[d]]}.")
+        if d in output_axis and output_shape[output_axis[d]] not in (
+            None,
+            input_shape[input_axis[d]],
+        ):
+            raise ValueError(
+                f"EinsumDense: input shape and output_shape disagree at axis '{d}' of {equation!r}: "
+                f"{input_shape[input_axis[d]]} vs {output_shape[output_axis[d]]}."
+            )
         if d in output_axis:
             output_shape[output_axis[d]] = input_shape[input_axis[d]]
     kernel_shape, input_axes, output_axes = [], [], []
@@ -60,15 +71,21 @@ def einsum_shapes(equation, bias_axes, input_shape, partial_output_shape):
             kernel_shape.append(input_shape[input_axis[d]])
             input_axes.append(i)
         else:
-            raise ValueError(f"EinsumDense: kernel axis '{d}' of {equation!r} is in neither the input nor the output.")
+            raise ValueError(
+                f"EinsumDense: kernel axis '{d}' of {equation!r} is in neither the input nor the output."
+            )
     bias_shape = None
     if bias_axes:
         unknown = [d for d in bias_axes if d not in output_spec]
         if unknown:
-            raise ValueError(f"EinsumDense bias_axes {bias_axes!r} names {unknown}, not in the output spec "
-                             f"'{output_spec}' of {equation!r}.")
+            raise ValueError(
+                f"EinsumDense bias_axes {bias_axes!r} names {unknown}, not in the output spec "
+                f"'{output_spec}' of {equation!r}."
+            )
         first = min(output_spec.find(d) for d in bias_axes)
-        bias_shape = [output_shape[output_axis[d]] if d in bias_axes else 1 for d in output_spec[first:]]
+        bias_shape = [
+            output_shape[output_axis[d]] if d in bias_axes else 1 for d in output_spec[first:]
+        ]
         bias_shape += [1] * (elided if side == "right" else 0)
     return kernel_shape, bias_shape, output_shape, input_axes, output_axes
 
@@ -78,20 +95,29 @@ def particle_equations(equation):
     with a shared kernel ("shared"), and on (batch, ...) inputs with (N, ...) kernels ("broadcast"): the
     particle letter follows the batch letter, and leads in the kernel."""
     input_spec, kernel_spec, output_spec, side = parse_equation(equation)
-    free = [c for c in "pqrstuvwxyzabcdefghijklmno" if c not in input_spec + kernel_spec + output_spec]
+    free = [
+        c for c in "pqrstuvwxyzabcdefghijklmno" if c not in input_spec + kernel_spec + output_spec
+    ]
     p = free[0]
     if side == "left":  # the batch axis is the first of the ellipsis
         z = free[1]
-        return {"particles": f"{z}{p}...{input_spec},{p}{kernel_spec}->{z}{p}...{output_spec}",
-                "shared": f"{z}{p}...{input_spec},{kernel_spec}->{z}{p}...{output_spec}",
-                "broadcast": f"{z}...{input_spec},{p}{kernel_spec}->{z}{p}...{output_spec}"}
+        return {
+            "particles": f"{z}{p}...{input_spec},{p}{kernel_spec}->{z}{p}...{output_spec}",
+            "shared": f"{z}{p}...{input_spec},{kernel_spec}->{z}{p}...{output_spec}",
+            "broadcast": f"{z}...{input_spec},{p}{kernel_spec}->{z}{p}...{output_spec}",
+        }
     batch, tail = input_spec[0], "..." if side == "right" else ""
     if output_spec[0] != batch:
-        raise ValueError(f"EinsumDense equation {equation!r}: the output must start with the batch axis "
-                         f"'{batch}' (the particle axis follows it).")
+        raise ValueError(
+            f"EinsumDense equation {equation!r}: the output must start with the batch axis "
+            f"'{batch}' (the particle axis follows it)."
+        )
     x, y = f"{batch}{p}{input_spec[1:]}{tail}", f"{batch}{p}{output_spec[1:]}{tail}"
-    return {"particles": f"{x},{p}{kernel_spec}->{y}", "shared": f"{x},{kernel_spec}->{y}",
-            "broadcast": f"{input_spec}{tail},{p}{kernel_spec}->{y}"}
+    return {
+        "particles": f"{x},{p}{kernel_spec}->{y}",
+        "shared": f"{x},{kernel_spec}->{y}",
+        "broadcast": f"{input_spec}{tail},{p}{kernel_spec}->{y}",
+    }
 
 
 def example_shape(layer, input_shape):
@@ -105,12 +131,25 @@ def resolve_particle_input(layer, shape):
     particle axis (axis 1 at every rank) and return one particle's input shape."""
     input_spec, _, _, side = parse_equation(layer.equation)
     rank = len(input_spec) + (0 if layer.broadcasts else 1)
-    if len(shape) < rank or (side is None and len(shape) != rank) or (not layer.broadcasts and shape[1] is None):
-        where = "(batch, ...)" if layer.broadcasts else "(batch, particles, ...) from a previous particle layer"
-        raise ValueError(f"{type(layer).__name__} '{layer.name}' with equation {layer.equation!r} expects {where} of "
-                         f"rank {rank}{' or more' if side else ''}; got shape {shape}."
-                         + ("" if layer.broadcasts else " If this is the first Bayesian layer, pass num_particles=N "
-                            "to it."))
+    if (
+        len(shape) < rank
+        or (side is None and len(shape) != rank)
+        or (not layer.broadcasts and shape[1] is None)
+    ):
+        where = (
+            "(batch, ...)"
+            if layer.broadcasts
+            else "(batch, particles, ...) from a previous particle layer"
+        )
+        raise ValueError(
+            f"{type(layer).__name__} '{layer.name}' with equation {layer.equation!r} expects {where} of "
+            f"rank {rank}{' or more' if side else ''}; got shape {shape}."
+            + (
+                ""
+                if layer.broadcasts
+                else " If this is the first Bayesian layer, pass num_particles=N to it."
+            )
+        )
     if not layer.broadcasts:
         layer.num_particles = int(shape[1])
     return example_shape(layer, shape)
@@ -119,8 +158,9 @@ def resolve_particle_input(layer, shape):
 def particle_output_shape(layer, input_shape):
     """An einsum particle layer's output shape: Keras' for one particle, with the particle axis after the batch."""
     shape = tuple(input_shape)
-    _, _, output, _, _ = einsum_shapes(layer.equation, layer.bias_axes, example_shape(layer, shape),
-                                       layer.partial_output_shape)
+    _, _, output, _, _ = einsum_shapes(
+        layer.equation, layer.bias_axes, example_shape(layer, shape), layer.partial_output_shape
+    )
     n = layer._given_num_particles if layer.broadcasts else shape[1]
     return tuple(output[:1]) + (n,) + tuple(output[1:])
 
@@ -157,36 +197,62 @@ class EinsumDense(ParticleLayer):
         ...                                    num_particles=10)(tokens)    # (batch, 10, 16, 4, 8)
     """
 
-    def __init__(self, equation, output_shape, activation=None, bias_axes=None, kernel_initializer="glorot_uniform",
-                 bias_initializer=None, **kwargs):
+    def __init__(
+        self,
+        equation,
+        output_shape,
+        activation=None,
+        bias_axes=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.equations = particle_equations(equation)
         self.equation = equation
-        self.partial_output_shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
+        self.partial_output_shape = (
+            (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
+        )
         self.bias_axes = bias_axes or None
         self.activation = keras.activations.get(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
 
     def build(self, input_shape):
         shape = tuple(input_shape)
         kernel_shape, bias_shape, _, input_axes, output_axes = einsum_shapes(
-            self.equation, self.bias_axes, resolve_particle_input(self, shape), self.partial_output_shape)
+            self.equation,
+            self.bias_axes,
+            resolve_particle_input(self, shape),
+            self.partial_output_shape,
+        )
         if None in kernel_shape or (bias_shape and None in bias_shape):
-            raise ValueError(f"EinsumDense '{self.name}': the kernel's axes must be known; input {shape}, "
-                             f"output_shape {self.partial_output_shape} give {kernel_shape}.")
+            raise ValueError(
+                f"EinsumDense '{self.name}': the kernel's axes must be known; input {shape}, "
+                f"output_shape {self.partial_output_shape} give {kernel_shape}."
+            )
         initializer = self.kernel_initializer
-        if isinstance(initializer, keras.initializers.VarianceScaling) and initializer.input_axes is None:
+        if (
+            isinstance(initializer, keras.initializers.VarianceScaling)
+            and initializer.input_axes is None
+        ):
             # as Keras: the fans counted over the kernel's input and output axes of the equation
             initializer = initializer.__class__.from_config(
-                {**initializer.get_config(), "input_axes": input_axes, "output_axes": output_axes})
+                {**initializer.get_config(), "input_axes": input_axes, "output_axes": output_axes}
+            )
         fan_in = 1
         for axis in input_axes:
             fan_in *= kernel_shape[axis]
-        self.kernel = self.add_particle_weight("kernel", kernel_shape, initializer, self.kernel_prior, fan_in)
+        self.kernel = self.add_particle_weight(
+            "kernel", kernel_shape, initializer, self.kernel_prior, fan_in
+        )
         self.bias = None
         if bias_shape is not None:
-            self.bias = self.add_particle_weight("bias", bias_shape, self.bias_initializer, self.bias_prior, fan_in)
+            self.bias = self.add_particle_weight(
+                "bias", bias_shape, self.bias_initializer, self.bias_prior, fan_in
+            )
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)
@@ -197,10 +263,18 @@ class EinsumDense(ParticleLayer):
                 return self.activation(tile_particles(y, self._given_num_particles))
             y = tf.einsum(self.equations["shared"], x, self.kernel)
             return self.activation(y if self.bias is None else y + self.bias)
-        y = tf.einsum(self.equations["broadcast" if self.broadcasts else "particles"], x, self.kernel)
-        if self.bias is not None:  # (N, *bias) -> (N, 1, ..., *bias), aligned with y's trailing axes after N
-            bias = tf.reshape(self.bias, [self.num_particles] + [1] * (len(y.shape) - 2 - len(self.bias.shape[1:]))
-                              + list(self.bias.shape[1:]))
+        y = tf.einsum(
+            self.equations["broadcast" if self.broadcasts else "particles"], x, self.kernel
+        )
+        if (
+            self.bias is not None
+        ):  # (N, *bias) -> (N, 1, ..., *bias), aligned with y's trailing axes after N
+            bias = tf.reshape(
+                self.bias,
+                [self.num_particles]
+                + [1] * (len(y.shape) - 2 - len(self.bias.shape[1:]))
+                + list(self.bias.shape[1:]),
+            )
             y = y + bias
         return self.activation(y)
 
@@ -209,12 +283,14 @@ class EinsumDense(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "equation": self.equation,
-            "output_shape": self.partial_output_shape,
-            "activation": keras.activations.serialize(self.activation),
-            "bias_axes": self.bias_axes,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "equation": self.equation,
+                "output_shape": self.partial_output_shape,
+                "activation": keras.activations.serialize(self.activation),
+                "bias_axes": self.bias_axes,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config

@@ -12,10 +12,17 @@ def checked_ids(layer, inputs):
     GatherV2 error on CPU and a silent zero vector on GPU."""
     ids = tf.cast(inputs, tf.int32)
     name = f"{type(layer).__name__} '{layer.name}'"
-    with tf.control_dependencies([
+    with tf.control_dependencies(
+        [
             tf.debugging.assert_non_negative(ids, message=f"{name}: token ids must be >= 0"),
-            tf.debugging.assert_less(ids, layer.input_dim, message=f"{name}: token ids must be "
-                                     f"< input_dim={layer.input_dim} (the vocabulary size, + 1 with mask_zero)")]):
+            tf.debugging.assert_less(
+                ids,
+                layer.input_dim,
+                message=f"{name}: token ids must be "
+                f"< input_dim={layer.input_dim} (the vocabulary size, + 1 with mask_zero)",
+            ),
+        ]
+    ):
         return tf.identity(ids)
 
 
@@ -43,32 +50,50 @@ class Embedding(ParticleLayer):
 
     curvature_rules = rules.EMBEDDING  # KFAC and squared-gradient formulas (curvature/rules.py)
 
-    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", mask_zero=False,
-                 embeddings_prior=None, **kwargs):
+    def __init__(
+        self,
+        input_dim,
+        output_dim,
+        embeddings_initializer="uniform",
+        mask_zero=False,
+        embeddings_prior=None,
+        **kwargs,
+    ):
         kwargs.setdefault("kernel_prior", embeddings_prior)
         super().__init__(**kwargs)
         for name, value in (("input_dim", input_dim), ("output_dim", output_dim)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Embedding {name} must be a positive integer; got {value!r}.")
         if self._given_num_particles is None and not self.deterministic:
-            raise ValueError("Embedding reads token indices, which have no particle axis: pass num_particles=N "
-                             "(it starts the particle axis), or deterministic=True for a shared table.")
+            raise ValueError(
+                "Embedding reads token indices, which have no particle axis: pass num_particles=N "
+                "(it starts the particle axis), or deterministic=True for a shared table."
+            )
         self.input_dim, self.output_dim = input_dim, output_dim
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.mask_zero = bool(mask_zero)
         self.supports_masking = self.mask_zero
 
     def build(self, input_shape):
-        self.embeddings = self.add_particle_weight("embeddings", (self.input_dim, self.output_dim),
-                                                   self.embeddings_initializer, self.kernel_prior, self.input_dim)
+        self.embeddings = self.add_particle_weight(
+            "embeddings",
+            (self.input_dim, self.output_dim),
+            self.embeddings_initializer,
+            self.kernel_prior,
+            self.input_dim,
+        )
 
     def call(self, inputs):
         ids = checked_ids(self, inputs)
         if self.deterministic:
             out = tf.gather(self.embeddings, ids)  # (batch, ..., D)
             return self._broadcast_shared(out) if self.broadcasts else out
-        out = tf.experimental.numpy.moveaxis(tf.gather(self.embeddings, ids, axis=1), 0, 1)  # (batch, N, ..., D)
-        capture.record(self, ids, out)  # a Dense layer on one-hot ids: the output is the pre-activation
+        out = tf.experimental.numpy.moveaxis(
+            tf.gather(self.embeddings, ids, axis=1), 0, 1
+        )  # (batch, N, ..., D)
+        capture.record(
+            self, ids, out
+        )  # a Dense layer on one-hot ids: the output is the pre-activation
         return out
 
     def compute_mask(self, inputs, mask=None):
@@ -82,6 +107,12 @@ class Embedding(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"input_dim": self.input_dim, "output_dim": self.output_dim, "mask_zero": self.mask_zero,
-                       "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer)})
+        config.update(
+            {
+                "input_dim": self.input_dim,
+                "output_dim": self.output_dim,
+                "mask_zero": self.mask_zero,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            }
+        )
         return config

@@ -19,7 +19,9 @@ class Flatten(keras.layers.Layer):
 
     def call(self, inputs):
         if len(inputs.shape) < 3:
-            raise ValueError(f"Flatten expects (batch, particles, ...); got shape {tuple(inputs.shape)}.")
+            raise ValueError(
+                f"Flatten expects (batch, particles, ...); got shape {tuple(inputs.shape)}."
+            )
         if len(inputs.shape) == IMAGE_RANK:
             inputs = tf.transpose(inputs, [0, 3, 1, 2, 4])  # (B, H, W, N, C) -> (B, N, H, W, C)
         shape = tf.shape(inputs)

@@ -33,6 +33,14 @@ class GaussianDropout(keras.layers.GaussianDropout):
         if not (training and self.rate > 0 and distribute.distributed()):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
-        return x * draw_as_one_device(self, x, lambda shape: keras.random.normal(
-            shape, mean=1.0, stddev=math.sqrt(self.rate / (1.0 - self.rate)), dtype=self.compute_dtype,
-            seed=self.seed_generator))
+        return x * draw_as_one_device(
+            self,
+            x,
+            lambda shape: keras.random.normal(
+                shape,
+                mean=1.0,
+                stddev=math.sqrt(self.rate / (1.0 - self.rate)),
+                dtype=self.compute_dtype,
+                seed=self.seed_generator,
+            ),
+        )

@@ -29,5 +29,14 @@ class GaussianNoise(keras.layers.GaussianNoise):
         if not (training and self.stddev > 0 and distribute.distributed()):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
-        return x + draw_as_one_device(self, x, lambda shape: keras.random.normal(
-            shape, mean=0.0, stddev=self.stddev, dtype=self.compute_dtype, seed=self.seed_generator))
+        return x + draw_as_one_device(
+            self,
+            x,
+            lambda shape: keras.random.normal(
+                shape,
+                mean=0.0,
+                stddev=self.stddev,
+                dtype=self.compute_dtype,
+                seed=self.seed_generator,
+            ),
+        )

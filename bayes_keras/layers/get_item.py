@@ -13,7 +13,9 @@ def encode_key(key):
         return None
     entries = []
     for k in key:
-        if isinstance(k, slice) and all(v is None or isinstance(v, int) for v in (k.start, k.stop, k.step)):
+        if isinstance(k, slice) and all(
+            v is None or isinstance(v, int) for v in (k.start, k.stop, k.step)
+        ):
             entries.append(["slice", k.start, k.stop, k.step])
         elif isinstance(k, int) and not isinstance(k, bool):
             entries.append(["index", k])
@@ -25,7 +27,9 @@ def encode_key(key):
 
 
 def _decode(entries):
-    return tuple(slice(*e[1:]) if e[0] == "slice" else e[1] if e[0] == "index" else None for e in entries)
+    return tuple(
+        slice(*e[1:]) if e[0] == "slice" else e[1] if e[0] == "index" else None for e in entries
+    )
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -46,8 +50,10 @@ class GetItem(keras.layers.Layer):
 
     def call(self, inputs):
         if len(inputs.shape) == IMAGE_RANK:
-            raise ValueError(f"GetItem '{self.name}' indexes (batch, particles, ...) activations; particle images "
-                             "(batch, H, W, particles, channels) are not supported.")
+            raise ValueError(
+                f"GetItem '{self.name}' indexes (batch, particles, ...) activations; particle images "
+                "(batch, H, W, particles, channels) are not supported."
+            )
         return inputs[(self._key[0], slice(None)) + self._key[1:]]
 
     def get_config(self):

@@ -14,16 +14,24 @@ class _ParticleGlobalPooling(keras.layers.Layer):
     def __init__(self, data_format=None, keepdims=False, **kwargs):
         super().__init__(**kwargs)
         if data_format not in (None, "channels_last"):
-            raise ValueError(f"{type(self).__name__} supports data_format='channels_last' only; got {data_format!r}.")
+            raise ValueError(
+                f"{type(self).__name__} supports data_format='channels_last' only; got {data_format!r}."
+            )
         self.keepdims = bool(keepdims)
         self.supports_masking = self._spatial_rank == 1
 
     def _axes(self, inputs):
         rank = self._spatial_rank + 3
         if len(inputs.shape) != rank:
-            layout = "(batch, particles, steps, channels)" if rank == 4 else "(batch, H, W, particles, channels)"
-            raise ValueError(f"{type(self).__name__} expects {layout} from a particle layer; got shape "
-                             f"{tuple(inputs.shape)}.")
+            layout = (
+                "(batch, particles, steps, channels)"
+                if rank == 4
+                else "(batch, H, W, particles, channels)"
+            )
+            raise ValueError(
+                f"{type(self).__name__} expects {layout} from a particle layer; got shape "
+                f"{tuple(inputs.shape)}."
+            )
         return [2] if rank == 4 else [1, 2]
 
     def call(self, inputs):
@@ -64,7 +72,9 @@ class GlobalAveragePooling1D(_ParticleGlobalPooling):
             return super().call(inputs)
         axes = self._axes(inputs)
         mask = tf.cast(mask, inputs.dtype)
-        mask = mask[:, None, :, None] if len(mask.shape) == 2 else mask[..., None]  # (B, [N,] T) -> broadcast
+        mask = (
+            mask[:, None, :, None] if len(mask.shape) == 2 else mask[..., None]
+        )  # (B, [N,] T) -> broadcast
         total = tf.reduce_sum(inputs * mask, axis=axes, keepdims=self.keepdims)
         return total / tf.reduce_sum(mask, axis=axes, keepdims=self.keepdims)
 

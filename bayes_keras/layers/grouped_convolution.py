@@ -41,7 +41,9 @@ def set_gradient_implementation(name):
     Takes effect for convolutions traced afterwards (a compiled train function keeps its choice).
     """
     if name not in _IMPLEMENTATIONS:
-        raise ValueError(f"Grouped convolution gradient must be one of {_IMPLEMENTATIONS}; got {name!r}.")
+        raise ValueError(
+            f"Grouped convolution gradient must be one of {_IMPLEMENTATIONS}; got {name!r}."
+        )
     _choice["requested"] = name
 
 
@@ -70,13 +72,31 @@ def native_gradient_runs(dtype=tf.float32, grouped=True, dilated=False):
         kernel, dy = tf.ones((2, 2, 1, 2), dtype), tf.ones((1, 2, 2, 2), dtype)
         ones = [1, 1, 1, 1]
         try:
-            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=kernel, out_backprop=dy,
-                                                strides=ones, padding="VALID", dilations=[1, rate, rate, 1])
-            dk = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
-                                                 strides=ones, padding="VALID", dilations=[1, rate, rate, 1])
+            dx = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x),
+                filter=kernel,
+                out_backprop=dy,
+                strides=ones,
+                padding="VALID",
+                dilations=[1, rate, rate, 1],
+            )
+            dk = tf.raw_ops.Conv2DBackpropFilter(
+                input=x,
+                filter_sizes=tf.shape(kernel),
+                out_backprop=dy,
+                strides=ones,
+                padding="VALID",
+                dilations=[1, rate, rate, 1],
+            )
             # all-ones operands: every entry of dx is a positive count; dk's entries are 4 each
-            return bool(tf.reduce_all(dx > 0)) and bool(tf.reduce_all(tf.equal(dk, tf.cast(4.0, dtype))))
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.NotFoundError):
+            return bool(tf.reduce_all(dx > 0)) and bool(
+                tf.reduce_all(tf.equal(dk, tf.cast(4.0, dtype)))
+            )
+        except (
+            tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError,
+            tf.errors.NotFoundError,
+        ):
             return False
 
 
@@ -147,21 +167,32 @@ def portable_grouped_conv2d(forward, groups, strides, padding, dilations):
 
 def _input_gradient(dy, kernel, x_shape, groups, strides, padding, dilations):
     """dx: the zero-upsampled dy correlated with the flipped, per-group transposed kernel."""
-    kh, kw, channels, filters = kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3] // groups
+    kh, kw, channels, filters = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3] // groups,
+    )
     (sh, sw), (dh, dw) = strides, dilations
     height, width = x_shape[1], x_shape[2]
     out_h, top_h, _ = _output_size_and_pads(height, kh, sh, dh, padding)
     out_w, top_w, _ = _output_size_and_pads(width, kw, sw, dw, padding)
     upsampled = dy
     if sh > 1 or sw > 1:  # s - 1 zeros after every row / column, then drop the trailing ones
-        upsampled = tf.pad(dy[:, :, None, :, None, :], [[0, 0], [0, 0], [0, sh - 1], [0, 0], [0, sw - 1], [0, 0]])
-        upsampled = tf.reshape(upsampled, tf.stack([tf.shape(dy)[0], out_h * sh, out_w * sw, groups * filters]))
-        upsampled = upsampled[:, :(out_h - 1) * sh + 1, :(out_w - 1) * sw + 1]
+        upsampled = tf.pad(
+            dy[:, :, None, :, None, :], [[0, 0], [0, 0], [0, sh - 1], [0, 0], [0, sw - 1], [0, 0]]
+        )
+        upsampled = tf.reshape(
+            upsampled, tf.stack([tf.shape(dy)[0], out_h * sh, out_w * sw, groups * filters])
+        )
+        upsampled = upsampled[:, : (out_h - 1) * sh + 1, : (out_w - 1) * sw + 1]
     span_h, span_w = (out_h - 1) * sh + 1, (out_w - 1) * sw + 1
     before_h, before_w = (kh - 1) * dh - top_h, (kw - 1) * dw - top_w
     after_h = height + (kh - 1) * dh - span_h - before_h
     after_w = width + (kw - 1) * dw - span_w - before_w
-    upsampled = tf.pad(upsampled, tf.stack([[0, 0], [before_h, after_h], [before_w, after_w], [0, 0]]))
+    upsampled = tf.pad(
+        upsampled, tf.stack([[0, 0], [before_h, after_h], [before_w, after_w], [0, 0]])
+    )
     # k[p, q, c, g f] -> k'[kh-1-p, kw-1-q, f, g c]: flipped, in/out swapped inside each group.
     swapped = tf.reshape(kernel, (kh, kw, channels, groups, filters))
     swapped = tf.transpose(tf.reverse(swapped, [0, 1]), [0, 1, 4, 3, 2])
@@ -171,7 +202,12 @@ def _input_gradient(dy, kernel, x_shape, groups, strides, padding, dilations):
 
 def _kernel_gradient(x, dy, kernel_shape, groups, strides, padding, dilations):
     """dk: x with batch and channels swapped, correlated with dy as the filter (stride d, dilation s)."""
-    kh, kw, channels, filters = kernel_shape[0], kernel_shape[1], kernel_shape[2], kernel_shape[3] // groups
+    kh, kw, channels, filters = (
+        kernel_shape[0],
+        kernel_shape[1],
+        kernel_shape[2],
+        kernel_shape[3] // groups,
+    )
     (sh, sw), (dh, dw) = strides, dilations
     shape = tf.shape(x)
     batch, height, width = shape[0], shape[1], shape[2]
@@ -181,12 +217,17 @@ def _kernel_gradient(x, dy, kernel_shape, groups, strides, padding, dilations):
     pshape = tf.shape(padded)
     # images (C, H_pad, W_pad, groups * B): channel block g holds group g's B examples.
     images = tf.reshape(padded, tf.stack([batch, pshape[1], pshape[2], groups, channels]))
-    images = tf.reshape(tf.transpose(images, [4, 1, 2, 3, 0]),
-                        tf.stack([channels, pshape[1], pshape[2], groups * batch]))
+    images = tf.reshape(
+        tf.transpose(images, [4, 1, 2, 3, 0]),
+        tf.stack([channels, pshape[1], pshape[2], groups * batch]),
+    )
     # filter (H', W', B, groups * F): dy, whose B examples are each group's input channels.
     dshape = tf.shape(dy)
     taps = tf.reshape(dy, tf.stack([batch, dshape[1], dshape[2], groups, filters]))
-    taps = tf.reshape(tf.transpose(taps, [1, 2, 0, 3, 4]), tf.stack([dshape[1], dshape[2], batch, groups * filters]))
+    taps = tf.reshape(
+        tf.transpose(taps, [1, 2, 0, 3, 4]),
+        tf.stack([dshape[1], dshape[2], batch, groups * filters]),
+    )
     out = tf.nn.conv2d(images, taps, strides=dilations, padding="VALID", dilations=strides)
     return tf.transpose(out[:, :kh, :kw], [1, 2, 0, 3])
 
@@ -198,8 +239,14 @@ def _kernel_gradient(x, dy, kernel_shape, groups, strides, padding, dilations):
 # ResNet layer: 9.7 vs 24.7 ms without oneDNN). The same split of the kernel gradient into phases was
 # slower than one dilated convolution (23 vs 15.5 ms), so dk keeps `_kernel_gradient`.
 
+
 def _input_gradient_by_phases(dy, kernel, x_shape, groups, strides, padding):
-    kh, kw, channels, filters = kernel.shape[0], kernel.shape[1], kernel.shape[2], kernel.shape[3] // groups
+    kh, kw, channels, filters = (
+        kernel.shape[0],
+        kernel.shape[1],
+        kernel.shape[2],
+        kernel.shape[3] // groups,
+    )
     (sh, sw) = strides
     height, width = x_shape[1], x_shape[2]
     out_h, top_h, bottom_h = _output_size_and_pads(height, kh, sh, 1, padding)
@@ -215,11 +262,21 @@ def _input_gradient_by_phases(dy, kernel, x_shape, groups, strides, padding):
             sub = kernel[rh::sh, rw::sw]  # the taps that meet phase (rh, rw)
             jh, jw = sub.shape[0], sub.shape[1]
             if jh == 0 or jw == 0:
-                cols.append(tf.zeros(tf.stack([batch, phases_h, phases_w, groups * channels]), dy.dtype))
+                cols.append(
+                    tf.zeros(tf.stack([batch, phases_h, phases_w, groups * channels]), dy.dtype)
+                )
                 continue
-            swapped = tf.reshape(tf.transpose(tf.reverse(sub, [0, 1]), [0, 1, 4, 3, 2]), (jh, jw, filters, groups * channels))
-            padded = tf.pad(dy, tf.stack([[0, 0], [jh - 1, phases_h - out_h], [jw - 1, phases_w - out_w], [0, 0]]))
+            swapped = tf.reshape(
+                tf.transpose(tf.reverse(sub, [0, 1]), [0, 1, 4, 3, 2]),
+                (jh, jw, filters, groups * channels),
+            )
+            padded = tf.pad(
+                dy,
+                tf.stack([[0, 0], [jh - 1, phases_h - out_h], [jw - 1, phases_w - out_w], [0, 0]]),
+            )
             cols.append(tf.nn.conv2d(padded, swapped, strides=1, padding="VALID"))
         rows.append(tf.stack(cols, axis=3))  # (B, Qh, Qw, sw, G C)
-    full = tf.reshape(tf.stack(rows, axis=2), tf.stack([batch, phases_h * sh, phases_w * sw, groups * channels]))
-    return full[:, top_h:top_h + height, top_w:top_w + width]
+    full = tf.reshape(
+        tf.stack(rows, axis=2), tf.stack([batch, phases_h * sh, phases_w * sw, groups * channels])
+    )
+    return full[:, top_h : top_h + height, top_w : top_w + width]

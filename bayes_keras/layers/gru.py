@@ -43,11 +43,28 @@ class GRU(_ParticleRNN):
 
     _gates = 3
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
-                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer=None,
-                 *, reset_after=True, **kwargs):
-        super().__init__(units, activation=activation, use_bias=use_bias, kernel_initializer=kernel_initializer,
-                         recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer, **kwargs)
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer=None,
+        *,
+        reset_after=True,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation=activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            **kwargs,
+        )
         self.recurrent_activation = keras.activations.get(recurrent_activation)
         self.reset_after = bool(reset_after)
 
@@ -73,10 +90,14 @@ class GRU(_ParticleRNN):
             r = self.recurrent_activation(a_r + g_r)
             hh = self.activation(a_h + r * g_h)
         else:
-            g_z, g_r = tf.split(self._recurrent_matmul(h_in, recurrent_kernel[..., : 2 * u]), 2, axis=-1)
+            g_z, g_r = tf.split(
+                self._recurrent_matmul(h_in, recurrent_kernel[..., : 2 * u]), 2, axis=-1
+            )
             z = self.recurrent_activation(a_z + g_z)
             r = self.recurrent_activation(a_r + g_r)
-            hh = self.activation(a_h + self._recurrent_matmul(r * h_in, recurrent_kernel[..., 2 * u:]))
+            hh = self.activation(
+                a_h + self._recurrent_matmul(r * h_in, recurrent_kernel[..., 2 * u :])
+            )
         return (z * h + (1.0 - z) * hh,)
 
     def _curvature_statistics(self, xs, h_prev, recurrent_kernel, recurrent_bias):
@@ -84,16 +105,20 @@ class GRU(_ParticleRNN):
         # recurrent pre-activation gradient is r_t * e_h), reset_before needs r_t * h_{t-1} (the
         # candidate's recurrent input).
         u = self.units
-        g_r = self._recurrent_matmul(h_prev, recurrent_kernel[..., u: 2 * u])
+        g_r = self._recurrent_matmul(h_prev, recurrent_kernel[..., u : 2 * u])
         if self.reset_after and recurrent_bias is not None:
-            g_r = g_r + recurrent_bias[..., u: 2 * u]
-        r = self.recurrent_activation(xs[..., u: 2 * u] + g_r)
+            g_r = g_r + recurrent_bias[..., u : 2 * u]
+        r = self.recurrent_activation(xs[..., u : 2 * u] + g_r)
         if self.reset_after:
             return {"reset_gates": r}
         return {"reset_recurrent_inputs": r * h_prev}
 
     def get_config(self):
         config = super().get_config()
-        config.update({"recurrent_activation": keras.activations.serialize(self.recurrent_activation),
-                       "reset_after": self.reset_after})
+        config.update(
+            {
+                "recurrent_activation": keras.activations.serialize(self.recurrent_activation),
+                "reset_after": self.reset_after,
+            }
+        )
         return config

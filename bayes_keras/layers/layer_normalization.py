@@ -26,17 +26,32 @@ class LayerNormalization(ParticleLayer):
         >>> h = bayes_keras.layers.LayerNormalization()(h)
     """
 
-    def __init__(self, epsilon=1e-3, center=True, scale=True, gamma_initializer=None, beta_initializer=None,
-                 gamma_prior=None, beta_prior=None, **kwargs):
-        kwargs.setdefault("kernel_prior", gamma_prior if gamma_prior is not None else priors_lib.Normal(1.0, 1.0))
+    def __init__(
+        self,
+        epsilon=1e-3,
+        center=True,
+        scale=True,
+        gamma_initializer=None,
+        beta_initializer=None,
+        gamma_prior=None,
+        beta_prior=None,
+        **kwargs,
+    ):
+        kwargs.setdefault(
+            "kernel_prior", gamma_prior if gamma_prior is not None else priors_lib.Normal(1.0, 1.0)
+        )
         kwargs.setdefault("bias_prior", beta_prior)
         if kwargs.get("axis", -1) in (-1, [-1]):
             kwargs.pop("axis", None)
         else:
-            raise ValueError(f"LayerNormalization normalizes the last axis; got axis={kwargs['axis']!r}.")
+            raise ValueError(
+                f"LayerNormalization normalizes the last axis; got axis={kwargs['axis']!r}."
+            )
         if kwargs.get("num_particles") is not None:
-            raise ValueError("LayerNormalization normalizes particle activations: place it after the layer where "
-                             "the particle axis begins (num_particles goes there).")
+            raise ValueError(
+                "LayerNormalization normalizes particle activations: place it after the layer where "
+                "the particle axis begins (num_particles goes there)."
+            )
         super().__init__(**kwargs)
         epsilon = check_number(epsilon, "LayerNormalization epsilon")
         if not float(epsilon) > 0.0:
@@ -44,23 +59,43 @@ class LayerNormalization(ParticleLayer):
         self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
         spread = 0.0 if self.deterministic else 0.01
         self.gamma_initializer = keras.initializers.get(
-            gamma_initializer if gamma_initializer is not None else keras.initializers.RandomNormal(1.0, spread)
-            if spread else "ones")
+            gamma_initializer
+            if gamma_initializer is not None
+            else keras.initializers.RandomNormal(1.0, spread)
+            if spread
+            else "ones"
+        )
         self.beta_initializer = keras.initializers.get(
-            beta_initializer if beta_initializer is not None else keras.initializers.RandomNormal(0.0, spread)
-            if spread else "zeros")
+            beta_initializer
+            if beta_initializer is not None
+            else keras.initializers.RandomNormal(0.0, spread)
+            if spread
+            else "zeros"
+        )
         self.supports_masking = True
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=len(input_shape) - 1)
         channels = input_shape[-1]
         if channels is None or len(input_shape) < 3:
-            raise ValueError(f"LayerNormalization '{self.name}' expects (batch, particles, ..., channels) with known "
-                             f"channels; got {tuple(input_shape)}.")
-        self.gamma = (self.add_particle_weight("gamma", (channels,), self.gamma_initializer, self.kernel_prior,
-                                               channels) if self.scale else None)
-        self.beta = (self.add_particle_weight("beta", (channels,), self.beta_initializer, self.bias_prior, channels)
-                     if self.center else None)
+            raise ValueError(
+                f"LayerNormalization '{self.name}' expects (batch, particles, ..., channels) with known "
+                f"channels; got {tuple(input_shape)}."
+            )
+        self.gamma = (
+            self.add_particle_weight(
+                "gamma", (channels,), self.gamma_initializer, self.kernel_prior, channels
+            )
+            if self.scale
+            else None
+        )
+        self.beta = (
+            self.add_particle_weight(
+                "beta", (channels,), self.beta_initializer, self.bias_prior, channels
+            )
+            if self.center
+            else None
+        )
 
     def _per_particle(self, value, rank):
         if len(value.shape) == 1:
@@ -84,8 +119,14 @@ class LayerNormalization(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"epsilon": self.epsilon, "center": self.center, "scale": self.scale,
-                       "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
-                       "beta_initializer": keras.initializers.serialize(self.beta_initializer)})
+        config.update(
+            {
+                "epsilon": self.epsilon,
+                "center": self.center,
+                "scale": self.scale,
+                "gamma_initializer": keras.initializers.serialize(self.gamma_initializer),
+                "beta_initializer": keras.initializers.serialize(self.beta_initializer),
+            }
+        )
         config.pop("num_particles", None)
         return config

@@ -6,10 +6,18 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.base import ParticleLayer
-from bayes_keras.layers.einsum_dense import (particle_equations, einsum_shapes, parse_equation,
-                                              particle_output_shape, resolve_particle_input, tile_particles)
+from bayes_keras.layers.einsum_dense import (
+    particle_equations,
+    einsum_shapes,
+    parse_equation,
+    particle_output_shape,
+    resolve_particle_input,
+    tile_particles,
+)
 
-_RANK = "R"  # the einsum letter of the adapter's rank axis (Keras' equations use lower-case letters)
+_RANK = (
+    "R"  # the einsum letter of the adapter's rank axis (Keras' equations use lower-case letters)
+)
 
 
 def _assemble(input_spec, kernel_spec, output_spec, side):
@@ -55,18 +63,36 @@ class LoRAEinsumDense(ParticleLayer):
         ...                                        num_particles=8)(h)       # (batch, 8, 16, 4, 8)
     """
 
-    def __init__(self, equation, output_shape, rank, lora_alpha=None, activation=None, bias_axes=None,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros", a_initializer="he_uniform",
-                 b_initializer=None, **kwargs):
+    def __init__(
+        self,
+        equation,
+        output_shape,
+        rank,
+        lora_alpha=None,
+        activation=None,
+        bias_axes=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        a_initializer="he_uniform",
+        b_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise ValueError(f"LoRAEinsumDense rank must be a positive integer; got {rank!r}.")
-        if lora_alpha is not None and (isinstance(lora_alpha, bool) or not isinstance(lora_alpha, (int, float))
-                                       or not lora_alpha > 0):
-            raise ValueError(f"LoRAEinsumDense lora_alpha must be a positive number or None; got {lora_alpha!r}.")
+        if lora_alpha is not None and (
+            isinstance(lora_alpha, bool)
+            or not isinstance(lora_alpha, (int, float))
+            or not lora_alpha > 0
+        ):
+            raise ValueError(
+                f"LoRAEinsumDense lora_alpha must be a positive number or None; got {lora_alpha!r}."
+            )
         self.equations = particle_equations(equation)
         self.equation = equation
-        self.partial_output_shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
+        self.partial_output_shape = (
+            (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
+        )
         self.rank = rank
         self.lora_alpha = rank if lora_alpha is None else lora_alpha
         self.activation = keras.activations.get(activation)
@@ -75,7 +101,9 @@ class LoRAEinsumDense(ParticleLayer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.a_initializer = keras.initializers.get(a_initializer)
         if b_initializer is None:
-            b_initializer = "zeros" if self.deterministic else keras.initializers.RandomNormal(stddev=0.01)
+            b_initializer = (
+                "zeros" if self.deterministic else keras.initializers.RandomNormal(stddev=0.01)
+            )
         self.b_initializer = keras.initializers.get(b_initializer)
         input_spec, kernel_spec, output_spec, side = parse_equation(equation)
         last = kernel_spec[-1]
@@ -83,26 +111,55 @@ class LoRAEinsumDense(ParticleLayer):
         self._factorized = last in output_spec
         if self._factorized:
             middle = output_spec.replace(last, _RANK)
-            self._a_equations = particle_equations(_assemble(input_spec, kernel_spec[:-1] + _RANK, middle, side))
-            self._b_equation = particle_equations(_assemble(middle, _RANK + last, output_spec, side))
+            self._a_equations = particle_equations(
+                _assemble(input_spec, kernel_spec[:-1] + _RANK, middle, side)
+            )
+            self._b_equation = particle_equations(
+                _assemble(middle, _RANK + last, output_spec, side)
+            )
 
     @property
     def scale(self):
         return self.lora_alpha / self.rank
 
     def build(self, input_shape):
-        kernel_shape, bias_shape, _, _, _ = einsum_shapes(self.equation, self.bias_axes,
-                                                          resolve_particle_input(self, tuple(input_shape)),
-                                                          self.partial_output_shape)
-        self.kernel = self.add_weight(name="kernel", shape=tuple(kernel_shape), initializer=self.kernel_initializer,
-                                      trainable=False)
-        self.bias = None if bias_shape is None else self.add_weight(
-            name="bias", shape=tuple(bias_shape), initializer=self.bias_initializer, trainable=False)
+        kernel_shape, bias_shape, _, _, _ = einsum_shapes(
+            self.equation,
+            self.bias_axes,
+            resolve_particle_input(self, tuple(input_shape)),
+            self.partial_output_shape,
+        )
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=tuple(kernel_shape),
+            initializer=self.kernel_initializer,
+            trainable=False,
+        )
+        self.bias = (
+            None
+            if bias_shape is None
+            else self.add_weight(
+                name="bias",
+                shape=tuple(bias_shape),
+                initializer=self.bias_initializer,
+                trainable=False,
+            )
+        )
         fan_in = math.prod(kernel_shape[:-1])
-        self.lora_kernel_a = self.add_particle_weight("lora_kernel_a", tuple(kernel_shape[:-1]) + (self.rank,),
-                                                      self.a_initializer, self.kernel_prior, fan_in)
-        self.lora_kernel_b = self.add_particle_weight("lora_kernel_b", (self.rank, kernel_shape[-1]),
-                                                      self.b_initializer, self.kernel_prior, self.rank)
+        self.lora_kernel_a = self.add_particle_weight(
+            "lora_kernel_a",
+            tuple(kernel_shape[:-1]) + (self.rank,),
+            self.a_initializer,
+            self.kernel_prior,
+            fan_in,
+        )
+        self.lora_kernel_b = self.add_particle_weight(
+            "lora_kernel_b",
+            (self.rank, kernel_shape[-1]),
+            self.b_initializer,
+            self.kernel_prior,
+            self.rank,
+        )
 
     def call(self, inputs):
         x = tf.convert_to_tensor(inputs)
@@ -112,19 +169,30 @@ class LoRAEinsumDense(ParticleLayer):
             y = y + self.bias
         scale = tf.cast(self.scale, y.dtype)
         if self.deterministic:
-            update = self._update(x, self.lora_kernel_a, self.lora_kernel_b, shared=True, carries=carries)
+            update = self._update(
+                x, self.lora_kernel_a, self.lora_kernel_b, shared=True, carries=carries
+            )
             y = y + scale * update
             return self.activation(y if carries else tile_particles(y, self._given_num_particles))
-        update = self._update(x, self.lora_kernel_a, self.lora_kernel_b, shared=False, carries=carries)
+        update = self._update(
+            x, self.lora_kernel_a, self.lora_kernel_b, shared=False, carries=carries
+        )
         if not carries:
-            y = tf.expand_dims(y, 1)  # the shared product, computed once, broadcast over the particles
+            y = tf.expand_dims(
+                y, 1
+            )  # the shared product, computed once, broadcast over the particles
         return self.activation(y + scale * update)
 
     def _update(self, x, a, b, shared, carries):
         """x A B (particle factors: one per particle) in the output's layout."""
-        if shared:  # one adapter: its update A B is one kernel, applied with the shared kernel's equation
-            return tf.einsum(self.equations["shared"] if carries else self.equation, x,
-                             tf.tensordot(a, b, axes=[[-1], [0]]))
+        if (
+            shared
+        ):  # one adapter: its update A B is one kernel, applied with the shared kernel's equation
+            return tf.einsum(
+                self.equations["shared"] if carries else self.equation,
+                x,
+                tf.tensordot(a, b, axes=[[-1], [0]]),
+            )
         mode = "particles" if carries else "broadcast"
         if not self._factorized:
             kernels = tf.einsum("p...r,prk->p...k", a, b)
@@ -136,13 +204,18 @@ class LoRAEinsumDense(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "equation": self.equation, "output_shape": self.partial_output_shape, "rank": self.rank,
-            "lora_alpha": self.lora_alpha, "activation": keras.activations.serialize(self.activation),
-            "bias_axes": self.bias_axes,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            "a_initializer": keras.initializers.serialize(self.a_initializer),
-            "b_initializer": keras.initializers.serialize(self.b_initializer),
-        })
+        config.update(
+            {
+                "equation": self.equation,
+                "output_shape": self.partial_output_shape,
+                "rank": self.rank,
+                "lora_alpha": self.lora_alpha,
+                "activation": keras.activations.serialize(self.activation),
+                "bias_axes": self.bias_axes,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "a_initializer": keras.initializers.serialize(self.a_initializer),
+                "b_initializer": keras.initializers.serialize(self.b_initializer),
+            }
+        )
         return config

@@ -28,23 +28,42 @@ class LoRAEmbedding(ParticleLayer):
         >>> h = bayes_keras.layers.LoRAEmbedding(1000, 32, rank=4, num_particles=8)(tokens)   # (batch, 8, T, 32)
     """
 
-    def __init__(self, input_dim, output_dim, rank, lora_alpha=None, embeddings_initializer="uniform",
-                 mask_zero=False, a_initializer="he_uniform", b_initializer=None, **kwargs):
+    def __init__(
+        self,
+        input_dim,
+        output_dim,
+        rank,
+        lora_alpha=None,
+        embeddings_initializer="uniform",
+        mask_zero=False,
+        a_initializer="he_uniform",
+        b_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         for name, value in (("input_dim", input_dim), ("output_dim", output_dim), ("rank", rank)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"LoRAEmbedding {name} must be a positive integer; got {value!r}.")
-        if lora_alpha is not None and (isinstance(lora_alpha, bool) or not isinstance(lora_alpha, (int, float))
-                                       or not lora_alpha > 0):
-            raise ValueError(f"LoRAEmbedding lora_alpha must be a positive number or None; got {lora_alpha!r}.")
+        if lora_alpha is not None and (
+            isinstance(lora_alpha, bool)
+            or not isinstance(lora_alpha, (int, float))
+            or not lora_alpha > 0
+        ):
+            raise ValueError(
+                f"LoRAEmbedding lora_alpha must be a positive number or None; got {lora_alpha!r}."
+            )
         if self._given_num_particles is None:
-            raise ValueError("LoRAEmbedding reads token indices, which have no particle axis: pass num_particles=N.")
+            raise ValueError(
+                "LoRAEmbedding reads token indices, which have no particle axis: pass num_particles=N."
+            )
         self.input_dim, self.output_dim, self.rank = input_dim, output_dim, rank
         self.lora_alpha = rank if lora_alpha is None else lora_alpha
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.a_initializer = keras.initializers.get(a_initializer)
         if b_initializer is None:
-            b_initializer = "zeros" if self.deterministic else keras.initializers.RandomNormal(stddev=0.01)
+            b_initializer = (
+                "zeros" if self.deterministic else keras.initializers.RandomNormal(stddev=0.01)
+            )
         self.b_initializer = keras.initializers.get(b_initializer)
         self.mask_zero = bool(mask_zero)
         self.supports_masking = self.mask_zero
@@ -54,12 +73,26 @@ class LoRAEmbedding(ParticleLayer):
         return self.lora_alpha / self.rank
 
     def build(self, input_shape):
-        self.embeddings = self.add_weight(name="embeddings", shape=(self.input_dim, self.output_dim),
-                                          initializer=self.embeddings_initializer, trainable=False)
-        self.lora_embeddings_a = self.add_particle_weight("lora_embeddings_a", (self.input_dim, self.rank),
-                                                          self.a_initializer, self.kernel_prior, self.input_dim)
-        self.lora_embeddings_b = self.add_particle_weight("lora_embeddings_b", (self.rank, self.output_dim),
-                                                          self.b_initializer, self.kernel_prior, self.rank)
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.input_dim, self.output_dim),
+            initializer=self.embeddings_initializer,
+            trainable=False,
+        )
+        self.lora_embeddings_a = self.add_particle_weight(
+            "lora_embeddings_a",
+            (self.input_dim, self.rank),
+            self.a_initializer,
+            self.kernel_prior,
+            self.input_dim,
+        )
+        self.lora_embeddings_b = self.add_particle_weight(
+            "lora_embeddings_b",
+            (self.rank, self.output_dim),
+            self.b_initializer,
+            self.kernel_prior,
+            self.rank,
+        )
 
     def call(self, inputs):
         ids = checked_ids(self, inputs)
@@ -70,7 +103,9 @@ class LoRAEmbedding(ParticleLayer):
             out = base + scale * tf.gather(table, ids)
             out = tf.expand_dims(out, 1)
             return tf.tile(out, [1, self._given_num_particles] + [1] * (len(out.shape) - 2))
-        low = tf.experimental.numpy.moveaxis(tf.gather(self.lora_embeddings_a, ids, axis=1), 0, 1)  # (B, N, ..., r)
+        low = tf.experimental.numpy.moveaxis(
+            tf.gather(self.lora_embeddings_a, ids, axis=1), 0, 1
+        )  # (B, N, ..., r)
         update = tf.einsum("bn...r,nrd->bn...d", low, self.lora_embeddings_b)
         return tf.expand_dims(base, 1) + scale * update
 
@@ -83,9 +118,16 @@ class LoRAEmbedding(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"input_dim": self.input_dim, "output_dim": self.output_dim, "rank": self.rank,
-                       "lora_alpha": self.lora_alpha, "mask_zero": self.mask_zero,
-                       "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-                       "a_initializer": keras.initializers.serialize(self.a_initializer),
-                       "b_initializer": keras.initializers.serialize(self.b_initializer)})
+        config.update(
+            {
+                "input_dim": self.input_dim,
+                "output_dim": self.output_dim,
+                "rank": self.rank,
+                "lora_alpha": self.lora_alpha,
+                "mask_zero": self.mask_zero,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+                "a_initializer": keras.initializers.serialize(self.a_initializer),
+                "b_initializer": keras.initializers.serialize(self.b_initializer),
+            }
+        )
         return config

@@ -44,18 +44,36 @@ class LSTM(_ParticleRNN):
 
     _gates = 4
 
-    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
-                 kernel_initializer="glorot_uniform", recurrent_initializer="orthogonal", bias_initializer=None,
-                 unit_forget_bias=True, **kwargs):
-        super().__init__(units, activation=activation, use_bias=use_bias, kernel_initializer=kernel_initializer,
-                         recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer, **kwargs)
+    def __init__(
+        self,
+        units,
+        activation="tanh",
+        recurrent_activation="sigmoid",
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer=None,
+        unit_forget_bias=True,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation=activation,
+            use_bias=use_bias,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            **kwargs,
+        )
         self.recurrent_activation = keras.activations.get(recurrent_activation)
         self.unit_forget_bias = bool(unit_forget_bias)
 
     def _bias_initializer_for_build(self):
         if not self.unit_forget_bias:
             return self.bias_initializer
-        return _ShiftedInitializer(self.bias_initializer, start=self.units, size=self.units, shift=1.0)
+        return _ShiftedInitializer(
+            self.bias_initializer, start=self.units, size=self.units, shift=1.0
+        )
 
     def _initial_states(self, h0):
         return (h0, tf.zeros_like(h0))
@@ -72,6 +90,10 @@ class LSTM(_ParticleRNN):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"recurrent_activation": keras.activations.serialize(self.recurrent_activation),
-                       "unit_forget_bias": self.unit_forget_bias})
+        config.update(
+            {
+                "recurrent_activation": keras.activations.serialize(self.recurrent_activation),
+                "unit_forget_bias": self.unit_forget_bias,
+            }
+        )
         return config

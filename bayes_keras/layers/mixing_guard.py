@@ -27,22 +27,69 @@ from bayes_keras.layers.base import particle_axis
 _L = keras.layers
 
 # Act on each element, or on the last axis alone: they cannot couple particles on any layout.
-PER_ELEMENT = (_L.Activation, _L.ReLU, _L.LeakyReLU, _L.ELU, _L.PReLU, _L.Dropout, _L.GaussianNoise,
-               _L.GaussianDropout, _L.AlphaDropout, _L.Identity, _L.Rescaling, _L.ActivityRegularization,
-               _L.Dense, _L.Normalization)
+PER_ELEMENT = (
+    _L.Activation,
+    _L.ReLU,
+    _L.LeakyReLU,
+    _L.ELU,
+    _L.PReLU,
+    _L.Dropout,
+    _L.GaussianNoise,
+    _L.GaussianDropout,
+    _L.AlphaDropout,
+    _L.Identity,
+    _L.Rescaling,
+    _L.ActivityRegularization,
+    _L.Dense,
+    _L.Normalization,
+)
 # Elementwise merges: per particle when every input carries the particle axis in one layout.
 MERGES = (_L.Add, _L.Subtract, _L.Multiply, _L.Average, _L.Maximum, _L.Minimum)
 # Per particle when none of their axes is the batch or the particle axis.
-AXIS_ARGUMENT = (_L.Softmax, _L.LayerNormalization, _L.UnitNormalization, _L.RMSNormalization, _L.Concatenate)
+AXIS_ARGUMENT = (
+    _L.Softmax,
+    _L.LayerNormalization,
+    _L.UnitNormalization,
+    _L.RMSNormalization,
+    _L.Concatenate,
+)
 
 # keras.ops that act elementwise (on particle tensors of one layout, or with Python numbers)
-ELEMENTWISE_OPS = {"Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Negative", "Abs", "Exp", "Log", "Sqrt",
-                   "Square", "Tanh", "Sigmoid", "Relu", "Power", "Maximum", "Minimum", "Cast", "Equal", "NotEqual",
-                   "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd", "LogicalOr", "LogicalNot"}
+ELEMENTWISE_OPS = {
+    "Add",
+    "Subtract",
+    "Multiply",
+    "Divide",
+    "TrueDivide",
+    "Negative",
+    "Abs",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Square",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "Power",
+    "Maximum",
+    "Minimum",
+    "Cast",
+    "Equal",
+    "NotEqual",
+    "Greater",
+    "GreaterEqual",
+    "Less",
+    "LessEqual",
+    "LogicalAnd",
+    "LogicalOr",
+    "LogicalNot",
+}
 # keras.ops reductions: per particle when they reduce the last axis only (e.g. the mask of keras.layers.Masking)
 LAST_AXIS_OPS = {"Any", "All", "Sum", "Mean", "Max", "Min"}
 
-_PER_PARTICLE = "bayes_keras.layers.PerParticle({}(...)) (applies a per-example layer to each particle)"
+_PER_PARTICLE = (
+    "bayes_keras.layers.PerParticle({}(...)) (applies a per-example layer to each particle)"
+)
 # exact classes: what to use instead
 REPLACEMENTS = {
     _L.BatchNormalization: "bayes_keras.layers.BatchNormalization (per-particle statistics)",
@@ -65,14 +112,18 @@ REPLACEMENTS = {
     _L.SpatialDropout2D: _PER_PARTICLE.format("keras.layers.SpatialDropout2D"),
     _L.SpatialDropout3D: _PER_PARTICLE.format("keras.layers.SpatialDropout3D"),
     _L.GroupNormalization: "keras.layers.LayerNormalization (acts per particle), or "
-                           + _PER_PARTICLE.format("keras.layers.GroupNormalization"),
+    + _PER_PARTICLE.format("keras.layers.GroupNormalization"),
     _L.MultiHeadAttention: "bayes_keras.layers.MultiHeadAttention (attention over time for each particle)",
     _L.EinsumDense: "bayes_keras.layers.EinsumDense",
 }
 
 
 def axes_of(value):
-    return [] if value is None else [int(a) for a in (value if isinstance(value, (list, tuple)) else [value])]
+    return (
+        []
+        if value is None
+        else [int(a) for a in (value if isinstance(value, (list, tuple)) else [value])]
+    )
 
 
 def refusal(layer, shapes, carries):
@@ -87,22 +138,31 @@ def refusal(layer, shapes, carries):
     if isinstance(layer, MERGES + AXIS_ARGUMENT):
         ranks = {len(s) for s in shapes}
         if not all(carries) or len(ranks) != 1:
-            return ("merges tensors with and without the particle axis (or of different layouts), which Keras "
-                    "would broadcast wrongly. Use " + _PER_PARTICLE.format(name)
-                    + " with particle_inputs=[...]")
+            return (
+                "merges tensors with and without the particle axis (or of different layouts), which Keras "
+                "would broadcast wrongly. Use "
+                + _PER_PARTICLE.format(name)
+                + " with particle_inputs=[...]"
+            )
         if isinstance(layer, AXIS_ARGUMENT):
             rank = ranks.pop()
             for axis in axes_of(layer.axis):
                 if axis % rank in (0, particle_axis(rank)):
                     which = "batch" if axis % rank == 0 else "particle"
-                    return (f"has axis={layer.axis!r}, which on (batch, particles, ...) activations of rank {rank} is "
-                            f"the {which} axis: it would mix the particles. Give the axis in the particle layout "
-                            f"(the particle axis is {particle_axis(rank)}) or use " + _PER_PARTICLE.format(name)
-                            + " to keep the plain Keras meaning of the axis")
+                    return (
+                        f"has axis={layer.axis!r}, which on (batch, particles, ...) activations of rank {rank} is "
+                        f"the {which} axis: it would mix the particles. Give the axis in the particle layout "
+                        f"(the particle axis is {particle_axis(rank)}) or use "
+                        + _PER_PARTICLE.format(name)
+                        + " to keep the plain Keras meaning of the axis"
+                    )
         return None
-    return ("is not known to act on each particle separately (it may read axis 1 as space or time, pool, attend "
-            "or reshape across it), so it would mix the particles or drop the particle axis. Use "
-            + _PER_PARTICLE.format(name) + " if it treats the examples of a batch independently")
+    return (
+        "is not known to act on each particle separately (it may read axis 1 as space or time, pool, attend "
+        "or reshape across it), so it would mix the particles or drop the particle axis. Use "
+        + _PER_PARTICLE.format(name)
+        + " if it treats the examples of a batch independently"
+    )
 
 
 def operation_refusal(op, shapes, carries):
@@ -110,14 +170,20 @@ def operation_refusal(op, shapes, carries):
     operations over tensors that all carry the particle axis in one layout, and reductions of the last axis."""
     ranks = {len(s) for s in shapes}
     kind = type(op).__name__
-    last_axis = (kind in LAST_AXIS_OPS and len(ranks) == 1 and getattr(op, "axis", None) is not None
-                 and all(a % next(iter(ranks)) == next(iter(ranks)) - 1 for a in axes_of(op.axis)))
+    last_axis = (
+        kind in LAST_AXIS_OPS
+        and len(ranks) == 1
+        and getattr(op, "axis", None) is not None
+        and all(a % next(iter(ranks)) == next(iter(ranks)) - 1 for a in axes_of(op.axis))
+    )
     if (kind in ELEMENTWISE_OPS or last_axis) and all(carries) and len(ranks) == 1:
         return None
-    return (f"the operation '{op.name}' (keras.ops {kind}) acts on (batch, particles, ...) activations and bayes_keras "
-            "cannot tell how it treats the particle axis (only elementwise operations and reductions of the last "
-            "axis are accepted). Write it as a Keras layer and wrap that in bayes_keras.layers.PerParticle, which "
-            "applies it to each particle")
+    return (
+        f"the operation '{op.name}' (keras.ops {kind}) acts on (batch, particles, ...) activations and bayes_keras "
+        "cannot tell how it treats the particle axis (only elementwise operations and reductions of the last "
+        "axis are accepted). Write it as a Keras layer and wrap that in bayes_keras.layers.PerParticle, which "
+        "applies it to each particle"
+    )
 
 
 UNKNOWN_LENGTH = 5  # the size the one-time checks give axes of unknown size
@@ -137,8 +203,12 @@ def perturbed_outputs(layer, shapes, dtypes, batch, perturb, length=UNKNOWN_LENG
     examples apart (bayesianize)."""
     shapes = [tuple(length if d is None else d for d in tuple(s)[1:]) for s in shapes]
     rng = np.random.default_rng(0)
-    values = [rng.standard_normal((batch,) + s).astype(dtype) if "float" in dtype
-              else np.zeros((batch,) + s, dtype) for s, dtype in zip(shapes, dtypes)]
+    values = [
+        rng.standard_normal((batch,) + s).astype(dtype)
+        if "float" in dtype
+        else np.zeros((batch,) + s, dtype)
+        for s, dtype in zip(shapes, dtypes)
+    ]
 
     def run(arrays):
         args = arrays[0] if len(arrays) == 1 else arrays
@@ -163,16 +233,23 @@ def mixing_found(layer, inputs, carries, num_particles):
                 v[tuple(index)] += 1.0
         return values
 
-    outputs = perturbed_outputs(layer, [tuple(t.shape) for t in inputs],
-                                [keras.backend.standardize_dtype(t.dtype) for t in inputs], 2, first_particle_moved,
-                                probe_length(num_particles))
+    outputs = perturbed_outputs(
+        layer,
+        [tuple(t.shape) for t in inputs],
+        [keras.backend.standardize_dtype(t.dtype) for t in inputs],
+        2,
+        first_particle_moved,
+        probe_length(num_particles),
+    )
     if outputs is None:
         return None
     for a, b in zip(*outputs):
         if a.ndim < 3 or a.shape[particle_axis(a.ndim)] != num_particles:
             return f"returns shape {a.shape[1:]} per example, without the particle axis"
         others = np.take(a, range(1, num_particles), axis=particle_axis(a.ndim))
-        if not np.array_equal(others, np.take(b, range(1, num_particles), axis=particle_axis(b.ndim))):
+        if not np.array_equal(
+            others, np.take(b, range(1, num_particles), axis=particle_axis(b.ndim))
+        ):
             return "changes the other particles' outputs when one particle's input changes"
     return None
 
@@ -180,8 +257,10 @@ def mixing_found(layer, inputs, carries, num_particles):
 def _starts_particles(layer):
     """A bayes_keras layer made of particle sublayers (attention, a converted custom layer, Bidirectional) that
     may start the particle axis: it holds particle weights or was given num_particles."""
-    return _is_particle_aware(layer) and (getattr(layer, "_given_num_particles", None) is not None or any(
-        getattr(v, "is_particle_variable", False) for v in layer.weights))
+    return _is_particle_aware(layer) and (
+        getattr(layer, "_given_num_particles", None) is not None
+        or any(getattr(v, "is_particle_variable", False) for v in layer.weights)
+    )
 
 
 def _is_particle_aware(layer):
@@ -206,7 +285,8 @@ def check_layers_keep_particles(layers, particle_layer_types):
                 raise ValueError(
                     f"Layer '{layer.name}' is called more than once after the particle layers begin; bayes_keras "
                     "checks each layer's particle layout through its one call. Use a separate layer instance per "
-                    "call.") from None
+                    "call."
+                ) from None
             continue
         flat_inputs = [t for t in keras.tree.flatten(inputs) if isinstance(t, keras.KerasTensor)]
         carries = [id(t) in carrying for t in flat_inputs]
@@ -219,8 +299,11 @@ def check_layers_keep_particles(layers, particle_layer_types):
                     raise ValueError(f"BayesianModel: {problem}.")
                 carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
             continue
-        if isinstance(layer, particle_layer_types) or _starts_particles(layer) or (
-                any(carries) and _is_particle_aware(layer)):
+        if (
+            isinstance(layer, particle_layer_types)
+            or _starts_particles(layer)
+            or (any(carries) and _is_particle_aware(layer))
+        ):
             carrying.update((id(t), True) for t in keras.tree.flatten(outputs))
             started = True
             continue
@@ -229,11 +312,15 @@ def check_layers_keep_particles(layers, particle_layer_types):
         where = f"Layer '{layer.name}' ({type(layer).__module__.split('.')[0]}.layers.{type(layer).__name__})"
         problem = refusal(layer, [tuple(t.shape) for t in flat_inputs], carries)
         if problem is None:
-            n = next(t.shape[particle_axis(len(t.shape))] for t, c in zip(flat_inputs, carries) if c)
+            n = next(
+                t.shape[particle_axis(len(t.shape))] for t, c in zip(flat_inputs, carries) if c
+            )
             problem = mixing_found(layer, flat_inputs, carries, n)
             if problem is not None:
-                problem = (f"receives (batch, particles, ...) activations and {problem}: it would mix the particles. "
-                           "Use " + _PER_PARTICLE.format(f"keras.layers.{type(layer).__name__}"))
+                problem = (
+                    f"receives (batch, particles, ...) activations and {problem}: it would mix the particles. "
+                    "Use " + _PER_PARTICLE.format(f"keras.layers.{type(layer).__name__}")
+                )
         else:
             problem = "receives (batch, particles, ...) activations and " + problem
         if problem is not None:

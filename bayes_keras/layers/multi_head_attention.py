@@ -56,51 +56,102 @@ class MultiHeadAttention(keras.layers.Layer):
 
     draws_as_one_device = True  # its attention dropout is a bayes_keras.layers.Dropout
 
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_shape=None,
-                 attention_axes=None, kernel_initializer="glorot_uniform", bias_initializer=None, use_gate=False,
-                 sliding_window=None, seed=None, num_particles=None, deterministic=False, kernel_prior=None,
-                 bias_prior=None, lora_rank=None, lora_alpha=None, lora_projections=("query", "value"), **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_shape=None,
+        attention_axes=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer=None,
+        use_gate=False,
+        sliding_window=None,
+        seed=None,
+        num_particles=None,
+        deterministic=False,
+        kernel_prior=None,
+        bias_prior=None,
+        lora_rank=None,
+        lora_alpha=None,
+        lora_projections=("query", "value"),
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         unknown = sorted(set(lora_projections) - set(_PROJECTIONS))
         if unknown or (lora_rank is not None and not lora_projections):
-            raise ValueError(f"MultiHeadAttention lora_projections must name some of {_PROJECTIONS}; got "
-                             f"{tuple(lora_projections)!r}.")
-        for name, value, optional in (("num_heads", num_heads, False), ("key_dim", key_dim, False),
-                                      ("lora_rank", lora_rank, True),
-                                      ("value_dim", value_dim, True), ("sliding_window", sliding_window, True),
-                                      ("num_particles", num_particles, True)):
+            raise ValueError(
+                f"MultiHeadAttention lora_projections must name some of {_PROJECTIONS}; got "
+                f"{tuple(lora_projections)!r}."
+            )
+        for name, value, optional in (
+            ("num_heads", num_heads, False),
+            ("key_dim", key_dim, False),
+            ("lora_rank", lora_rank, True),
+            ("value_dim", value_dim, True),
+            ("sliding_window", sliding_window, True),
+            ("num_particles", num_particles, True),
+        ):
             if (value is not None or not optional) and (
-                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"MultiHeadAttention {name} must be a positive integer"
-                                 f"{' or None' if optional else ''}; got {value!r}.")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"MultiHeadAttention dropout must be a number in [0, 1); got {dropout!r}.")
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"MultiHeadAttention {name} must be a positive integer"
+                    f"{' or None' if optional else ''}; got {value!r}."
+                )
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, (int, float))
+            or not 0.0 <= dropout < 1.0
+        ):
+            raise ValueError(
+                f"MultiHeadAttention dropout must be a number in [0, 1); got {dropout!r}."
+            )
         if isinstance(output_shape, (list, tuple)):
             if len(output_shape) != 1:
-                raise ValueError(f"MultiHeadAttention output_shape must be an int or a 1-tuple (the output's last "
-                                 f"axis); got {output_shape!r}.")
+                raise ValueError(
+                    f"MultiHeadAttention output_shape must be an int or a 1-tuple (the output's last "
+                    f"axis); got {output_shape!r}."
+                )
             output_shape = output_shape[0]
-        if output_shape is not None and (isinstance(output_shape, bool) or not isinstance(output_shape, int)
-                                         or output_shape < 1):
-            raise ValueError(f"MultiHeadAttention output_shape must be a positive integer; got {output_shape!r}.")
-        if attention_axes is not None and tuple(keras.tree.flatten(attention_axes)) not in ((1,), (-2,)):
-            raise ValueError("bayes_keras.layers.MultiHeadAttention attends over the time axis of (batch, time, "
-                             f"features) inputs (attention_axes None, 1 or -2); got attention_axes={attention_axes!r}.")
+        if output_shape is not None and (
+            isinstance(output_shape, bool) or not isinstance(output_shape, int) or output_shape < 1
+        ):
+            raise ValueError(
+                f"MultiHeadAttention output_shape must be a positive integer; got {output_shape!r}."
+            )
+        if attention_axes is not None and tuple(keras.tree.flatten(attention_axes)) not in (
+            (1,),
+            (-2,),
+        ):
+            raise ValueError(
+                "bayes_keras.layers.MultiHeadAttention attends over the time axis of (batch, time, "
+                f"features) inputs (attention_axes None, 1 or -2); got attention_axes={attention_axes!r}."
+            )
         self.num_heads, self.key_dim = num_heads, key_dim
         self.value_dim = value_dim or key_dim
         self.dropout, self.use_bias, self.use_gate = float(dropout), bool(use_bias), bool(use_gate)
         self.output_dim, self.sliding_window, self.seed = output_shape, sliding_window, seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = None if bias_initializer is None else keras.initializers.get(bias_initializer)
+        self.bias_initializer = (
+            None if bias_initializer is None else keras.initializers.get(bias_initializer)
+        )
         self._given_num_particles = num_particles
         self.num_particles = num_particles
         self.deterministic = bool(deterministic)
-        self.kernel_prior, self.bias_prior = priors_lib.get(kernel_prior), priors_lib.get(bias_prior)
+        self.kernel_prior, self.bias_prior = (
+            priors_lib.get(kernel_prior),
+            priors_lib.get(bias_prior),
+        )
         self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
         self.lora_projections = tuple(lora_projections)
         self.supports_masking = True
         self._softmax = keras.layers.Softmax(axis=-1, dtype=self.dtype_policy)
-        self._dropout_layer = Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)  # (batch, N, heads, T, S)
+        self._dropout_layer = Dropout(
+            self.dropout, seed=seed, dtype=self.dtype_policy
+        )  # (batch, N, heads, T, S)
 
     @property
     def broadcasts(self):
@@ -112,70 +163,139 @@ class MultiHeadAttention(keras.layers.Layer):
         rank = len(shape)
         if rank == 3 or (rank == 4 and not self.broadcasts):
             return rank == 4
-        expected = "(batch, time, features)" if self.broadcasts else \
-            "(batch, particles, time, features) or (batch, time, features)"
-        raise ValueError(f"MultiHeadAttention '{self.name}': {what} must be {expected}; got shape {tuple(shape)}.")
+        expected = (
+            "(batch, time, features)"
+            if self.broadcasts
+            else "(batch, particles, time, features) or (batch, time, features)"
+        )
+        raise ValueError(
+            f"MultiHeadAttention '{self.name}': {what} must be {expected}; got shape {tuple(shape)}."
+        )
 
     def _projection(self, name, equation, output_shape, bias_axes, carries, activation=None):
-        initializer = self.kernel_initializer.__class__.from_config(self.kernel_initializer.get_config())
-        common = dict(activation=activation, bias_axes=bias_axes if self.use_bias else None,
-                      kernel_initializer=initializer, name=name, dtype=self.dtype_policy)
+        initializer = self.kernel_initializer.__class__.from_config(
+            self.kernel_initializer.get_config()
+        )
+        common = dict(
+            activation=activation,
+            bias_axes=bias_axes if self.use_bias else None,
+            kernel_initializer=initializer,
+            name=name,
+            dtype=self.dtype_policy,
+        )
         if self.lora_rank is None:
-            return EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer,
-                               num_particles=None if carries else self.num_particles, deterministic=self.deterministic,
-                               kernel_prior=self.kernel_prior, bias_prior=self.bias_prior, **common)
+            return EinsumDense(
+                equation,
+                output_shape,
+                bias_initializer=self.bias_initializer,
+                num_particles=None if carries else self.num_particles,
+                deterministic=self.deterministic,
+                kernel_prior=self.kernel_prior,
+                bias_prior=self.bias_prior,
+                **common,
+            )
         if name in self.lora_projections:
-            return LoRAEinsumDense(equation, output_shape, rank=self.lora_rank, lora_alpha=self.lora_alpha,
-                                   num_particles=None if carries else self.num_particles,
-                                   deterministic=self.deterministic, kernel_prior=self.kernel_prior,
-                                   bias_initializer=self.bias_initializer or "zeros", **common)
+            return LoRAEinsumDense(
+                equation,
+                output_shape,
+                rank=self.lora_rank,
+                lora_alpha=self.lora_alpha,
+                num_particles=None if carries else self.num_particles,
+                deterministic=self.deterministic,
+                kernel_prior=self.kernel_prior,
+                bias_initializer=self.bias_initializer or "zeros",
+                **common,
+            )
         # frozen and shared: on an input without the particle axis, Keras' layer (computed once)
         if not carries:
-            return keras.layers.EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer or "zeros",
-                                            trainable=False, **common)
-        return EinsumDense(equation, output_shape, bias_initializer=self.bias_initializer or "zeros",
-                           deterministic=True, kernel_prior=self.kernel_prior, bias_prior=self.bias_prior,
-                           trainable=False, **common)
+            return keras.layers.EinsumDense(
+                equation,
+                output_shape,
+                bias_initializer=self.bias_initializer or "zeros",
+                trainable=False,
+                **common,
+            )
+        return EinsumDense(
+            equation,
+            output_shape,
+            bias_initializer=self.bias_initializer or "zeros",
+            deterministic=True,
+            kernel_prior=self.kernel_prior,
+            bias_prior=self.bias_prior,
+            trainable=False,
+            **common,
+        )
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
-        carries = [self._carries(s, what) for s, what in ((query_shape, "query"), (value_shape, "value"),
-                                                           (key_shape, "key"))]
+        carries = [
+            self._carries(s, what)
+            for s, what in ((query_shape, "query"), (value_shape, "value"), (key_shape, "key"))
+        ]
         if not self.broadcasts:
             if not any(carries):
-                raise ValueError(f"MultiHeadAttention '{self.name}' received no particle axis (inputs of rank 3): if "
-                                 "it is the first Bayesian layer, pass num_particles=N to it.")
+                raise ValueError(
+                    f"MultiHeadAttention '{self.name}' received no particle axis (inputs of rank 3): if "
+                    "it is the first Bayesian layer, pass num_particles=N to it."
+                )
             counts = {s[1] for s, c in zip((query_shape, value_shape, key_shape), carries) if c}
             if len(counts) != 1 or None in counts:
-                raise ValueError(f"MultiHeadAttention '{self.name}': the inputs' particle axes disagree or are "
-                                 f"unknown: {sorted(map(str, counts))}.")
+                raise ValueError(
+                    f"MultiHeadAttention '{self.name}': the inputs' particle axes disagree or are "
+                    f"unknown: {sorted(map(str, counts))}."
+                )
             self.num_particles = int(counts.pop())
         if None not in (value_shape[-2], key_shape[-2]) and value_shape[-2] != key_shape[-2]:
-            raise ValueError(f"MultiHeadAttention '{self.name}': value and key need the same time axis; got "
-                             f"{tuple(value_shape)} and {tuple(key_shape)}.")
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': value and key need the same time axis; got "
+                f"{tuple(value_shape)} and {tuple(key_shape)}."
+            )
         heads = (None, self.num_heads)
         # built in Keras' order (query, key, gate, value, output), so the weights list as Keras' do
-        self._query_dense = self._projection("query", _PROJECTION, heads + (self.key_dim,), "de", carries[0])
+        self._query_dense = self._projection(
+            "query", _PROJECTION, heads + (self.key_dim,), "de", carries[0]
+        )
         self._query_dense.build(query_shape)
-        self._key_dense = self._projection("key", _PROJECTION, heads + (self.key_dim,), "de", carries[2])
+        self._key_dense = self._projection(
+            "key", _PROJECTION, heads + (self.key_dim,), "de", carries[2]
+        )
         self._key_dense.build(key_shape)
         self._gate_dense = None
         if self.use_gate:
-            self._gate_dense = self._projection("gate", _PROJECTION, heads + (self.value_dim,), "de", carries[0],
-                                                activation="sigmoid")
+            self._gate_dense = self._projection(
+                "gate",
+                _PROJECTION,
+                heads + (self.value_dim,),
+                "de",
+                carries[0],
+                activation="sigmoid",
+            )
             self._gate_dense.build(query_shape)
-        self._value_dense = self._projection("value", _PROJECTION, heads + (self.value_dim,), "de", carries[1])
+        self._value_dense = self._projection(
+            "value", _PROJECTION, heads + (self.value_dim,), "de", carries[1]
+        )
         self._value_dense.build(value_shape)
         output_dim = self.output_dim or query_shape[-1]
-        self._output_dense = self._projection("attention_output", _OUTPUT, (None, output_dim), "e", True)
+        self._output_dense = self._projection(
+            "attention_output", _OUTPUT, (None, output_dim), "e", True
+        )
         batch, time = query_shape[0], query_shape[-2]
         self._output_dense.build((batch, self.num_particles, time, self.num_heads, self.value_dim))
 
     @property
     def projections(self):
         """The particle sublayers in the order of the weights (Keras' order): query, key, [gate,] value, output."""
-        return [d for d in (self._query_dense, self._key_dense, self._gate_dense, self._value_dense,
-                            self._output_dense) if d is not None]
+        return [
+            d
+            for d in (
+                self._query_dense,
+                self._key_dense,
+                self._gate_dense,
+                self._value_dense,
+                self._output_dense,
+            )
+            if d is not None
+        ]
 
     @property
     def query_dense(self):
@@ -197,31 +317,60 @@ class MultiHeadAttention(keras.layers.Layer):
     def output_dense(self):
         return self._output_dense
 
-    def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None, attention_mask=None,
-             return_attention_scores=False, training=None, use_causal_mask=False, cache=None, cache_update_index=None):
-        if cache is not None or cache_update_index is not None:  # KerasHub's CachedMultiHeadAttention arguments
-            raise ValueError(f"MultiHeadAttention '{self.name}': cached decoding (cache=, cache_update_index=) is not "
-                             "supported; call it with cache=None, as in training and scoring.")
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_update_index=None,
+    ):
+        if (
+            cache is not None or cache_update_index is not None
+        ):  # KerasHub's CachedMultiHeadAttention arguments
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}': cached decoding (cache=, cache_update_index=) is not "
+                "supported; call it with cache=None, as in training and scoring."
+            )
         key = value if key is None else key
         query_mask = get_keras_mask(query) if get_keras_mask(query) is not None else query_mask
         for tensor in (query, value, key):  # the masks act here, not in the projections
             set_keras_mask(tensor, None)
-        mask = self._attention_mask(query, value, query_mask, value_mask, key_mask, attention_mask, use_causal_mask)
+        mask = self._attention_mask(
+            query, value, query_mask, value_mask, key_mask, attention_mask, use_causal_mask
+        )
         q = self._query_dense(query)  # (batch, N, T, heads, key_dim)
         k = self._key_dense(key)
         v = self._value_dense(value)
         q = q * tf.cast(1.0 / math.sqrt(float(self.key_dim)), q.dtype)
         scores = tf.einsum("bnthd,bnshd->bnhts" if len(k.shape) == 5 else "bnthd,bshd->bnhts", q, k)
-        explicit = self.dropout > 0.0 or return_attention_scores  # Keras zeroes fully masked rows only here
-        if mask is not None:  # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head; (batch, N, T, S) of
+        explicit = (
+            self.dropout > 0.0 or return_attention_scores
+        )  # Keras zeroes fully masked rows only here
+        if (
+            mask is not None
+        ):  # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head; (batch, N, T, S) of
             # a folded custom layer (each particle's own) -> (batch, N, 1, T, S)
             mask = mask[:, None, None] if len(mask.shape) == 3 else mask[:, :, None]
             scores = tf.where(mask, scores, tf.cast(_large_negative(scores.dtype), scores.dtype))
         probabilities = tf.nn.softmax(scores, axis=-1)
         if mask is not None and explicit:
             probabilities = tf.where(mask, probabilities, tf.zeros_like(probabilities))
-        dropped = self._dropout_layer(probabilities, training=training) if self.dropout > 0.0 else probabilities
-        out = tf.einsum("bnhts,bnshd->bnthd" if len(v.shape) == 5 else "bnhts,bshd->bnthd", dropped, v)
+        dropped = (
+            self._dropout_layer(probabilities, training=training)
+            if self.dropout > 0.0
+            else probabilities
+        )
+        out = tf.einsum(
+            "bnhts,bnshd->bnthd" if len(v.shape) == 5 else "bnhts,bshd->bnthd", dropped, v
+        )
         if self._gate_dense is not None:
             out = out * self._gate_dense(query)
         out = self._output_dense(out)
@@ -229,7 +378,9 @@ class MultiHeadAttention(keras.layers.Layer):
             return out, probabilities
         return out
 
-    def _attention_mask(self, query, value, query_mask, value_mask, key_mask, attention_mask, use_causal_mask):
+    def _attention_mask(
+        self, query, value, query_mask, value_mask, key_mask, attention_mask, use_causal_mask
+    ):
         """Keras' attention mask (batch or 1, T, S) from the padding masks, `attention_mask`, the causal and the
         sliding-window masks, or None; (batch, N, T, S) when a mask given has a particle axis ((batch, N, T) padding
         masks, a (batch, N, T, S) attention mask: the twin inside a folded custom layer)."""
@@ -257,32 +408,62 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         shape = tuple(query_shape)
         if len(shape) == 3:
-            n = self._given_num_particles if self.broadcasts else next(
-                s[1] for s in (value_shape, key_shape) if s is not None and len(s) == 4)
+            n = (
+                self._given_num_particles
+                if self.broadcasts
+                else next(s[1] for s in (value_shape, key_shape) if s is not None and len(s) == 4)
+            )
             shape = shape[:1] + (n,) + shape[1:]
         return shape[:-1] + (self.output_dim or shape[-1],)
 
-    def compute_output_spec(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
-                            attention_mask=None, return_attention_scores=False, training=None, use_causal_mask=False):
-        shape = self.compute_output_shape(query.shape, value.shape, None if key is None else key.shape)
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
+        shape = self.compute_output_shape(
+            query.shape, value.shape, None if key is None else key.shape
+        )
         out = keras.KerasTensor(shape, dtype=self.compute_dtype)
         if return_attention_scores:
-            return out, keras.KerasTensor((shape[0], shape[1], self.num_heads, query.shape[-2], value.shape[-2]),
-                                          dtype=self.compute_dtype)
+            return out, keras.KerasTensor(
+                (shape[0], shape[1], self.num_heads, query.shape[-2], value.shape[-2]),
+                dtype=self.compute_dtype,
+            )
         return out
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads, "key_dim": self.key_dim, "value_dim": self.value_dim,
-            "dropout": self.dropout, "use_bias": self.use_bias, "output_shape": self.output_dim,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            "bias_initializer": None if self.bias_initializer is None else
-            keras.initializers.serialize(self.bias_initializer),
-            "use_gate": self.use_gate, "sliding_window": self.sliding_window, "seed": self.seed,
-            "num_particles": self._given_num_particles, "deterministic": self.deterministic,
-            "kernel_prior": priors_lib.serialize(self.kernel_prior),
-            "bias_prior": priors_lib.serialize(self.bias_prior),
-            "lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha, "lora_projections": self.lora_projections,
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_shape": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": None
+                if self.bias_initializer is None
+                else keras.initializers.serialize(self.bias_initializer),
+                "use_gate": self.use_gate,
+                "sliding_window": self.sliding_window,
+                "seed": self.seed,
+                "num_particles": self._given_num_particles,
+                "deterministic": self.deterministic,
+                "kernel_prior": priors_lib.serialize(self.kernel_prior),
+                "bias_prior": priors_lib.serialize(self.bias_prior),
+                "lora_rank": self.lora_rank,
+                "lora_alpha": self.lora_alpha,
+                "lora_projections": self.lora_projections,
+            }
+        )
         return config

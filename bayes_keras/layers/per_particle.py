@@ -42,8 +42,12 @@ def fold_mask(mask, x, carries, num_particles):
     """The Keras mask of input `x` as the folded batch sees it. A mask with the particle axis is (B, N, T) for a
     (B, N, T, F) input; one without it ((B, T), from an Embedding before the particle layers) is the same for
     every particle."""
-    if carries and len(x.shape) != IMAGE_RANK and len(mask.shape) == len(x.shape) - 1 and \
-            mask.shape[1] == num_particles:
+    if (
+        carries
+        and len(x.shape) != IMAGE_RANK
+        and len(mask.shape) == len(x.shape) - 1
+        and mask.shape[1] == num_particles
+    ):
         return fold_particles(mask)
     return repeat_examples(mask, num_particles)
 
@@ -90,8 +94,10 @@ class PerParticle(keras.layers.Layer):
         if particle_inputs is not None:
             particle_inputs = [bool(f) for f in particle_inputs]
             if not any(particle_inputs):
-                raise ValueError("PerParticle: at least one input must carry the particle axis; got "
-                                 f"particle_inputs={particle_inputs}.")
+                raise ValueError(
+                    "PerParticle: at least one input must carry the particle axis; got "
+                    f"particle_inputs={particle_inputs}."
+                )
         self.particle_inputs = particle_inputs
         self.unpack = bool(unpack)
         self.supports_masking = True
@@ -100,15 +106,19 @@ class PerParticle(keras.layers.Layer):
     def _flags(self, flat):
         flags = self.particle_inputs or [True] * len(flat)
         if len(flags) != len(flat):
-            raise ValueError(f"PerParticle '{self.name}': particle_inputs has {len(flags)} entries for "
-                             f"{len(flat)} inputs.")
+            raise ValueError(
+                f"PerParticle '{self.name}': particle_inputs has {len(flags)} entries for "
+                f"{len(flat)} inputs."
+            )
         return flags
 
     def _num_particles(self, shapes, flags):
         ns = {tuple(s)[particle_axis(len(s))] for s, f in zip(shapes, flags) if f}
         if len(ns) != 1 or None in ns:
-            raise ValueError(f"PerParticle '{self.name}' needs inputs with one known number of particles; got "
-                             f"shapes {[tuple(s) for s in shapes]}.")
+            raise ValueError(
+                f"PerParticle '{self.name}' needs inputs with one known number of particles; got "
+                f"shapes {[tuple(s) for s in shapes]}."
+            )
         return ns.pop()
 
     def call(self, inputs, training=None, mask=None):
@@ -122,19 +132,25 @@ class PerParticle(keras.layers.Layer):
         several = isinstance(inputs, (list, tuple))
         masks = list(mask) if isinstance(mask, (list, tuple)) else [mask]
         if any(m is not None for m in masks):
-            masks = [None if m is None else fold_mask(m, x, f, n) for m, x, f in zip(masks, flat, flags)]
+            masks = [
+                None if m is None else fold_mask(m, x, f, n) for m, x, f in zip(masks, flat, flags)
+            ]
             if "mask" in self._parameters:
                 kwargs["mask"] = masks if several else masks[0]
             for name, m in zip(("query_mask", "value_mask", "key_mask"), masks):  # attention layers
                 if name in self._parameters:
                     kwargs[name] = m
-            for x, m in zip(folded, masks):  # layers that read their inputs' masks (Keras' merge layers)
+            for x, m in zip(
+                folded, masks
+            ):  # layers that read their inputs' masks (Keras' merge layers)
                 if m is not None:
                     set_keras_mask(x, m)
         if self.unpack:
             outputs = self.layer(*folded, **kwargs)
         else:
-            outputs = self.layer(keras.tree.pack_sequence_as(inputs, folded) if several else folded[0], **kwargs)
+            outputs = self.layer(
+                keras.tree.pack_sequence_as(inputs, folded) if several else folded[0], **kwargs
+            )
         return keras.tree.map_structure(lambda y: unfold_particles(y, n), outputs)
 
     def compute_mask(self, inputs, mask=None):
@@ -144,8 +160,13 @@ class PerParticle(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"layer": keras.saving.serialize_keras_object(self.layer),
-                       "particle_inputs": self.particle_inputs, "unpack": self.unpack})
+        config.update(
+            {
+                "layer": keras.saving.serialize_keras_object(self.layer),
+                "particle_inputs": self.particle_inputs,
+                "unpack": self.unpack,
+            }
+        )
         return config
 
     @classmethod

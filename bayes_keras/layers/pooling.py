@@ -10,8 +10,14 @@ class _ParticlePooling2D(keras.layers.Layer):
 
     def __init__(self, pool_size=(2, 2), strides=None, padding="valid", **kwargs):
         super().__init__(**kwargs)
-        self._pool = self._keras_class(pool_size=pool_size, strides=strides, padding=padding, dtype=self.dtype_policy)
-        self.pool_size, self.strides, self.padding = self._pool.pool_size, self._pool.strides, self._pool.padding
+        self._pool = self._keras_class(
+            pool_size=pool_size, strides=strides, padding=padding, dtype=self.dtype_policy
+        )
+        self.pool_size, self.strides, self.padding = (
+            self._pool.pool_size,
+            self._pool.strides,
+            self._pool.padding,
+        )
 
     def call(self, inputs):
         if len(inputs.shape) != 5 or inputs.shape[-1] is None or inputs.shape[-2] is None:
@@ -29,7 +35,9 @@ class _ParticlePooling2D(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"pool_size": self.pool_size, "strides": self.strides, "padding": self.padding})
+        config.update(
+            {"pool_size": self.pool_size, "strides": self.strides, "padding": self.padding}
+        )
         return config
 
 

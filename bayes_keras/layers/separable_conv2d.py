@@ -3,10 +3,18 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import (ParticleLayer, _default_bias_initializer, split_particle_channels)
+from bayes_keras.layers.base import (
+    ParticleLayer,
+    _default_bias_initializer,
+    split_particle_channels,
+)
 from bayes_keras.layers import grouped_convolution
-from bayes_keras.layers.depthwise_conv2d import (add_depthwise_kernel, particle_depthwise_conv2d,
-                                                 particle_image_output_shape, set_depthwise_geometry)
+from bayes_keras.layers.depthwise_conv2d import (
+    add_depthwise_kernel,
+    particle_depthwise_conv2d,
+    particle_image_output_shape,
+    set_depthwise_geometry,
+)
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -30,39 +38,68 @@ class SeparableConv2D(ParticleLayer):
         >>> h = bayes_keras.layers.SeparableConv2D(32, 3, padding="same", activation="relu")(h)
     """
 
-    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1, data_format=None,
-                 dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
-                 pointwise_initializer="glorot_uniform", bias_initializer=None, **kwargs):
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=(1, 1),
+        padding="valid",
+        depth_multiplier=1,
+        data_format=None,
+        dilation_rate=(1, 1),
+        activation=None,
+        use_bias=True,
+        depthwise_initializer="glorot_uniform",
+        pointwise_initializer="glorot_uniform",
+        bias_initializer=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-            raise ValueError(f"SeparableConv2D filters must be a positive integer; got {filters!r}.")
-        set_depthwise_geometry(self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate)
+            raise ValueError(
+                f"SeparableConv2D filters must be a positive integer; got {filters!r}."
+            )
+        set_depthwise_geometry(
+            self, kernel_size, strides, padding, depth_multiplier, data_format, dilation_rate
+        )
         self.filters = filters
         self.activation = keras.activations.get(activation)
         self.use_bias = bool(use_bias)
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
         self.pointwise_initializer = keras.initializers.get(pointwise_initializer)
-        self.bias_initializer = keras.initializers.get(_default_bias_initializer(bias_initializer, self.deterministic))
+        self.bias_initializer = keras.initializers.get(
+            _default_bias_initializer(bias_initializer, self.deterministic)
+        )
 
     def build(self, input_shape):
         self._resolve_num_particles(input_shape, core_rank=4)
         add_depthwise_kernel(self, input_shape)
         depth = self.channels * self.depth_multiplier
-        self.pointwise_kernel = self.add_particle_weight("pointwise_kernel", (1, 1, depth, self.filters),
-                                                         self.pointwise_initializer, self.kernel_prior, depth)
+        self.pointwise_kernel = self.add_particle_weight(
+            "pointwise_kernel",
+            (1, 1, depth, self.filters),
+            self.pointwise_initializer,
+            self.kernel_prior,
+            depth,
+        )
         self.supports_jit = grouped_convolution.supports_jit(self.num_particles)
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_particle_weight("bias", (self.filters,), self.bias_initializer, self.bias_prior,
-                                                 depth)
+            self.bias = self.add_particle_weight(
+                "bias", (self.filters,), self.bias_initializer, self.bias_prior, depth
+            )
 
     def call(self, inputs):
         n, f = self.num_particles, self.filters
-        depthwise = particle_depthwise_conv2d(self, tf.convert_to_tensor(inputs), self.depthwise_kernel)
+        depthwise = particle_depthwise_conv2d(
+            self, tf.convert_to_tensor(inputs), self.depthwise_kernel
+        )
         if self.deterministic:
             pointwise = tf.tile(self.pointwise_kernel, [1, 1, 1, n])
         else:
-            pointwise = tf.reshape(tf.transpose(self.pointwise_kernel, [1, 2, 3, 0, 4]), (1, 1, -1, n * f))
+            pointwise = tf.reshape(
+                tf.transpose(self.pointwise_kernel, [1, 2, 3, 0, 4]), (1, 1, -1, n * f)
+            )
         y = grouped_conv2d(depthwise, pointwise, n, (1, 1), "VALID", (1, 1))  # (B, H', W', N*F)
         y = split_particle_channels(y, n, f)
         if self.bias is not None:
@@ -74,13 +111,19 @@ class SeparableConv2D(ParticleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
-            "padding": self.padding, "depth_multiplier": self.depth_multiplier,
-            "dilation_rate": self.dilation_rate, "activation": keras.activations.serialize(self.activation),
-            "use_bias": self.use_bias,
-            "depthwise_initializer": keras.initializers.serialize(self.depthwise_initializer),
-            "pointwise_initializer": keras.initializers.serialize(self.pointwise_initializer),
-            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-        })
+        config.update(
+            {
+                "filters": self.filters,
+                "kernel_size": self.kernel_size,
+                "strides": self.strides,
+                "padding": self.padding,
+                "depth_multiplier": self.depth_multiplier,
+                "dilation_rate": self.dilation_rate,
+                "activation": keras.activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "depthwise_initializer": keras.initializers.serialize(self.depthwise_initializer),
+                "pointwise_initializer": keras.initializers.serialize(self.pointwise_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
         return config

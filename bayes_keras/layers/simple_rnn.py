@@ -38,5 +38,8 @@ class SimpleRNN(_ParticleRNN):
     _gates = 1
 
     def _step(self, states, xw_t, recurrent_kernel, recurrent_bias, recurrent_keep=None):
-        h = self.activation(xw_t + self._recurrent_matmul(self._dropped(states[0], recurrent_keep), recurrent_kernel))
+        h = self.activation(
+            xw_t
+            + self._recurrent_matmul(self._dropped(states[0], recurrent_keep), recurrent_kernel)
+        )
         return (h,)

@@ -28,7 +28,9 @@ def get(identifier):
     name), a Keras loss object (see `from_keras_loss`) or a config dict."""
     if isinstance(identifier, keras.losses.Loss):
         return from_keras_loss(identifier)
-    return resolve(identifier, Likelihood, _ALIASES, "a likelihood (a bayes_keras.likelihoods.Likelihood")
+    return resolve(
+        identifier, Likelihood, _ALIASES, "a likelihood (a bayes_keras.likelihoods.Likelihood"
+    )
 
 
 def from_keras_loss(loss):
@@ -43,8 +45,10 @@ def from_keras_loss(loss):
     config = loss.get_config()
     logits = config.get("from_logits")
     if config.get("label_smoothing") or config.get("ignore_class") is not None:
-        raise ValueError(f"{name} with label_smoothing / ignore_class has no likelihood here; use likelihood="
-                         "'categorical' | 'bernoulli' (plain labels).")
+        raise ValueError(
+            f"{name} with label_smoothing / ignore_class has no likelihood here; use likelihood="
+            "'categorical' | 'bernoulli' (plain labels)."
+        )
     targets = {"SparseCategoricalCrossentropy": Categorical, "BinaryCrossentropy": Bernoulli}
     if name in targets:
         if not logits:
@@ -52,20 +56,34 @@ def from_keras_loss(loss):
                 f"{name}(from_logits=False) expects probabilities from a softmax / sigmoid output; a BayesianModel's "
                 "likelihood averages the particles' probabilities itself and reads the outputs as logits. Remove "
                 f"the output activation and pass {name}(from_logits=True) or likelihood="
-                f"'{targets[name].name}'.")
+                f"'{targets[name].name}'."
+            )
         return targets[name]()
     if name == "MeanSquaredError":
         return Normal()
     if name == "CategoricalCrossentropy":
-        raise ValueError("CategoricalCrossentropy takes one-hot labels; the categorical likelihood takes integer "
-                         "labels: pass y.argmax(-1) with SparseCategoricalCrossentropy(from_logits=True) or "
-                         "likelihood='categorical'.")
-    raise ValueError(f"No likelihood corresponds to the Keras loss {name}; use likelihood='categorical' | "
-                     "'bernoulli' | 'normal' or a bayes_keras.likelihoods object.")
+        raise ValueError(
+            "CategoricalCrossentropy takes one-hot labels; the categorical likelihood takes integer "
+            "labels: pass y.argmax(-1) with SparseCategoricalCrossentropy(from_logits=True) or "
+            "likelihood='categorical'."
+        )
+    raise ValueError(
+        f"No likelihood corresponds to the Keras loss {name}; use likelihood='categorical' | "
+        "'bernoulli' | 'normal' or a bayes_keras.likelihoods object."
+    )
 
 
 def serialize(likelihood):
     return keras.saving.serialize_keras_object(likelihood)
 
 
-__all__ = ["Likelihood", "Categorical", "Bernoulli", "Normal", "HeteroscedasticNormal", "ParticleMixture", "get", "serialize"]
+__all__ = [
+    "Likelihood",
+    "Categorical",
+    "Bernoulli",
+    "Normal",
+    "HeteroscedasticNormal",
+    "ParticleMixture",
+    "get",
+    "serialize",
+]

@@ -37,19 +37,31 @@ class Bernoulli(Likelihood):
     def check_targets(self, y, output_shape, what, name="y"):
         super().check_targets(y, output_shape, what, name)
         if y.size and not np.all((y == 0) | (y == 1)):
-            raise ValueError(f"{what}: {name} must be 0 or 1 (Bernoulli labels); got values such as "
-                             f"{float(y[(y != 0) & (y != 1)].reshape(-1)[0]):g}.")
+            raise ValueError(
+                f"{what}: {name} must be 0 or 1 (Bernoulli labels); got values such as "
+                f"{float(y[(y != 0) & (y != 1)].reshape(-1)[0]):g}."
+            )
 
     def log_prob(self, y, outputs):
-        y = label_vector(tf.convert_to_tensor(y), "Bernoulli likelihood expects labels of shape (batch,) or (batch, 1)")
+        y = label_vector(
+            tf.convert_to_tensor(y),
+            "Bernoulli likelihood expects labels of shape (batch,) or (batch, 1)",
+        )
         y = tf.cast(y, outputs.dtype)
-        with tf.control_dependencies([tf.debugging.assert_equal(
-                tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)), True,
-                message="Bernoulli labels must be 0 or 1")]):
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_equal(
+                    tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)),
+                    True,
+                    message="Bernoulli labels must be 0 or 1",
+                )
+            ]
+        ):
             y = tf.identity(y)
         logits = self._logits(outputs)
-        return -tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.broadcast_to(y[:, None], tf.shape(logits)),
-                                                        logits=logits)
+        return -tf.nn.sigmoid_cross_entropy_with_logits(
+            labels=tf.broadcast_to(y[:, None], tf.shape(logits)), logits=logits
+        )
 
     def summary(self, outputs):
         return tf.reduce_mean(tf.sigmoid(self._logits(outputs)), axis=1)
@@ -62,12 +74,17 @@ class Bernoulli(Likelihood):
         return entropy_decomposition(tf.concat([1.0 - p, p], axis=-1))
 
     def accuracy_metric(self, name):
-        return keras.metrics.BinaryAccuracy(name=name)  # on the predictive probability, threshold 0.5
+        return keras.metrics.BinaryAccuracy(
+            name=name
+        )  # on the predictive probability, threshold 0.5
 
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         logits = self._logits(outputs)
         p = tf.sigmoid(tf.stop_gradient(logits))
-        u = (tf.random.uniform(tf.shape(p), dtype=p.dtype) if seed is None
-             else tf.random.stateless_uniform(tf.shape(p), seed, dtype=p.dtype))
+        u = (
+            tf.random.uniform(tf.shape(p), dtype=p.dtype)
+            if seed is None
+            else tf.random.stateless_uniform(tf.shape(p), seed, dtype=p.dtype)
+        )
         labels = tf.cast(u < p, logits.dtype)
         return tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)

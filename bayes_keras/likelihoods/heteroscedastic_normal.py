@@ -41,14 +41,17 @@ class HeteroscedasticNormal(Normal):
         if len(shape) != 3 or shape[-1] is None or shape[-1] % 2:
             raise ValueError(
                 "HeteroscedasticNormal likelihood expects model outputs (batch, particles, 2 * output_dim): "
-                f"means, then raw scales; got output shape {tuple(shape)}.")
+                f"means, then raw scales; got output shape {tuple(shape)}."
+            )
 
     def output_dim(self, output_shape):
         return output_shape[-1] // 2
 
     def noise_scale(self, dtype=tf.float32):
-        raise ValueError("HeteroscedasticNormal predicts a noise scale per example: see model.uncertainty(x) "
-                         "(aleatoric_variance) or likelihood.loc_scale(outputs).")
+        raise ValueError(
+            "HeteroscedasticNormal predicts a noise scale per example: see model.uncertainty(x) "
+            "(aleatoric_variance) or likelihood.loc_scale(outputs)."
+        )
 
     def loc_scale(self, outputs):
         d = self.output_dim(outputs.shape)

@@ -29,7 +29,9 @@ class Likelihood(Configurable):
 
     name = "likelihood"
     continuous = False  # True: the predictive is a ParticleMixture with quantiles (regression)
-    outputs_are_logits = False  # True: outputs are logits (a softmax / sigmoid output layer is refused)
+    outputs_are_logits = (
+        False  # True: outputs are logits (a softmax / sigmoid output layer is refused)
+    )
 
     def build(self, model, output_shape):
         """Create any variables (e.g. a learned noise scale) on `model`. Called once."""
@@ -47,10 +49,14 @@ class Likelihood(Configurable):
         """Refuse in-memory targets (a numpy array) this likelihood cannot score, before any work, with a
         ValueError naming `name` and the values. Here: numbers, finite."""
         if y.dtype.kind in "USOV":
-            raise ValueError(f"{what}: {name} holds {y.dtype} values; {self.name} targets are numbers.")
+            raise ValueError(
+                f"{what}: {name} holds {y.dtype} values; {self.name} targets are numbers."
+            )
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-            raise ValueError(f"{what}: {name} holds {int(y.size - np.count_nonzero(np.isfinite(y)))} NaN / Inf "
-                             "value(s).")
+            raise ValueError(
+                f"{what}: {name} holds {int(y.size - np.count_nonzero(np.isfinite(y)))} NaN / Inf "
+                "value(s)."
+            )
 
     @property
     def adapt_pending(self):
@@ -84,14 +90,18 @@ class Likelihood(Configurable):
 
     def accuracy_metric(self, name):
         """The metric "accuracy" / "acc" in compile(metrics=[...]) stands for (named `name`)."""
-        raise ValueError(f"metrics=['{name}'] is not defined for the {type(self).__name__} likelihood; use a "
-                         "regression metric (e.g. keras.metrics.RootMeanSquaredError(), "
-                         "bayes_keras.metrics.IntervalCoverage()).")
+        raise ValueError(
+            f"metrics=['{name}'] is not defined for the {type(self).__name__} likelihood; use a "
+            "regression metric (e.g. keras.metrics.RootMeanSquaredError(), "
+            "bayes_keras.metrics.IntervalCoverage())."
+        )
 
     def predictive_interval(self, outputs, level):
         """(lower, upper), each (batch, d): the central `level` interval of the posterior predictive."""
-        raise ValueError(f"Predictive intervals need a continuous likelihood (bayes_keras.likelihoods.Normal); "
-                         f"the model's likelihood is {type(self).__name__}.")
+        raise ValueError(
+            f"Predictive intervals need a continuous likelihood (bayes_keras.likelihoods.Normal); "
+            f"the model's likelihood is {type(self).__name__}."
+        )
 
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         """-log p(y~_bn | x_b, w_n), (batch, N), for labels y~_bn drawn from each particle's own predictive
@@ -101,9 +111,10 @@ class Likelihood(Configurable):
         `seed`: a (2,) int tensor keying stateless draws (BayesianModel passes (its label seed, the
         optimizer's step), so a resumed run samples the labels an uninterrupted one would); None draws
         from TensorFlow's global generator."""
-        raise ValueError(f"The true Fisher samples labels from the likelihood; {type(self).__name__} does not "
-                         "implement sampled_negative_log_likelihood. Use the empirical Fisher.")
-
+        raise ValueError(
+            f"The true Fisher samples labels from the likelihood; {type(self).__name__} does not "
+            "implement sampled_negative_log_likelihood. Use the empirical Fisher."
+        )
 
 
 def check_output_activation(output_layer, likelihood):
@@ -115,7 +126,8 @@ def check_output_activation(output_layer, likelihood):
         raise ValueError(
             f"The output layer '{output_layer.name}' applies {squashing[activation]}, but the {type(likelihood).__name__} "
             "likelihood reads the model's outputs as logits (it averages the particles' probabilities itself). "
-            "Remove the output activation (e.g. Dense(10) instead of Dense(10, activation='softmax')).")
+            "Remove the output activation (e.g. Dense(10) instead of Dense(10, activation='softmax'))."
+        )
 
 
 def entropy_decomposition(probs):
@@ -124,8 +136,11 @@ def entropy_decomposition(probs):
     mean = tf.reduce_mean(probs, axis=1)
     total = -tf.reduce_sum(mean * tf.math.log(mean + eps), axis=-1)
     expected = tf.reduce_mean(-tf.reduce_sum(probs * tf.math.log(probs + eps), axis=-1), axis=1)
-    return {"total_entropy": total, "expected_entropy": expected,
-            "mutual_information": tf.maximum(total - expected, 0.0)}
+    return {
+        "total_entropy": total,
+        "expected_entropy": expected,
+        "mutual_information": tf.maximum(total - expected, 0.0),
+    }
 
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -149,7 +164,9 @@ def target_matrix(y, width, message, what="targets"):
         y = y[:, None]
     if y.shape.rank is None or (y.shape.rank == 2 and y.shape[-1] is None):
         shape = tf.shape(y)
-        with tf.control_dependencies([tf.debugging.assert_equal(tf.size(y), shape[0] * width, message=message)]):
+        with tf.control_dependencies(
+            [tf.debugging.assert_equal(tf.size(y), shape[0] * width, message=message)]
+        ):
             return tf.reshape(y, [-1, width])
     if y.shape.rank != 2 or y.shape[-1] != width:
         raise ValueError(f"{message}; got {what} of shape {shape_text(y.shape)}.")

@@ -53,11 +53,15 @@ class Normal(Likelihood):
         self.scale = scale
         self.initial_scale = check_number(initial_scale, "Normal likelihood initial_scale")
         if standardize is not None and not isinstance(standardize, bool):
-            raise ValueError(f"Normal likelihood standardize must be None, True or False; got {standardize!r}.")
+            raise ValueError(
+                f"Normal likelihood standardize must be None, True or False; got {standardize!r}."
+            )
         self.standardize = standardize
         self._log_scale = None
         self._shift = self._spread = self._adapted = None
-        self._pending_standardization = None  # adapted before the model was built (a subclassed model)
+        self._pending_standardization = (
+            None  # adapted before the model was built (a subclassed model)
+        )
 
     @property
     def standardizes(self):
@@ -68,15 +72,20 @@ class Normal(Likelihood):
         d = self.output_dim(output_shape)
         if self.scale == "learned" and self._log_scale is None:
             self._log_scale = model.add_weight(
-                name="likelihood_log_scale", shape=(d,),
-                initializer=keras.initializers.Constant(math.log(self.initial_scale)))
+                name="likelihood_log_scale",
+                shape=(d,),
+                initializer=keras.initializers.Constant(math.log(self.initial_scale)),
+            )
         if self.standardizes and self._shift is None:
-            self._shift = model.add_weight(name="likelihood_target_shift", shape=(d,), initializer="zeros",
-                                           trainable=False)
-            self._spread = model.add_weight(name="likelihood_target_scale", shape=(d,), initializer="ones",
-                                            trainable=False)
-            self._adapted = model.add_weight(name="likelihood_adapted", shape=(), initializer="zeros",
-                                             trainable=False)
+            self._shift = model.add_weight(
+                name="likelihood_target_shift", shape=(d,), initializer="zeros", trainable=False
+            )
+            self._spread = model.add_weight(
+                name="likelihood_target_scale", shape=(d,), initializer="ones", trainable=False
+            )
+            self._adapted = model.add_weight(
+                name="likelihood_adapted", shape=(), initializer="zeros", trainable=False
+            )
             if self._pending_standardization is not None:
                 self._set_standardization(*self._pending_standardization)
 
@@ -88,9 +97,13 @@ class Normal(Likelihood):
         """The noise scale's log finite and within +-50 (exp(+-88) leaves float32), the target shift finite, the
         target scale finite and positive, the adapted flag 0 or 1."""
         what = "the likelihood of model"
-        check_finite_entries(owner, [v for v in (self._log_scale, self._shift, self._spread) if v is not None], what)
+        check_finite_entries(
+            owner, [v for v in (self._log_scale, self._shift, self._spread) if v is not None], what
+        )
         if self._log_scale is not None:
-            check_bounded_entry(owner, self._log_scale, what, "log noise scale", within=(-50.0, 50.0))
+            check_bounded_entry(
+                owner, self._log_scale, what, "log noise scale", within=(-50.0, 50.0)
+            )
         if self._spread is not None:
             check_bounded_entry(owner, self._spread, what, "target scale", positive=True)
             check_bounded_entry(owner, self._adapted, what, "adapted flag", within=(0.0, 1.0))
@@ -115,15 +128,17 @@ class Normal(Likelihood):
             batch = batch.reshape(len(batch), -1)
             count += len(batch)
             total = total + batch.sum(0)
-            total_sq = total_sq + (batch ** 2).sum(0)
+            total_sq = total_sq + (batch**2).sum(0)
         if count == 0:
             raise ValueError("Normal likelihood: no targets to standardise with.")
         mean = np.asarray(total / count)
-        var = np.asarray(total_sq / count) - mean ** 2
+        var = np.asarray(total_sq / count) - mean**2
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var))):
             raise ValueError("Normal likelihood: the training targets contain NaN or Inf.")
         spread = np.sqrt(np.maximum(var, 0.0))
-        spread = np.where(spread > 1e-12 * np.maximum(np.abs(mean), 1.0), spread, 1.0)  # constant target
+        spread = np.where(
+            spread > 1e-12 * np.maximum(np.abs(mean), 1.0), spread, 1.0
+        )  # constant target
         if self._shift is None:
             self._pending_standardization = (mean, spread)
         else:
@@ -132,8 +147,10 @@ class Normal(Likelihood):
     def _set_standardization(self, mean, spread):
         d = self._shift.shape[0]
         if mean.shape not in ((d,), (1,)):
-            raise ValueError(f"Normal likelihood: targets with {mean.shape[0]} columns for a model with {d} "
-                             "outputs.")
+            raise ValueError(
+                f"Normal likelihood: targets with {mean.shape[0]} columns for a model with {d} "
+                "outputs."
+            )
         self._shift.assign(np.broadcast_to(mean, (d,)))
         self._spread.assign(np.broadcast_to(spread, (d,)))
         self._adapted.assign(1.0)
@@ -147,8 +164,11 @@ class Normal(Likelihood):
 
     def noise_scale(self, dtype=tf.float32):
         """The noise standard deviation in the targets' units, (d,) (or a scalar when fixed)."""
-        sigma = (tf.exp(tf.cast(self._log_scale, dtype)) if self._log_scale is not None
-                 else tf.constant(float(self.scale), dtype))
+        sigma = (
+            tf.exp(tf.cast(self._log_scale, dtype))
+            if self._log_scale is not None
+            else tf.constant(float(self.scale), dtype)
+        )
         return sigma if self._spread is None else sigma * tf.cast(self._spread, dtype)
 
     def loc_scale(self, outputs):
@@ -156,7 +176,9 @@ class Normal(Likelihood):
         scale = self.noise_scale(outputs.dtype)
         if self._shift is None:
             return outputs, scale
-        return tf.cast(self._shift, outputs.dtype) + tf.cast(self._spread, outputs.dtype) * outputs, scale
+        return tf.cast(self._shift, outputs.dtype) + tf.cast(
+            self._spread, outputs.dtype
+        ) * outputs, scale
 
     def output_dim(self, output_shape):
         """d, the number of target columns, from the model's output shape (batch, N, d)."""
@@ -165,8 +187,12 @@ class Normal(Likelihood):
     def _targets(self, y, outputs):
         y = tf.cast(tf.convert_to_tensor(y), outputs.dtype)
         d = self.output_dim(outputs.shape)
-        return target_matrix(y, d, f"{type(self).__name__} likelihood expects targets (batch, {d}) (or (batch,) when "
-                                   f"the output dimension is 1) for outputs {shape_text(outputs.shape)}")
+        return target_matrix(
+            y,
+            d,
+            f"{type(self).__name__} likelihood expects targets (batch, {d}) (or (batch,) when "
+            f"the output dimension is 1) for outputs {shape_text(outputs.shape)}",
+        )
 
     def log_prob(self, y, outputs):
         y = self._targets(y, outputs)
@@ -177,8 +203,9 @@ class Normal(Likelihood):
 
     def predictive(self, outputs):
         loc, scale = self.loc_scale(outputs)
-        components = tfd.Independent(tfd.Normal(loc, tf.broadcast_to(scale, tf.shape(loc))),
-                                     reinterpreted_batch_ndims=1)
+        components = tfd.Independent(
+            tfd.Normal(loc, tf.broadcast_to(scale, tf.shape(loc))), reinterpreted_batch_ndims=1
+        )
         mix = tfd.Categorical(logits=tf.zeros(tf.shape(loc)[:2], loc.dtype))
         return ParticleMixture(mix, components)
 
@@ -190,8 +217,11 @@ class Normal(Likelihood):
         loc, scale = self.loc_scale(outputs)
         aleatoric = tf.reduce_mean(tf.broadcast_to(tf.square(scale), tf.shape(loc)), axis=1)
         epistemic = tf.math.reduce_variance(loc, axis=1)
-        return {"total_variance": aleatoric + epistemic, "aleatoric_variance": aleatoric,
-                "epistemic_variance": epistemic}
+        return {
+            "total_variance": aleatoric + epistemic,
+            "aleatoric_variance": aleatoric,
+            "epistemic_variance": epistemic,
+        }
 
     def summary(self, outputs):
         loc, _ = self.loc_scale(outputs)
@@ -201,11 +231,18 @@ class Normal(Likelihood):
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         loc, scale = self.loc_scale(outputs)
         scale = tf.stop_gradient(tf.broadcast_to(scale, tf.shape(loc)))
-        eps = (tf.random.normal(tf.shape(loc), dtype=loc.dtype) if seed is None
-               else tf.random.stateless_normal(tf.shape(loc), seed, dtype=loc.dtype))
+        eps = (
+            tf.random.normal(tf.shape(loc), dtype=loc.dtype)
+            if seed is None
+            else tf.random.stateless_normal(tf.shape(loc), seed, dtype=loc.dtype)
+        )
         y = tf.stop_gradient(loc + scale * eps)
         z = (y - loc) / scale
         return tf.reduce_sum(0.5 * tf.square(z) + tf.math.log(scale) + 0.5 * LOG_2PI, axis=-1)
 
     def get_config(self):
-        return {"scale": self.scale, "initial_scale": self.initial_scale, "standardize": self.standardize}
+        return {
+            "scale": self.scale,
+            "initial_scale": self.initial_scale,
+            "standardize": self.standardize,
+        }

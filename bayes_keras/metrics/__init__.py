@@ -12,14 +12,42 @@ IntervalCoverage, IntervalWidth.
 
 from bayes_keras.metrics.brier_score import BrierScore
 from bayes_keras.metrics.expected_calibration_error import ExpectedCalibrationError
-from bayes_keras.metrics.functions import (accuracy, auroc, brier, calibration_curve, ece, evaluate_probs,
-                                           interval_coverage, interval_width, log_likelihood, nll, ood_auroc,
-                                           rmse)
+from bayes_keras.metrics.functions import (
+    accuracy,
+    auroc,
+    brier,
+    calibration_curve,
+    ece,
+    evaluate_probs,
+    interval_coverage,
+    interval_width,
+    log_likelihood,
+    nll,
+    ood_auroc,
+    rmse,
+)
 from bayes_keras.metrics.interval_coverage_metric import IntervalCoverage
 from bayes_keras.metrics.interval_width_metric import IntervalWidth
 from bayes_keras.metrics.particle_metric import ParticleMetric
 from bayes_keras.metrics.predictive_negative_log_likelihood import PredictiveNegativeLogLikelihood
 
-__all__ = ["accuracy", "nll", "brier", "ece", "calibration_curve", "evaluate_probs", "rmse", "log_likelihood",
-           "interval_coverage", "interval_width", "auroc", "ood_auroc", "ExpectedCalibrationError", "BrierScore",
-           "ParticleMetric", "PredictiveNegativeLogLikelihood", "IntervalCoverage", "IntervalWidth"]
+__all__ = [
+    "accuracy",
+    "nll",
+    "brier",
+    "ece",
+    "calibration_curve",
+    "evaluate_probs",
+    "rmse",
+    "log_likelihood",
+    "interval_coverage",
+    "interval_width",
+    "auroc",
+    "ood_auroc",
+    "ExpectedCalibrationError",
+    "BrierScore",
+    "ParticleMetric",
+    "PredictiveNegativeLogLikelihood",
+    "IntervalCoverage",
+    "IntervalWidth",
+]

@@ -29,5 +29,7 @@ def brier_per_example(y_true, y_pred):
     if probs.shape.rank == 1 or probs.shape[-1] == 1:
         p1 = tf.reshape(probs, (-1,))
         probs = tf.stack([1.0 - p1, p1], axis=-1)
-    onehot = tf.one_hot(tf.cast(tf.reshape(y_true, (-1,)), tf.int32), tf.shape(probs)[-1], dtype=probs.dtype)
+    onehot = tf.one_hot(
+        tf.cast(tf.reshape(y_true, (-1,)), tf.int32), tf.shape(probs)[-1], dtype=probs.dtype
+    )
     return tf.reduce_sum(tf.square(probs - onehot), axis=-1)

@@ -25,9 +25,15 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         _check_bins(num_bins)
         self.num_bins = int(num_bins)
         self._direction = "down"  # what Keras' MonitorCallback reads for mode="auto"
-        self.count = self.add_variable((self.num_bins,), initializer="zeros", name="count", dtype="float64")
-        self.conf_sum = self.add_variable((self.num_bins,), initializer="zeros", name="conf_sum", dtype="float64")
-        self.acc_sum = self.add_variable((self.num_bins,), initializer="zeros", name="acc_sum", dtype="float64")
+        self.count = self.add_variable(
+            (self.num_bins,), initializer="zeros", name="count", dtype="float64"
+        )
+        self.conf_sum = self.add_variable(
+            (self.num_bins,), initializer="zeros", name="conf_sum", dtype="float64"
+        )
+        self.acc_sum = self.add_variable(
+            (self.num_bins,), initializer="zeros", name="acc_sum", dtype="float64"
+        )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         probs = tf.cast(tf.convert_to_tensor(y_pred), tf.float64)
@@ -37,7 +43,11 @@ class ExpectedCalibrationError(keras.metrics.Metric):
         labels = tf.cast(tf.reshape(y_true, (-1,)), tf.int64)
         conf = tf.reduce_max(probs, axis=-1)
         correct = tf.cast(tf.equal(tf.argmax(probs, -1), labels), tf.float64)
-        weights = tf.ones_like(conf) if sample_weight is None else tf.cast(tf.reshape(sample_weight, (-1,)), tf.float64)
+        weights = (
+            tf.ones_like(conf)
+            if sample_weight is None
+            else tf.cast(tf.reshape(sample_weight, (-1,)), tf.float64)
+        )
         idx = tf.minimum(tf.cast(tf.floor(conf * self.num_bins), tf.int32), self.num_bins - 1)
         self.count.assign_add(tf.math.unsorted_segment_sum(weights, idx, self.num_bins))
         self.conf_sum.assign_add(tf.math.unsorted_segment_sum(weights * conf, idx, self.num_bins))

@@ -29,35 +29,49 @@ def class_probabilities(probs, labels):
         p1 = probs.reshape(-1)
         probs = np.stack([1.0 - p1, p1], axis=1)
     if probs.ndim != 2 or labels.ndim != 1 or probs.shape[0] != labels.shape[0]:
-        raise ValueError(f"Expected probs (n, K) (or (n,) for a binary model) and labels (n,); got "
-                         f"{np.shape(probs)} and {np.shape(labels)}.")
+        raise ValueError(
+            f"Expected probs (n, K) (or (n,) for a binary model) and labels (n,); got "
+            f"{np.shape(probs)} and {np.shape(labels)}."
+        )
     if not np.issubdtype(labels.dtype, np.number) and not np.issubdtype(labels.dtype, np.bool_):
         raise ValueError(f"labels must be integer class indices; got dtype {labels.dtype}.")
     if labels.size and not np.all(labels == np.round(labels)):
-        raise ValueError(f"labels must be integers (class indices); got non-integer values (e.g. "
-                         f"{_first_non_integer(labels)}).")
+        raise ValueError(
+            f"labels must be integers (class indices); got non-integer values (e.g. "
+            f"{_first_non_integer(labels)})."
+        )
     labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[1]):
-        raise ValueError(f"labels must be in [0, {probs.shape[1]}) (probs has {probs.shape[1]} classes); got range "
-                         f"[{labels.min()}, {labels.max()}].")
+        raise ValueError(
+            f"labels must be in [0, {probs.shape[1]}) (probs has {probs.shape[1]} classes); got range "
+            f"[{labels.min()}, {labels.max()}]."
+        )
     if not np.all(np.isfinite(probs)):
         raise ValueError(f"probs contains {int(np.sum(~np.isfinite(probs)))} NaN or Inf value(s).")
     if probs.shape[0] == 0:
-        raise ValueError("No examples: probs and labels have 0 rows (a score of nothing is undefined).")
+        raise ValueError(
+            "No examples: probs and labels have 0 rows (a score of nothing is undefined)."
+        )
     if probs.min() < -1e-6 or probs.max() > 1.0 + 1e-6:
-        raise ValueError(f"probs must be probabilities in [0, 1]; got values in [{probs.min():.4g}, "
-                         f"{probs.max():.4g}] (logits? apply softmax / sigmoid, or use model.predict).")
+        raise ValueError(
+            f"probs must be probabilities in [0, 1]; got values in [{probs.min():.4g}, "
+            f"{probs.max():.4g}] (logits? apply softmax / sigmoid, or use model.predict)."
+        )
     sums = probs.sum(1)
     if np.max(np.abs(sums - 1.0)) > 1e-3:
-        raise ValueError(f"Each row of probs must sum to 1 (a distribution over the classes); got sums in "
-                         f"[{sums.min():.4g}, {sums.max():.4g}].")
+        raise ValueError(
+            f"Each row of probs must sum to 1 (a distribution over the classes); got sums in "
+            f"[{sums.min():.4g}, {sums.max():.4g}]."
+        )
     return np.clip(probs, 0.0, 1.0), labels
 
 
 def accuracy(probs, labels):
     """Fraction of examples whose most probable class is the label (binary: p > 0.5 predicts 1)."""
     probs, labels = class_probabilities(probs, labels)
-    return float(np.mean(np.argmax(probs, 1) == labels))  # ties -> lower class (binary: p = 0.5 -> 0, as Keras)
+    return float(
+        np.mean(np.argmax(probs, 1) == labels)
+    )  # ties -> lower class (binary: p = 0.5 -> 0, as Keras)
 
 
 def nll(probs, labels):
@@ -99,8 +113,12 @@ def ece(probs, labels, num_bins=15):
 
 def evaluate_probs(probs, labels, num_bins=15):
     """Dict of accuracy, nll, ece, brier."""
-    return {"accuracy": accuracy(probs, labels), "nll": nll(probs, labels),
-            "ece": ece(probs, labels, num_bins), "brier": brier(probs, labels)}
+    return {
+        "accuracy": accuracy(probs, labels),
+        "nll": nll(probs, labels),
+        "ece": ece(probs, labels, num_bins),
+        "brier": brier(probs, labels),
+    }
 
 
 def rmse(mean, targets):
@@ -114,28 +132,41 @@ def log_likelihood(predictive, targets):
     distribution with batch shape (n,) (e.g. `model.predictive(x)`): classification or regression."""
     targets = np.asarray(targets)
     if not isinstance(predictive, tfp.distributions.Distribution):
-        raise ValueError(f"log_likelihood expects a TFP distribution (model.predictive(x)); got "
-                         f"{type(predictive).__name__}.")
+        raise ValueError(
+            f"log_likelihood expects a TFP distribution (model.predictive(x)); got "
+            f"{type(predictive).__name__}."
+        )
     event = tuple(predictive.event_shape)
     if event and targets.ndim == 1:
         targets = targets.reshape(-1, *event)
     if targets.ndim == 2 and targets.shape[1] == 1 and not event:
         targets = targets[:, 0]
     expected = tuple(predictive.batch_shape) + event
-    if targets.shape != expected:  # log_prob would broadcast one label over every example, or a matrix of them
-        raise ValueError(f"log_likelihood: targets must have the predictive's shape {expected} (batch "
-                         f"{tuple(predictive.batch_shape)}, event {event}); got {targets.shape}.")
+    if (
+        targets.shape != expected
+    ):  # log_prob would broadcast one label over every example, or a matrix of them
+        raise ValueError(
+            f"log_likelihood: targets must have the predictive's shape {expected} (batch "
+            f"{tuple(predictive.batch_shape)}, event {event}); got {targets.shape}."
+        )
     if targets.size and not np.all(np.isfinite(targets.astype(np.float64))):
         raise ValueError("log_likelihood: targets contain NaN or Inf.")
-    if isinstance(predictive, (tfp.distributions.Categorical, tfp.distributions.Bernoulli)) and targets.size and not np.all(
-            targets == np.round(targets)):  # a cast would truncate 2.7 to class 2
-        raise ValueError("log_likelihood: a classification predictive takes integer class labels as targets; got "
-                         f"non-integer values (e.g. {_first_non_integer(targets)}).")
+    if (
+        isinstance(predictive, (tfp.distributions.Categorical, tfp.distributions.Bernoulli))
+        and targets.size
+        and not np.all(targets == np.round(targets))
+    ):  # a cast would truncate 2.7 to class 2
+        raise ValueError(
+            "log_likelihood: a classification predictive takes integer class labels as targets; got "
+            f"non-integer values (e.g. {_first_non_integer(targets)})."
+        )
     if isinstance(predictive, tfp.distributions.Categorical) and targets.size:
         classes = int(predictive.logits_parameter().shape[-1])
         if targets.min() < 0 or targets.max() >= classes:
-            raise ValueError(f"log_likelihood: targets must be class labels in [0, {classes}); got range "
-                             f"[{targets.min()}, {targets.max()}].")
+            raise ValueError(
+                f"log_likelihood: targets must be class labels in [0, {classes}); got range "
+                f"[{targets.min()}, {targets.max()}]."
+            )
     return float(np.mean(predictive.log_prob(tf.cast(targets, predictive.dtype)).numpy()))
 
 
@@ -153,15 +184,20 @@ def interval_width(lower, upper):
     """Mean width of the intervals [lower, upper]."""
     lower, upper = _same_shape(lower, upper, "lower", "upper")
     if np.any(upper < lower):
-        raise ValueError("interval_width: some upper bounds are below their lower bounds (the width would count "
-                         "them negative).")
+        raise ValueError(
+            "interval_width: some upper bounds are below their lower bounds (the width would count "
+            "them negative)."
+        )
     return float(np.mean(upper - lower))
 
 
 def auroc(scores_negative, scores_positive):
     """Area under the ROC curve for telling positives from negatives by a score (higher = more likely
     positive): P(s_pos > s_neg) + P(s_pos = s_neg) / 2 (the Mann-Whitney statistic, ties averaged)."""
-    neg, pos = _scores(scores_negative, "scores_negative"), _scores(scores_positive, "scores_positive")
+    neg, pos = (
+        _scores(scores_negative, "scores_negative"),
+        _scores(scores_positive, "scores_positive"),
+    )
     scores = np.concatenate([neg, pos])
     order = np.argsort(scores, kind="mergesort")
     ranks = np.empty(scores.size, np.float64)
@@ -171,7 +207,7 @@ def auroc(scores_negative, scores_positive):
     ends = np.r_[starts[1:], scores.size]
     for s, e in zip(starts, ends):
         ranks[order[s:e]] = 0.5 * (s + e - 1) + 1.0
-    u = np.sum(ranks[neg.size:]) - pos.size * (pos.size + 1) / 2.0
+    u = np.sum(ranks[neg.size :]) - pos.size * (pos.size + 1) / 2.0
     return float(u / (pos.size * neg.size))
 
 
@@ -191,11 +227,15 @@ def _scores(values, name):
     try:
         values = np.asarray(values, np.float64).reshape(-1)
     except (TypeError, ValueError):
-        raise ValueError(f"auroc: {name} must be numbers; got {np.asarray(values).dtype} values.") from None
+        raise ValueError(
+            f"auroc: {name} must be numbers; got {np.asarray(values).dtype} values."
+        ) from None
     if values.size == 0:
         raise ValueError(f"auroc needs scores of both groups; {name} is empty (0 scores).")
     if not np.all(np.isfinite(values)):
-        raise ValueError(f"auroc: {name} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s).")
+        raise ValueError(
+            f"auroc: {name} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s)."
+        )
     return values
 
 
@@ -211,12 +251,18 @@ def _same_shape(a, b, name, other="targets"):
     if b.ndim == 2 and b.shape[1] == 1 and a.ndim == 1:
         b = b[:, 0]
     if a.shape != b.shape:
-        raise ValueError(f"Expected {name} and {other} of the same shape; got {name} {a.shape} and {other} {b.shape}.")
+        raise ValueError(
+            f"Expected {name} and {other} of the same shape; got {name} {a.shape} and {other} {b.shape}."
+        )
     if a.size == 0:
-        raise ValueError(f"No examples: {name} and {other} have 0 rows (a score of nothing is undefined).")
+        raise ValueError(
+            f"No examples: {name} and {other} have 0 rows (a score of nothing is undefined)."
+        )
     for values, label in ((a, name), (b, other)):
         if not np.all(np.isfinite(values)):
-            raise ValueError(f"{label} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s).")
+            raise ValueError(
+                f"{label} contains {int(np.sum(~np.isfinite(values)))} NaN or Inf value(s)."
+            )
     return a, b
 
 
@@ -224,5 +270,9 @@ MAX_BINS = 10_000  # three arrays of this many float64 bins; more resolve nothin
 
 
 def _check_bins(num_bins):
-    if isinstance(num_bins, bool) or not isinstance(num_bins, (int, np.integer)) or not 1 <= num_bins <= MAX_BINS:
+    if (
+        isinstance(num_bins, bool)
+        or not isinstance(num_bins, (int, np.integer))
+        or not 1 <= num_bins <= MAX_BINS
+    ):
         raise ValueError(f"num_bins must be an integer in [1, {MAX_BINS}]; got {num_bins!r}.")

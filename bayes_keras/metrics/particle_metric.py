@@ -30,19 +30,28 @@ class ParticleMetric(keras.metrics.Metric):
     def __init__(self, name=None, dtype=None):
         super().__init__(name=name, dtype=dtype)
         if self.direction not in ("up", "down"):
-            raise ValueError(f"{type(self).__name__}.direction must be 'up' or 'down'; got {self.direction!r}.")
+            raise ValueError(
+                f"{type(self).__name__}.direction must be 'up' or 'down'; got {self.direction!r}."
+            )
         self._direction = self.direction  # what Keras' MonitorCallback reads for mode="auto"
         self.total = self.add_variable((), initializer="zeros", name="total", dtype="float64")
         self.count = self.add_variable((), initializer="zeros", name="count", dtype="float64")
 
     def values(self, y_true, particle_outputs, likelihood):
-        raise NotImplementedError(f"{type(self).__name__} must implement values(y_true, particle_outputs, "
-                                  "likelihood) -> (batch,) per-example values.")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement values(y_true, particle_outputs, "
+            "likelihood) -> (batch,) per-example values."
+        )
 
     def update_state(self, y_true, particle_outputs, likelihood, sample_weight=None):
         values = tf.cast(self.values(y_true, particle_outputs, likelihood), tf.float64)
-        weights = tf.ones_like(values) if sample_weight is None else tf.broadcast_to(
-            tf.cast(tf.reshape(sample_weight, (-1,)), tf.float64), tf.shape(values))
+        weights = (
+            tf.ones_like(values)
+            if sample_weight is None
+            else tf.broadcast_to(
+                tf.cast(tf.reshape(sample_weight, (-1,)), tf.float64), tf.shape(values)
+            )
+        )
         self.total.assign_add(tf.reduce_sum(values * weights))
         self.count.assign_add(tf.reduce_sum(weights))
 
@@ -55,8 +64,14 @@ class ParticleMetric(keras.metrics.Metric):
 
 def check_level(level):
     """A central interval's probability, strictly between 0 and 1."""
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must be a probability strictly between 0 and 1 (e.g. 0.95); got {level!r}.")
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, (int, float))
+        or not 0.0 < float(level) < 1.0
+    ):
+        raise ValueError(
+            f"level must be a probability strictly between 0 and 1 (e.g. 0.95); got {level!r}."
+        )
     return float(level)
 
 

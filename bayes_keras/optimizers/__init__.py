@@ -9,7 +9,13 @@ The contract they implement (BayesianOptimizer, StepInfo, StateWrites, ParticleV
 re-exported here for writing a method of one's own.
 """
 
-from bayes_keras.core import BayesianOptimizer, ParticleOptimizer, ParticleView, StateWrites, StepInfo
+from bayes_keras.core import (
+    BayesianOptimizer,
+    ParticleOptimizer,
+    ParticleView,
+    StateWrites,
+    StepInfo,
+)
 from bayes_keras.optimizers.ensembles import IndependentParticles, PreconditionedParticles
 from bayes_keras.optimizers.gaussian_particle_flow import GaussianParticleFlow
 from bayes_keras.optimizers.gaussian_vi import MGVBP, GaussianVariationalOptimizer, MeanFieldVI
@@ -17,6 +23,19 @@ from bayes_keras.optimizers.svgd import SVGD, MatrixSVGD
 
 GPF = GaussianParticleFlow
 
-__all__ = ["BayesianOptimizer", "StepInfo", "StateWrites", "ParticleView", "ParticleOptimizer", "GaussianParticleFlow",
-           "GPF", "IndependentParticles", "GaussianVariationalOptimizer", "MGVBP", "MeanFieldVI", "SVGD", "MatrixSVGD",
-           "PreconditionedParticles"]
+__all__ = [
+    "BayesianOptimizer",
+    "StepInfo",
+    "StateWrites",
+    "ParticleView",
+    "ParticleOptimizer",
+    "GaussianParticleFlow",
+    "GPF",
+    "IndependentParticles",
+    "GaussianVariationalOptimizer",
+    "MGVBP",
+    "MeanFieldVI",
+    "SVGD",
+    "MatrixSVGD",
+    "PreconditionedParticles",
+]

@@ -135,8 +135,11 @@ def gaussian_entropy(particles, groups, cloud=None):
 
         def log_det(dtype):
             if small:
-                z = _concat(cloud.centred, group) if dtype == particles[0].dtype else \
-                    _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                z = (
+                    _concat(cloud.centred, group)
+                    if dtype == particles[0].dtype
+                    else _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                )
                 gram = tf.matmul(z, z, transpose_a=True)
             elif dtype == particles[0].dtype:
                 gram = particle_gram  # the direction's K, not recomputed
@@ -163,6 +166,7 @@ def gaussian_entropy(particles, groups, cloud=None):
         logdet = tf.cast(logdet, particles[0].dtype)
         total += 0.5 * logdet + 0.5 * rank * _LOG_2PI_E
     return total
+
 
 _STRUCTURES = ("full", "layer", "mean_field")
 
@@ -209,14 +213,24 @@ class GaussianParticleFlow(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
     """
 
-    pairwise_tensors = 3  # the N x N coupling of the particles (measured: benchmarks/results/size_guard_peaks.md)
+    pairwise_tensors = (
+        3  # the N x N coupling of the particles (measured: benchmarks/results/size_guard_peaks.md)
+    )
 
     reported_metrics = ("free_energy",)
 
-    def __init__(self, learning_rate=1e-2, structure="full", step_rule="adam", mean_preconditioning=False,
-                 **kwargs):
+    def __init__(
+        self,
+        learning_rate=1e-2,
+        structure="full",
+        step_rule="adam",
+        mean_preconditioning=False,
+        **kwargs,
+    ):
         if structure not in _STRUCTURES:
-            raise ValueError(f"GaussianParticleFlow structure must be one of {_STRUCTURES}; got {structure!r}.")
+            raise ValueError(
+                f"GaussianParticleFlow structure must be one of {_STRUCTURES}; got {structure!r}."
+            )
         super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
         self.structure = structure
         self.mean_preconditioning = bool(mean_preconditioning)
@@ -227,14 +241,18 @@ class GaussianParticleFlow(ParticleOptimizer):
         for v in self.view.variables:
             if v.shape[0] > 1:
                 flat = tf.reshape(v.value, (v.shape[0], -1))
-                spread = tf.reduce_max(tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0))  # exact: 0 iff equal
+                spread = tf.reduce_max(
+                    tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0)
+                )  # exact: 0 iff equal
                 if not tf.executing_eagerly() or float(spread) > 0.0:
                     continue
                 warnings.warn(
                     f"GaussianParticleFlow: all particles of {v.path} are identical. The flow is affine, so "
                     "particles equal along a coordinate stay equal there (a rank-deficient Gaussian); "
                     "initialise with spread (e.g. model.initialize_particles(center, noise_std)).",
-                    RuntimeWarning, stacklevel=2)
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def _structure_groups(self, groups):
         if self.structure == "mean_field":
@@ -244,7 +262,9 @@ class GaussianParticleFlow(ParticleOptimizer):
         return groups
 
     def direction(self, particles, grads, groups):
-        return gpf_direction(particles, grads, self._structure_groups(groups), self.mean_preconditioning)
+        return gpf_direction(
+            particles, grads, self._structure_groups(groups), self.mean_preconditioning
+        )
 
     def prepare_step(self):
         """The particles' `ParticleCloud` (centred values, Grams) and the entropy of their Gaussian, before
@@ -261,14 +281,21 @@ class GaussianParticleFlow(ParticleOptimizer):
         return particle_cloud(flat, self._structure_groups(self.view.layer_groups))
 
     def _entropy(self, cloud):
-        return gaussian_entropy(cloud.particles, self._structure_groups(self.view.layer_groups), cloud)
+        return gaussian_entropy(
+            cloud.particles, self._structure_groups(self.view.layer_groups), cloud
+        )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         prepared = None if step is None else step.prepared
         cloud = self._cloud() if prepared is None else prepared.cloud
         flat_grads = self.view.flat_gradients(grads)
-        directions = gpf_direction(cloud.particles, flat_grads, self._structure_groups(self.view.layer_groups),
-                                   self.mean_preconditioning, cloud)
+        directions = gpf_direction(
+            cloud.particles,
+            flat_grads,
+            self._structure_groups(self.view.layer_groups),
+            self.mean_preconditioning,
+            cloud,
+        )
         self.step_particles(directions, learning_rate, iteration, writes)
 
     def entropy(self):
@@ -279,7 +306,10 @@ class GaussianParticleFlow(ParticleOptimizer):
         """The free energy (negative ELBO of the particles' Gaussian) per training example."""
         log_joint = step.log_joint
         entropy = self.entropy() if step.prepared is None else step.prepared.entropy
-        return {"free_energy": (-tf.reduce_mean(log_joint) - tf.cast(entropy, log_joint.dtype)) / step.dataset_size}
+        return {
+            "free_energy": (-tf.reduce_mean(log_joint) - tf.cast(entropy, log_joint.dtype))
+            / step.dataset_size
+        }
 
     def check_num_particles(self, num_particles):
         if num_particles < 2:
@@ -290,5 +320,7 @@ class GaussianParticleFlow(ParticleOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"structure": self.structure, "mean_preconditioning": self.mean_preconditioning})
+        config.update(
+            {"structure": self.structure, "mean_preconditioning": self.mean_preconditioning}
+        )
         return config

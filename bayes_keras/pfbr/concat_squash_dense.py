@@ -27,9 +27,13 @@ class ConcatSquashDense(keras.layers.Layer):
 
     def build(self, input_shape):
         features = int(input_shape[0][-1])
-        self.kernel = self.add_weight(name="kernel", shape=(features, self.units), initializer=self.kernel_initializer)
+        self.kernel = self.add_weight(
+            name="kernel", shape=(features, self.units), initializer=self.kernel_initializer
+        )
         self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
-        self.gate_kernel = self.add_weight(name="gate_kernel", shape=(self.units,), initializer="glorot_uniform")
+        self.gate_kernel = self.add_weight(
+            name="gate_kernel", shape=(self.units,), initializer="glorot_uniform"
+        )
         self.gate_bias = self.add_weight(name="gate_bias", shape=(self.units,), initializer="zeros")
         self.time_bias = self.add_weight(name="time_bias", shape=(self.units,), initializer="zeros")
 
@@ -43,5 +47,8 @@ class ConcatSquashDense(keras.layers.Layer):
         return tuple(input_shape[0][:-1]) + (self.units,)
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

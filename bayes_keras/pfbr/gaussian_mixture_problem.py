@@ -33,18 +33,25 @@ class GaussianMixtureProblem(SequentialProblem):
 
     def __init__(self, prior_std=1.0, observation_std=1.0, truth_std=None):
         truth_std = prior_std if truth_std is None else truth_std
-        if not all(isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v > 0
-                   for v in (prior_std, observation_std, truth_std)):
-            raise ValueError(f"GaussianMixtureProblem: prior_std, observation_std and truth_std must be positive "
-                             f"numbers; got {prior_std!r}, {observation_std!r}, {truth_std!r}.")
+        if not all(
+            isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v > 0
+            for v in (prior_std, observation_std, truth_std)
+        ):
+            raise ValueError(
+                f"GaussianMixtureProblem: prior_std, observation_std and truth_std must be positive "
+                f"numbers; got {prior_std!r}, {observation_std!r}, {truth_std!r}."
+            )
         self.prior_std = float(prior_std)
         self.observation_std = float(observation_std)
         self.truth_std = float(truth_std)
 
     def sample_tasks(self, num_tasks, length, rng, truth=None):
         """Tasks with latent x* ~ N(0, truth_std^2 I) (or `truth` for all) and their observations."""
-        x = (rng.normal(size=(num_tasks, 2)) * self.truth_std if truth is None
-             else np.tile(np.asarray(truth, np.float64), (num_tasks, 1)))
+        x = (
+            rng.normal(size=(num_tasks, 2)) * self.truth_std
+            if truth is None
+            else np.tile(np.asarray(truth, np.float64), (num_tasks, 1))
+        )
         second = rng.random(size=(num_tasks, length)) < 0.5
         means = x[:, None, 0] + second * x[:, None, 1]
         observations = means + self.observation_std * rng.normal(size=(num_tasks, length))
@@ -57,14 +64,23 @@ class GaussianMixtureProblem(SequentialProblem):
 
     def log_prior(self, x, task):
         s = self.prior_std
-        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - 2 * (math.log(s) + 0.5 * math.log(2 * math.pi))
+        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - 2 * (
+            math.log(s) + 0.5 * math.log(2 * math.pi)
+        )
 
     def log_likelihood_terms(self, x, observations, task):
         o = observations[:, None, :, 0]
         first, both = x[..., 0:1], x[..., 0:1] + x[..., 1:2]
         s = self.observation_std
-        log_components = tf.stack([-0.5 * tf.square((o - first) / s), -0.5 * tf.square((o - both) / s)], axis=-1)
-        return tf.reduce_logsumexp(log_components, -1) - math.log(2.0) - math.log(s) - 0.5 * math.log(2 * math.pi)
+        log_components = tf.stack(
+            [-0.5 * tf.square((o - first) / s), -0.5 * tf.square((o - both) / s)], axis=-1
+        )
+        return (
+            tf.reduce_logsumexp(log_components, -1)
+            - math.log(2.0)
+            - math.log(s)
+            - 0.5 * math.log(2 * math.pi)
+        )
 
     @staticmethod
     def modes(truth):
@@ -76,10 +92,20 @@ class GaussianMixtureProblem(SequentialProblem):
     def mode_masses(points, truth, weights=None):
         """The fraction of `points` (N, 2) (weighted by `weights`, e.g. grid probabilities) nearer each mode."""
         modes = GaussianMixtureProblem.modes(truth)
-        nearer_first = np.linalg.norm(points - modes[0], axis=-1) <= np.linalg.norm(points - modes[1], axis=-1)
-        weights = np.full(len(points), 1.0 / len(points)) if weights is None else np.asarray(weights) / np.sum(weights)
+        nearer_first = np.linalg.norm(points - modes[0], axis=-1) <= np.linalg.norm(
+            points - modes[1], axis=-1
+        )
+        weights = (
+            np.full(len(points), 1.0 / len(points))
+            if weights is None
+            else np.asarray(weights) / np.sum(weights)
+        )
         first = float(np.sum(weights * nearer_first))
         return first, 1.0 - first
 
     def get_config(self):
-        return {"prior_std": self.prior_std, "observation_std": self.observation_std, "truth_std": self.truth_std}
+        return {
+            "prior_std": self.prior_std,
+            "observation_std": self.observation_std,
+            "truth_std": self.truth_std,
+        }

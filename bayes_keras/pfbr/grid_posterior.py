@@ -11,8 +11,10 @@ def grid_posterior(problem, task, observations, lower=-4.0, upper=4.0, size=200)
     Returns (points (size^2, 2), probabilities (B, L, size^2)), each step's probabilities summing to 1.
     """
     if problem.latent_dim != 2 or problem.state_space:
-        raise ValueError(f"grid_posterior needs a 2-D static problem; got latent_dim={problem.latent_dim}, "
-                         f"state_space={problem.state_space}.")
+        raise ValueError(
+            f"grid_posterior needs a 2-D static problem; got latent_dim={problem.latent_dim}, "
+            f"state_space={problem.state_space}."
+        )
     axis = np.linspace(lower, upper, size)
     points = np.stack(np.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
     task = problem.as_task_tensors(task)

@@ -60,9 +60,17 @@ def integrate_flow(field, x, log_density=None, *, time_length=1.0, steps=5):
         return step + 1, x, log_density
 
     if not track:
-        _, x = tf.while_loop(lambda step, x: step < steps, lambda step, x: rk4_step(step, x, None)[:2],
-                             (tf.constant(0), x), maximum_iterations=int(steps))
+        _, x = tf.while_loop(
+            lambda step, x: step < steps,
+            lambda step, x: rk4_step(step, x, None)[:2],
+            (tf.constant(0), x),
+            maximum_iterations=int(steps),
+        )
         return x, None
-    _, x, log_density = tf.while_loop(lambda step, x, l: step < steps, rk4_step, (tf.constant(0), x, log_density),
-                                      maximum_iterations=int(steps))
+    _, x, log_density = tf.while_loop(
+        lambda step, x, l: step < steps,
+        rk4_step,
+        (tf.constant(0), x, log_density),
+        maximum_iterations=int(steps),
+    )
     return x, log_density

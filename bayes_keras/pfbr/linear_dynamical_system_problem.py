@@ -34,15 +34,31 @@ class LinearDynamicalSystemProblem(SequentialProblem):
 
     state_space = True
 
-    def __init__(self, dim, transition_radius=0.99, observation_scale=0.25, prior_std=1.0, transition_std=1.0,
-                 observation_std=1.0, system=None):
+    def __init__(
+        self,
+        dim,
+        transition_radius=0.99,
+        observation_scale=0.25,
+        prior_std=1.0,
+        transition_std=1.0,
+        observation_std=1.0,
+        system=None,
+    ):
         if int(dim) < 1:
-            raise ValueError(f"LinearDynamicalSystemProblem: dim must be a positive integer; got {dim!r}.")
-        for name, value in (("transition_radius", transition_radius), ("observation_scale", observation_scale),
-                            ("prior_std", prior_std), ("transition_std", transition_std),
-                            ("observation_std", observation_std)):
+            raise ValueError(
+                f"LinearDynamicalSystemProblem: dim must be a positive integer; got {dim!r}."
+            )
+        for name, value in (
+            ("transition_radius", transition_radius),
+            ("observation_scale", observation_scale),
+            ("prior_std", prior_std),
+            ("transition_std", transition_std),
+            ("observation_std", observation_std),
+        ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"LinearDynamicalSystemProblem: {name} must be a positive number; got {value!r}.")
+                raise ValueError(
+                    f"LinearDynamicalSystemProblem: {name} must be a positive number; got {value!r}."
+                )
         self.latent_dim = self.observation_dim = int(dim)
         self.transition_radius = float(transition_radius)
         self.observation_scale = float(observation_scale)
@@ -52,14 +68,20 @@ class LinearDynamicalSystemProblem(SequentialProblem):
         self.system = None
         if system is not None:
             if not (isinstance(system, (tuple, list)) and len(system) == 2):
-                raise ValueError("LinearDynamicalSystemProblem: system must be a pair (A, B) of "
-                                 f"({dim}, {dim}) matrices; got {type(system).__name__}.")
+                raise ValueError(
+                    "LinearDynamicalSystemProblem: system must be a pair (A, B) of "
+                    f"({dim}, {dim}) matrices; got {type(system).__name__}."
+                )
             a, b = (np.asarray(m, np.float64) for m in system)
             if a.shape != (self.latent_dim,) * 2 or b.shape != (self.latent_dim,) * 2:
-                raise ValueError(f"LinearDynamicalSystemProblem: system must be a pair (A, B) of ({dim}, {dim}) "
-                                 f"matrices; got shapes {a.shape} and {b.shape}.")
+                raise ValueError(
+                    f"LinearDynamicalSystemProblem: system must be a pair (A, B) of ({dim}, {dim}) "
+                    f"matrices; got shapes {a.shape} and {b.shape}."
+                )
             if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-                raise ValueError("LinearDynamicalSystemProblem: system (A, B) holds NaN or Inf entries.")
+                raise ValueError(
+                    "LinearDynamicalSystemProblem: system (A, B) holds NaN or Inf entries."
+                )
             self.system = (a, b)
 
     def sample_system(self, rng):
@@ -80,11 +102,19 @@ class LinearDynamicalSystemProblem(SequentialProblem):
         x = self.prior_std * rng.normal(size=(num_tasks, d))
         states, observations = [], []
         for _ in range(length):
-            x = np.einsum("bij,bj->bi", a, x) + self.transition_std * rng.normal(size=(num_tasks, d))
+            x = np.einsum("bij,bj->bi", a, x) + self.transition_std * rng.normal(
+                size=(num_tasks, d)
+            )
             states.append(x)
-            observations.append(np.einsum("bij,bj->bi", b, x) + self.observation_std * rng.normal(size=(num_tasks, d)))
-        task = {"transition": a.astype(np.float32), "observation": b.astype(np.float32),
-                "states": np.stack(states, axis=1).astype(np.float32)}
+            observations.append(
+                np.einsum("bij,bj->bi", b, x)
+                + self.observation_std * rng.normal(size=(num_tasks, d))
+            )
+        task = {
+            "transition": a.astype(np.float32),
+            "observation": b.astype(np.float32),
+            "states": np.stack(states, axis=1).astype(np.float32),
+        }
         return task, np.stack(observations, axis=1)[:, :, None, :].astype(np.float32)
 
     def sample_prior(self, task, num_particles, seed):
@@ -94,23 +124,36 @@ class LinearDynamicalSystemProblem(SequentialProblem):
 
     def log_prior(self, x, task):
         s = self.prior_std
-        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - self.latent_dim * (math.log(s) + 0.5 * math.log(2 * math.pi))
+        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - self.latent_dim * (
+            math.log(s) + 0.5 * math.log(2 * math.pi)
+        )
 
     def transition(self, x, task, seed):
         mean = tf.einsum("bnj,bij->bni", x, task["transition"])
-        return mean + self.transition_std * tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)
+        return mean + self.transition_std * tf.random.stateless_normal(
+            tf.shape(x), seed, dtype=x.dtype
+        )
 
     def log_transition_mixture(self, x_new, x_old, task):
         mean = tf.einsum("bnj,bij->bni", x_old, task["transition"])
-        sq = (tf.reduce_sum(tf.square(x_new), -1)[:, :, None] + tf.reduce_sum(tf.square(mean), -1)[:, None, :]
-              - 2.0 * tf.matmul(x_new, mean, transpose_b=True))
+        sq = (
+            tf.reduce_sum(tf.square(x_new), -1)[:, :, None]
+            + tf.reduce_sum(tf.square(mean), -1)[:, None, :]
+            - 2.0 * tf.matmul(x_new, mean, transpose_b=True)
+        )
         s = self.transition_std
-        log_kernel = -0.5 * tf.maximum(sq, 0.0) / s**2 - self.latent_dim * (math.log(s) + 0.5 * math.log(2 * math.pi))
-        return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(tf.cast(tf.shape(x_old)[1], x_new.dtype))
+        log_kernel = -0.5 * tf.maximum(sq, 0.0) / s**2 - self.latent_dim * (
+            math.log(s) + 0.5 * math.log(2 * math.pi)
+        )
+        return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(
+            tf.cast(tf.shape(x_old)[1], x_new.dtype)
+        )
 
     def log_likelihood_terms(self, x, observations, task):
         predicted = tf.einsum("bnj,bij->bni", x, task["observation"])
-        sq = tf.reduce_sum(tf.square(observations[:, None, :, :] - predicted[:, :, None, :]), axis=-1)
+        sq = tf.reduce_sum(
+            tf.square(observations[:, None, :, :] - predicted[:, :, None, :]), axis=-1
+        )
         s = self.observation_std
         return -0.5 * sq / s**2 - self.observation_dim * (math.log(s) + 0.5 * math.log(2 * math.pi))
 
@@ -143,7 +186,12 @@ class LinearDynamicalSystemProblem(SequentialProblem):
         return means, covariances
 
     def get_config(self):
-        return {"dim": self.latent_dim, "transition_radius": self.transition_radius,
-                "observation_scale": self.observation_scale, "prior_std": self.prior_std,
-                "transition_std": self.transition_std, "observation_std": self.observation_std,
-                "system": None if self.system is None else [m.tolist() for m in self.system]}
+        return {
+            "dim": self.latent_dim,
+            "transition_radius": self.transition_radius,
+            "observation_scale": self.observation_scale,
+            "prior_std": self.prior_std,
+            "transition_std": self.transition_std,
+            "observation_std": self.observation_std,
+            "system": None if self.system is None else [m.tolist() for m in self.system],
+        }

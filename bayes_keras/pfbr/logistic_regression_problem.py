@@ -26,13 +26,23 @@ class LogisticRegressionProblem(SequentialProblem):
         probability = problem.predictive_probability(particles[0], problem.rotated(test_features, task["angle"][0]))
     """
 
-    def __init__(self, features, labels, batch_size=32, rotate=(0, 1), max_angle=math.radians(15), prior_std=1.0,
-                 fit_bias=True):
+    def __init__(
+        self,
+        features,
+        labels,
+        batch_size=32,
+        rotate=(0, 1),
+        max_angle=math.radians(15),
+        prior_std=1.0,
+        fit_bias=True,
+    ):
         features = np.asarray(features, np.float32)
         labels = np.asarray(labels, np.float32).reshape(-1)
         if features.ndim != 2 or len(features) != len(labels):
-            raise ValueError(f"LogisticRegressionProblem: features must be (examples, features) with one label per "
-                             f"example; got features {features.shape}, labels {labels.shape}.")
+            raise ValueError(
+                f"LogisticRegressionProblem: features must be (examples, features) with one label per "
+                f"example; got features {features.shape}, labels {labels.shape}."
+            )
         if not np.all((labels == 0) | (labels == 1)):
             raise ValueError("LogisticRegressionProblem: labels must be 0 or 1.")
         self.features, self.labels = features, labels
@@ -60,14 +70,20 @@ class LogisticRegressionProblem(SequentialProblem):
         """Tasks with an angle each (or `angle` for all) and `length` mini-batches drawn without
         replacement from the examples (with replacement once they run out)."""
         needed = length * self.batch_size
-        angles = rng.uniform(-self.max_angle, self.max_angle, size=num_tasks) if angle is None else np.full(num_tasks, angle)
+        angles = (
+            rng.uniform(-self.max_angle, self.max_angle, size=num_tasks)
+            if angle is None
+            else np.full(num_tasks, angle)
+        )
         observations = []
         for a in angles:
             order = rng.permutation(len(self.labels))
             while len(order) < needed:
                 order = np.concatenate([order, rng.permutation(len(self.labels))])
             order = order[:needed]
-            rows = np.concatenate([self.rotated(self.features[order], a), self.labels[order, None]], axis=1)
+            rows = np.concatenate(
+                [self.rotated(self.features[order], a), self.labels[order, None]], axis=1
+            )
             observations.append(rows.reshape(length, self.batch_size, -1))
         return {"angle": angles.astype(np.float32)}, np.stack(observations).astype(np.float32)
 
@@ -78,7 +94,9 @@ class LogisticRegressionProblem(SequentialProblem):
 
     def log_prior(self, x, task):
         s = self.prior_std
-        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - self.latent_dim * (math.log(s) + 0.5 * math.log(2 * math.pi))
+        return -0.5 * tf.reduce_sum(tf.square(x / s), -1) - self.latent_dim * (
+            math.log(s) + 0.5 * math.log(2 * math.pi)
+        )
 
     def log_likelihood_terms(self, x, observations, task):
         return logistic_log_likelihood_terms(x, observations, self.fit_bias)
@@ -90,21 +108,30 @@ class LogisticRegressionProblem(SequentialProblem):
         """The posterior predictive P(y = 1 | f): the particles' mean sigmoid (weighted by `weights` (N,), an
         importance sampler's, if given). particles (N, latent_dim)."""
         particles = np.asarray(particles, np.float64)
-        logits = np.asarray(features, np.float64) @ particles[:, :self.num_features].T
+        logits = np.asarray(features, np.float64) @ particles[:, : self.num_features].T
         if self.fit_bias:
             logits = logits + particles[:, -1]
         probabilities = 1.0 / (1.0 + np.exp(-logits))
         if weights is None:
             return probabilities.mean(axis=1)
         weights = np.asarray(weights, np.float64)
-        if weights.shape != (particles.shape[0],) or not (np.all(weights >= 0) and weights.sum() > 0):
-            raise ValueError(f"LogisticRegressionProblem.predictive_probability: weights must be ({particles.shape[0]},) "
-                             f"non-negative, not all zero; got shape {weights.shape}.")
+        if weights.shape != (particles.shape[0],) or not (
+            np.all(weights >= 0) and weights.sum() > 0
+        ):
+            raise ValueError(
+                f"LogisticRegressionProblem.predictive_probability: weights must be ({particles.shape[0]},) "
+                f"non-negative, not all zero; got shape {weights.shape}."
+            )
         return probabilities @ (weights / weights.sum())
 
     def get_config(self):
-        return {"batch_size": self.batch_size, "rotate": self.rotate, "max_angle": self.max_angle,
-                "prior_std": self.prior_std, "fit_bias": self.fit_bias}
+        return {
+            "batch_size": self.batch_size,
+            "rotate": self.rotate,
+            "max_angle": self.max_angle,
+            "prior_std": self.prior_std,
+            "fit_bias": self.fit_bias,
+        }
 
 
 def _design(observations, fit_bias):

@@ -18,7 +18,9 @@ def _normalized_weights(weights, num):
         return None
     weights = np.asarray(weights, np.float64)
     if weights.shape != (num,):
-        raise ValueError(f"weights must have shape ({num},), one per particle; got {weights.shape}.")
+        raise ValueError(
+            f"weights must have shape ({num},), one per particle; got {weights.shape}."
+        )
     if not (np.all(np.isfinite(weights)) and np.all(weights >= 0) and weights.sum() > 0):
         raise ValueError("weights must be finite, non-negative and not all zero.")
     return weights / weights.sum()
@@ -47,11 +49,15 @@ def silverman_bandwidth(particles, weights=None):
     n, d = particles.shape[-2:]
     if weights is not None:
         if particles.ndim != 2:
-            raise ValueError(f"silverman_bandwidth: weights need one cloud (N, d); got particles of shape {particles.shape}.")
+            raise ValueError(
+                f"silverman_bandwidth: weights need one cloud (N, d); got particles of shape {particles.shape}."
+            )
         w = _normalized_weights(weights, n)
-        factor = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * float(effective_sample_size(w)) ** (-1.0 / (d + 4))
+        factor = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * float(effective_sample_size(w)) ** (
+            -1.0 / (d + 4)
+        )
         mean = w @ particles
-        return factor * np.sqrt(w @ (particles - mean) ** 2)[None, :] + 1e-12    # as np.std: no N - 1
+        return factor * np.sqrt(w @ (particles - mean) ** 2)[None, :] + 1e-12  # as np.std: no N - 1
     factor = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * n ** (-1.0 / (d + 4))
     return factor * particles.std(axis=-2, keepdims=True) + 1e-12
 
@@ -66,7 +72,11 @@ def kde_log_density(particles, points, bandwidth=None, weights=None):
         h = silverman_bandwidth(particles, w)[0]
     else:
         h = np.broadcast_to(np.asarray(bandwidth, np.float64), particles.shape[-1:])
-    log_w = -np.log(particles.shape[0]) * np.ones(particles.shape[0]) if w is None else np.log(np.maximum(w, 1e-300))
+    log_w = (
+        -np.log(particles.shape[0]) * np.ones(particles.shape[0])
+        if w is None
+        else np.log(np.maximum(w, 1e-300))
+    )
     if w is not None:
         keep = w > 0
         particles, log_w = particles[keep], log_w[keep]
@@ -78,11 +88,15 @@ def kde_log_density(particles, points, bandwidth=None, weights=None):
     points = np.asarray(points, np.float64)
     out = np.empty(points.shape[0])
     for start in range(0, points.shape[0], 1024):
-        x = points[start:start + 1024] / h
-        squared = np.maximum(np.sum(x**2, axis=1)[:, None] + norms[None, :] - 2 * x @ centres.T, 0.0)
+        x = points[start : start + 1024] / h
+        squared = np.maximum(
+            np.sum(x**2, axis=1)[:, None] + norms[None, :] - 2 * x @ centres.T, 0.0
+        )
         logits = log_w[None, :] - 0.5 * squared
         top = logits.max(axis=1, keepdims=True)
-        out[start:start + 1024] = (top[:, 0] + np.log(np.sum(np.exp(logits - top), axis=1))) + constant
+        out[start : start + 1024] = (
+            top[:, 0] + np.log(np.sum(np.exp(logits - top), axis=1))
+        ) + constant
     return out
 
 
@@ -101,10 +115,14 @@ def mmd_squared(x, y, bandwidth=None):
     distance of the pooled samples."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
-        raise ValueError(f"mmd_squared expects samples x (N, d) and y (M, d); got shapes {x.shape} and {y.shape}.")
+        raise ValueError(
+            f"mmd_squared expects samples x (N, d) and y (M, d); got shapes {x.shape} and {y.shape}."
+        )
     if len(x) < 2 or len(y) < 2:
-        raise ValueError(f"mmd_squared's unbiased estimate needs at least 2 samples on each side; got {len(x)} and "
-                         f"{len(y)}.")
+        raise ValueError(
+            f"mmd_squared's unbiased estimate needs at least 2 samples on each side; got {len(x)} and "
+            f"{len(y)}."
+        )
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise ValueError("mmd_squared: the samples contain NaN or Inf.")
 
@@ -116,8 +134,11 @@ def mmd_squared(x, y, bandwidth=None):
         bandwidth = math.sqrt(0.5 * np.median(sq(pooled, pooled)[np.triu_indices(len(pooled), 1)]))
     kxx, kyy, kxy = (np.exp(-sq(a, b) / (2 * bandwidth**2)) for a, b in ((x, x), (y, y), (x, y)))
     n, m = len(x), len(y)
-    return float((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
-                 - 2 * kxy.mean())
+    return float(
+        (kxx.sum() - np.trace(kxx)) / (n * (n - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2 * kxy.mean()
+    )
 
 
 def gaussian_integral_discrepancies(particles, mean, covariance, seed=0):
@@ -129,9 +150,21 @@ def gaussian_integral_discrepancies(particles, mean, covariance, seed=0):
     m, s = np.asarray(mean, np.float64), np.asarray(covariance, np.float64)
     d = x.shape[-1]
     rng = np.random.default_rng(seed)
-    a_mat, b_mat, a_vec, b_vec = rng.normal(size=(d, d)), rng.normal(size=(d, d)), rng.normal(size=d), rng.normal(size=d)
+    a_mat, b_mat, a_vec, b_vec = (
+        rng.normal(size=(d, d)),
+        rng.normal(size=(d, d)),
+        rng.normal(size=d),
+        rng.normal(size=d),
+    )
     quadratic = np.einsum("ni,ij,nj->n", x, a_mat, x).mean()
     bilinear = np.sum((x @ a_mat.T + a_vec) * (x @ b_mat.T + b_vec), axis=1).mean()
-    return {"mean": float(np.abs(x.mean(0) - m).mean()),
-            "quadratic": float(abs(quadratic - (np.trace(a_mat @ s) + m @ a_mat @ m))),
-            "bilinear": float(abs(bilinear - (np.trace(a_mat.T @ b_mat @ s) + (a_mat @ m + a_vec) @ (b_mat @ m + b_vec))))}
+    return {
+        "mean": float(np.abs(x.mean(0) - m).mean()),
+        "quadratic": float(abs(quadratic - (np.trace(a_mat @ s) + m @ a_mat @ m))),
+        "bilinear": float(
+            abs(
+                bilinear
+                - (np.trace(a_mat.T @ b_mat @ s) + (a_mat @ m + a_vec) @ (b_mat @ m + b_vec))
+            )
+        ),
+    }

@@ -5,8 +5,11 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.dense import Dense
-from bayes_keras.pfbr.logistic_regression_problem import (LogisticRegressionProblem, logistic_log_likelihood_hessian,
-                                                          logistic_log_likelihood_terms)
+from bayes_keras.pfbr.logistic_regression_problem import (
+    LogisticRegressionProblem,
+    logistic_log_likelihood_hessian,
+    logistic_log_likelihood_terms,
+)
 
 
 class OutputLayerFilter:
@@ -36,24 +39,37 @@ class OutputLayerFilter:
     def __init__(self, model, prior_std=1.0):
         head = model.layers[-1] if model.layers else None
         if not isinstance(head, Dense) or head.units != 1 or head.deterministic:
-            raise ValueError("OutputLayerFilter: the model's last layer must be a bayes_keras.layers.Dense(1) with "
-                             f"particles (a logistic head); got {type(head).__name__ if head is not None else None}"
-                             + (f" with units={head.units}, deterministic={head.deterministic}" if isinstance(head, Dense) else "") + ".")
+            raise ValueError(
+                "OutputLayerFilter: the model's last layer must be a bayes_keras.layers.Dense(1) with "
+                f"particles (a logistic head); got {type(head).__name__ if head is not None else None}"
+                + (
+                    f" with units={head.units}, deterministic={head.deterministic}"
+                    if isinstance(head, Dense)
+                    else ""
+                )
+                + "."
+            )
         if head.activation is not keras.activations.linear:
-            raise ValueError("OutputLayerFilter: the head must output logits (no activation); got activation "
-                             f"{getattr(head.activation, '__name__', head.activation)!r}.")
+            raise ValueError(
+                "OutputLayerFilter: the head must output logits (no activation); got activation "
+                f"{getattr(head.activation, '__name__', head.activation)!r}."
+            )
         feature_shape = head.input.shape
         if len(feature_shape) != 2:
-            raise ValueError("OutputLayerFilter: the head's input must be features shared by all particles, "
-                             f"(batch, features); got {tuple(feature_shape)}: the layers before it carry particles. "
-                             "Make them deterministic=True (or use a plain Keras feature extractor).")
+            raise ValueError(
+                "OutputLayerFilter: the head's input must be features shared by all particles, "
+                f"(batch, features); got {tuple(feature_shape)}: the layers before it carry particles. "
+                "Make them deterministic=True (or use a plain Keras feature extractor)."
+            )
         self.model = model
         self.head = head
         self.prior_std = float(prior_std)
         self.num_features = int(feature_shape[-1])
         self.fit_bias = head.bias is not None
         self.latent_dim = self.num_features + int(self.fit_bias)
-        inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs  # a tensor in, as model() takes
+        inputs = (
+            model.inputs[0] if len(model.inputs) == 1 else model.inputs
+        )  # a tensor in, as model() takes
         self.feature_model = keras.Model(inputs, head.input)
 
     def features(self, x):
@@ -62,8 +78,14 @@ class OutputLayerFilter:
 
     def meta_training_problem(self, x, y, batch_size=32, **kwargs):
         """A LogisticRegressionProblem over this model's features of (x, y), for meta-training the operator."""
-        return LogisticRegressionProblem(self.features(x), y, batch_size=batch_size, prior_std=self.prior_std,
-                                         fit_bias=self.fit_bias, **kwargs)
+        return LogisticRegressionProblem(
+            self.features(x),
+            y,
+            batch_size=batch_size,
+            prior_std=self.prior_std,
+            fit_bias=self.fit_bias,
+            **kwargs,
+        )
 
     def particles(self):
         """The head's weight particles as (N, latent_dim): kernel columns, then the bias."""
@@ -75,35 +97,52 @@ class OutputLayerFilter:
     def set_particles(self, particles):
         particles = np.asarray(particles, np.float32)
         if particles.shape != (self.head.num_particles, self.latent_dim):
-            raise ValueError(f"OutputLayerFilter: particles must have shape ({self.head.num_particles}, "
-                             f"{self.latent_dim}); got {particles.shape}.")
-        self.head.kernel.assign(particles[:, :self.num_features, None])
+            raise ValueError(
+                f"OutputLayerFilter: particles must have shape ({self.head.num_particles}, "
+                f"{self.latent_dim}); got {particles.shape}."
+            )
+        self.head.kernel.assign(particles[:, : self.num_features, None])
         if self.fit_bias:
-            self.head.bias.assign(particles[:, self.num_features:])
+            self.head.bias.assign(particles[:, self.num_features :])
 
     def reset(self, seed=0):
         """Draws the head's particles from the prior N(0, prior_std^2 I) (the state before any data)."""
         rng = np.random.default_rng(seed)
-        self.set_particles(self.prior_std * rng.normal(size=(self.head.num_particles, self.latent_dim)))
+        self.set_particles(
+            self.prior_std * rng.normal(size=(self.head.num_particles, self.latent_dim))
+        )
 
     def update(self, operator, x, y, seed=None):
         """Conditions the head's particles on one labelled batch (x, y) (y in {0, 1}) with `operator`."""
         if operator.latent_dim != self.latent_dim:
-            raise ValueError(f"OutputLayerFilter.update: the operator's latent dimension is {operator.latent_dim}; "
-                             f"this head has {self.latent_dim} weights per particle.")
+            raise ValueError(
+                f"OutputLayerFilter.update: the operator's latent dimension is {operator.latent_dim}; "
+                f"this head has {self.latent_dim} weights per particle."
+            )
         features = self.features(x)
         if len(features) == 0:
-            raise ValueError("OutputLayerFilter.update: the batch holds no examples; an update needs at least one.")
+            raise ValueError(
+                "OutputLayerFilter.update: the batch holds no examples; an update needs at least one."
+            )
         y = np.asarray(y, np.float32).reshape(-1)
         if len(y) != len(features):
-            raise ValueError(f"OutputLayerFilter.update: y must hold one 0/1 label per example ({len(features)}); "
-                             f"got shape {np.shape(y)}.")
+            raise ValueError(
+                f"OutputLayerFilter.update: y must hold one 0/1 label per example ({len(features)}); "
+                f"got shape {np.shape(y)}."
+            )
         if not np.all((y == 0) | (y == 1)):
-            raise ValueError(f"OutputLayerFilter.update: y must hold 0/1 labels; got the values "
-                             f"{np.unique(y[(y != 0) & (y != 1)])[:5].tolist()}.")
+            raise ValueError(
+                f"OutputLayerFilter.update: y must hold 0/1 labels; got the values "
+                f"{np.unique(y[(y != 0) & (y != 1)])[:5].tolist()}."
+            )
         observations = tf.constant(np.concatenate([features, y[:, None]], axis=1)[None])
         fit_bias = self.fit_bias
         new, _ = operator.update(
-            self.particles()[None], lambda w: tf.reduce_sum(logistic_log_likelihood_terms(w, observations, fit_bias), -1),
-            seed=seed, log_likelihood_hessian=lambda w: logistic_log_likelihood_hessian(w, observations, fit_bias))
+            self.particles()[None],
+            lambda w: tf.reduce_sum(logistic_log_likelihood_terms(w, observations, fit_bias), -1),
+            seed=seed,
+            log_likelihood_hessian=lambda w: logistic_log_likelihood_hessian(
+                w, observations, fit_bias
+            ),
+        )
         self.set_particles(new.numpy()[0])

@@ -64,23 +64,50 @@ class ParticleFlowBayesRule(keras.Model):
         posteriors = pfbr.filter(problem, task, observations, num_particles=256)   # (100, 1, 256, 2)
     """
 
-    def __init__(self, latent_dim, hidden_units=64, embedding_units=64, body_layers=3, time_length=1.0, steps=5,
-                 divergence="exact", standardize=True, likelihood_value=False, **kwargs):
+    def __init__(
+        self,
+        latent_dim,
+        hidden_units=64,
+        embedding_units=64,
+        body_layers=3,
+        time_length=1.0,
+        steps=5,
+        divergence="exact",
+        standardize=True,
+        likelihood_value=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        for name, value in (("latent_dim", latent_dim), ("hidden_units", hidden_units),
-                            ("embedding_units", embedding_units), ("steps", steps)):
+        for name, value in (
+            ("latent_dim", latent_dim),
+            ("hidden_units", hidden_units),
+            ("embedding_units", embedding_units),
+            ("steps", steps),
+        ):
             if not _integer_at_least(value, 1):
-                raise ValueError(f"ParticleFlowBayesRule: {name} must be a positive integer; got {value!r}.")
+                raise ValueError(
+                    f"ParticleFlowBayesRule: {name} must be a positive integer; got {value!r}."
+                )
         if not _integer_at_least(body_layers, 0):
-            raise ValueError(f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: body_layers must be a non-negative integer; got {body_layers!r}."
+            )
         if not _positive_number(time_length):
-            raise ValueError(f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: time_length must be a positive number; got {time_length!r}."
+            )
         if not isinstance(likelihood_value, (bool, np.bool_)):
-            raise ValueError(f"ParticleFlowBayesRule: likelihood_value must be True or False; got {likelihood_value!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: likelihood_value must be True or False; got {likelihood_value!r}."
+            )
         if standardize not in STANDARDIZATIONS:
-            raise ValueError(f"ParticleFlowBayesRule: standardize must be one of {STANDARDIZATIONS}; got {standardize!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: standardize must be one of {STANDARDIZATIONS}; got {standardize!r}."
+            )
         if divergence not in DIVERGENCES:
-            raise ValueError(f"ParticleFlowBayesRule: divergence must be one of {DIVERGENCES}; got {divergence!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: divergence must be one of {DIVERGENCES}; got {divergence!r}."
+            )
         self.latent_dim = int(latent_dim)
         self.hidden_units = int(hidden_units)
         self.embedding_units = int(embedding_units)
@@ -90,18 +117,35 @@ class ParticleFlowBayesRule(keras.Model):
         self.divergence = divergence
         self.standardize = standardize if isinstance(standardize, str) else bool(standardize)
         self.likelihood_value = bool(likelihood_value)
-        self.embedding_layer = keras.layers.Dense(self.embedding_units, activation="tanh", name="embedding")
-        self.position_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="position")
-        self.gradient_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="gradient")
-        self.value_layer = (keras.layers.Dense(self.hidden_units, activation="tanh", name="value")
-                            if self.likelihood_value else None)
-        self.context_layer = keras.layers.Dense(self.hidden_units, activation="tanh", name="context")
-        self.body = [ConcatSquashDense(self.hidden_units, name=f"body_{i}") for i in range(self.body_layers)]
-        self.output_layer = ConcatSquashDense(self.latent_dim, kernel_initializer="zeros", name="velocity")
-        self.linear_position = keras.layers.Dense(self.latent_dim, use_bias=False, kernel_initializer="zeros",
-                                                  name="linear_position")
-        self.linear_gradient = keras.layers.Dense(self.latent_dim, use_bias=False, kernel_initializer="zeros",
-                                                  name="linear_gradient")
+        self.embedding_layer = keras.layers.Dense(
+            self.embedding_units, activation="tanh", name="embedding"
+        )
+        self.position_layer = keras.layers.Dense(
+            self.hidden_units, activation="tanh", name="position"
+        )
+        self.gradient_layer = keras.layers.Dense(
+            self.hidden_units, activation="tanh", name="gradient"
+        )
+        self.value_layer = (
+            keras.layers.Dense(self.hidden_units, activation="tanh", name="value")
+            if self.likelihood_value
+            else None
+        )
+        self.context_layer = keras.layers.Dense(
+            self.hidden_units, activation="tanh", name="context"
+        )
+        self.body = [
+            ConcatSquashDense(self.hidden_units, name=f"body_{i}") for i in range(self.body_layers)
+        ]
+        self.output_layer = ConcatSquashDense(
+            self.latent_dim, kernel_initializer="zeros", name="velocity"
+        )
+        self.linear_position = keras.layers.Dense(
+            self.latent_dim, use_bias=False, kernel_initializer="zeros", name="linear_position"
+        )
+        self.linear_gradient = keras.layers.Dense(
+            self.latent_dim, use_bias=False, kernel_initializer="zeros", name="linear_gradient"
+        )
         self._compiled_stage = {}
         self._compiled_train = {}
         self.build()
@@ -125,8 +169,10 @@ class ParticleFlowBayesRule(keras.Model):
     # ---- the velocity field ------------------------------------------------------------------------
     def _check_value(self, value):
         if self.likelihood_value and value is None:
-            raise ValueError("ParticleFlowBayesRule(likelihood_value=True) needs the centred log-likelihood values "
-                             "(value=...); got None.")
+            raise ValueError(
+                "ParticleFlowBayesRule(likelihood_value=True) needs the centred log-likelihood values "
+                "(value=...); got None."
+            )
 
     def _features(self, z, g, value):
         features = [self.position_layer(z), self.gradient_layer(g)]
@@ -155,35 +201,52 @@ class ParticleFlowBayesRule(keras.Model):
         d/dz_i through the layers (forward mode, one pass): `g_jacobian` (M, d, d) holds dg_j / dz_i,
         the likelihood term's own dependence on the particle's position; the value's tangent is g
         itself (g is the gradient of the value in z)."""
+
         def rows(tangent, kernel):
             return tf.einsum("mih,hk->mik", tangent, kernel)
+
         self._check_value(value)
         hidden = self.hidden_units
         features = self._features(z, g, value)
         position, gradient = features[:2]
-        d_features = [(1.0 - tf.square(position))[:, None, :] * self.position_layer.kernel[None],
-                      (1.0 - tf.square(gradient))[:, None, :] * rows(g_jacobian, self.gradient_layer.kernel)]
+        d_features = [
+            (1.0 - tf.square(position))[:, None, :] * self.position_layer.kernel[None],
+            (1.0 - tf.square(gradient))[:, None, :] * rows(g_jacobian, self.gradient_layer.kernel),
+        ]
         if self.likelihood_value:
-            d_features.append((1.0 - tf.square(features[2]))[:, None, :] * g[:, :, None] * self.value_layer.kernel[None])
+            d_features.append(
+                (1.0 - tf.square(features[2]))[:, None, :]
+                * g[:, :, None]
+                * self.value_layer.kernel[None]
+            )
         h = self.context_layer(tf.concat(features + [embedding], axis=-1))
         context_kernel = self.context_layer.kernel
         d_h = (1.0 - tf.square(h))[:, None, :] * tf.add_n(
-            [rows(d, context_kernel[i * hidden:(i + 1) * hidden]) for i, d in enumerate(d_features)])
+            [
+                rows(d, context_kernel[i * hidden : (i + 1) * hidden])
+                for i, d in enumerate(d_features)
+            ]
+        )
         for layer in self.body:
             gate = tf.sigmoid(layer.gate_kernel * t + layer.gate_bias)
             h = tf.tanh(layer([h, t]))
             d_h = (1.0 - tf.square(h))[:, None, :] * rows(d_h, layer.kernel) * gate
         gate = tf.sigmoid(self.output_layer.gate_kernel * t + self.output_layer.gate_bias)
         f = self.output_layer([h, t]) + self.linear_position(z) + self.linear_gradient(g)
-        jacobian = (rows(d_h, self.output_layer.kernel) * gate + self.linear_position.kernel[None]
-                    + rows(g_jacobian, self.linear_gradient.kernel))
+        jacobian = (
+            rows(d_h, self.output_layer.kernel) * gate
+            + self.linear_position.kernel[None]
+            + rows(g_jacobian, self.linear_gradient.kernel)
+        )
         return f, tf.linalg.trace(jacobian)
 
     def call(self, inputs):
         return self.velocity(*inputs)
 
     # ---- one Bayes update ----------------------------------------------------------------------------
-    def update(self, particles, log_likelihood, log_density=None, seed=None, log_likelihood_hessian=None):
+    def update(
+        self, particles, log_likelihood, log_density=None, seed=None, log_likelihood_hessian=None
+    ):
         """Moves `particles` ((B, N, d) or (N, d)) of the current posterior to the posterior that also
         conditions on one new observation (or mini-batch) whose log likelihood `log_likelihood(x)` maps
         (B, N, d) particles to (B, N). With `log_density` ((B, N) or (N,)) the particles' log densities
@@ -209,17 +272,26 @@ class ParticleFlowBayesRule(keras.Model):
         particles = tf.convert_to_tensor(particles, self.compute_dtype)
         single = particles.shape.rank == 2
         if particles.shape.rank not in (2, 3) or particles.shape[-1] != self.latent_dim:
-            raise ValueError(f"ParticleFlowBayesRule: particles must have shape (num_particles, {self.latent_dim}) or "
-                             f"(tasks, num_particles, {self.latent_dim}); got {tuple(particles.shape)}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: particles must have shape (num_particles, {self.latent_dim}) or "
+                f"(tasks, num_particles, {self.latent_dim}); got {tuple(particles.shape)}."
+            )
         if particles.shape[-2] is not None and particles.shape[-2] < 2:
-            raise ValueError(f"ParticleFlowBayesRule: update needs at least 2 particles per task; got {particles.shape[-2]}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule: update needs at least 2 particles per task; got {particles.shape[-2]}."
+            )
         _check_finite("particles", particles)
         if log_density is not None:
             log_density = tf.convert_to_tensor(log_density, self.compute_dtype)
-            if log_density.shape.is_fully_defined() and particles.shape[:-1].is_fully_defined() \
-                    and log_density.shape != particles.shape[:-1]:
-                raise ValueError(f"ParticleFlowBayesRule: log_density must have shape {tuple(particles.shape[:-1])}, one "
-                                 f"value per particle; got {tuple(log_density.shape)}.")
+            if (
+                log_density.shape.is_fully_defined()
+                and particles.shape[:-1].is_fully_defined()
+                and log_density.shape != particles.shape[:-1]
+            ):
+                raise ValueError(
+                    f"ParticleFlowBayesRule: log_density must have shape {tuple(particles.shape[:-1])}, one "
+                    f"value per particle; got {tuple(log_density.shape)}."
+                )
             _check_finite("log_density", log_density)
         _check_log_likelihood(log_likelihood, particles)
         if single:
@@ -236,13 +308,21 @@ class ParticleFlowBayesRule(keras.Model):
             if seed.shape.rank == 0:
                 seed = tf.stack([seed, tf.zeros_like(seed)])
             if seed.shape != (2,) or not seed.dtype.is_integer:
-                raise ValueError(f"ParticleFlowBayesRule: seed must be an int or a shape-[2] int tensor; got {seed!r}.")
-        new, new_log_density = self._flow(particles, log_likelihood, log_density, seed, log_likelihood_hessian)
+                raise ValueError(
+                    f"ParticleFlowBayesRule: seed must be an int or a shape-[2] int tensor; got {seed!r}."
+                )
+        new, new_log_density = self._flow(
+            particles, log_likelihood, log_density, seed, log_likelihood_hessian
+        )
         if single:
             new = new[0]
             new_log_density = None if new_log_density is None else new_log_density[0]
-        _check_finite("the updated particles", new, cause=" from finite inputs: check the log likelihood's "
-                      "values at the particles (an extreme or non-finite observation?)")
+        _check_finite(
+            "the updated particles",
+            new,
+            cause=" from finite inputs: check the log likelihood's "
+            "values at the particles (an extreme or non-finite observation?)",
+        )
         return new, new_log_density
 
     def _flow(self, particles, log_likelihood, log_density, seed, log_likelihood_hessian=None):
@@ -266,7 +346,9 @@ class ParticleFlowBayesRule(keras.Model):
         value_center = tf.reduce_mean(start_value, axis=1, keepdims=True)
         start_value = (start_value - value_center)[..., None] if self.likelihood_value else None
         embedding = self.embed(coordinates.to_z(start), start_gradient, start_value)
-        embedding = tf.reshape(tf.repeat(embedding[:, None, :], num_particles, axis=1), [-1, self.embedding_units])
+        embedding = tf.reshape(
+            tf.repeat(embedding[:, None, :], num_particles, axis=1), [-1, self.embedding_units]
+        )
 
         def scaled_gradient(z_rows):
             """x, the gradient in z (L^T grad log p(o | x)) (M, d) and the centred value (M, 1) or None."""
@@ -277,27 +359,45 @@ class ParticleFlowBayesRule(keras.Model):
 
         probe = None
         if log_density is not None and self.divergence == "hutchinson":
-            seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32) if seed is None else seed
-            probe = tf.cast(2 * tf.random.stateless_uniform([num_tasks * num_particles, d], seed, maxval=2,
-                                                            dtype=tf.int32) - 1, particles.dtype)
+            seed = (
+                tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32) if seed is None else seed
+            )
+            probe = tf.cast(
+                2
+                * tf.random.stateless_uniform(
+                    [num_tasks * num_particles, d], seed, maxval=2, dtype=tf.int32
+                )
+                - 1,
+                particles.dtype,
+            )
 
         def field(z_rows, t, with_divergence):
             if with_divergence and self.divergence == "hutchinson":
+
                 def velocity(z, t):
                     _, g, value = scaled_gradient(z)
                     return self.velocity(z, g, embedding, t, value)
+
                 return hutchinson_divergence(velocity, z_rows, t, probe)
             x, g, value = scaled_gradient(z_rows)
             if not with_divergence:
                 return self.velocity(z_rows, g, embedding, t, value), None
             hessian = coordinates.hessian(log_likelihood_hessian(x))
-            return self.velocity_and_divergence(z_rows, g, tf.reshape(hessian, [-1, d, d]), embedding, t, value)
+            return self.velocity_and_divergence(
+                z_rows, g, tf.reshape(hessian, [-1, d, d]), embedding, t, value
+            )
 
         z = tf.reshape(coordinates.to_z(particles), [-1, d])
         flat_log_density = None if log_density is None else tf.reshape(log_density, [-1])
-        z, flat_log_density = integrate_flow(field, z, flat_log_density, time_length=self.time_length, steps=self.steps)
+        z, flat_log_density = integrate_flow(
+            field, z, flat_log_density, time_length=self.time_length, steps=self.steps
+        )
         new = coordinates.to_x(tf.reshape(z, shape))
-        new_log_density = None if flat_log_density is None else tf.reshape(flat_log_density, [num_tasks, num_particles])
+        new_log_density = (
+            None
+            if flat_log_density is None
+            else tf.reshape(flat_log_density, [num_tasks, num_particles])
+        )
         return new, new_log_density
 
     # ---- stages of a problem -------------------------------------------------------------------------
@@ -310,9 +410,13 @@ class ParticleFlowBayesRule(keras.Model):
             particles = problem.transition(previous, task, seed)
             if log_density is not None:
                 log_density = problem.log_transition_mixture(particles, previous, task)
-        new, new_log_density = self._flow(particles, lambda x: problem.log_likelihood(x, observation, task),
-                                          log_density, seed,
-                                          lambda x: problem.log_likelihood_hessian(x, observation, task))
+        new, new_log_density = self._flow(
+            particles,
+            lambda x: problem.log_likelihood(x, observation, task),
+            log_density,
+            seed,
+            lambda x: problem.log_likelihood_hessian(x, observation, task),
+        )
         return new, new_log_density, previous
 
     def _stage_function(self, problem, track):
@@ -322,50 +426,83 @@ class ParticleFlowBayesRule(keras.Model):
             # through the while loops is slower under XLA).
             @tf.function(reduce_retracing=True, jit_compile=True)
             def stage(particles, log_density, observation, task, seed):
-                new, new_log_density, _ = self._stage(problem, particles, log_density if track else None,
-                                                      observation, task, seed)
+                new, new_log_density, _ = self._stage(
+                    problem, particles, log_density if track else None, observation, task, seed
+                )
                 return new, (new_log_density if track else log_density)
+
             self._compiled_stage[key] = stage
         return self._compiled_stage[key]
 
-    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0, log_density=False):
+    def filter(
+        self,
+        problem,
+        task,
+        observations,
+        particles=None,
+        num_particles=256,
+        seed=0,
+        log_density=False,
+    ):
         """Applies the operator recursively along `observations` (B, L, m, k) of the tasks `task`, from
         `particles` (B, N, d) or N fresh draws of the tasks' prior. Returns the particles after every
         stage, a numpy array (L, B, N, d); with `log_density=True` also their log densities (L, B, N)."""
         if not isinstance(problem, SequentialProblem):
-            raise TypeError(f"ParticleFlowBayesRule.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
-                            f"got {type(problem).__name__}.")
+            raise TypeError(
+                f"ParticleFlowBayesRule.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                f"got {type(problem).__name__}."
+            )
         task = problem.as_task_tensors(task)
         observations = tf.convert_to_tensor(observations, tf.float32)
         if observations.shape.rank != 4:
-            raise ValueError(f"ParticleFlowBayesRule.filter: observations must have shape (tasks, length, "
-                             f"observations_per_update, observation_dim); got {tuple(observations.shape)}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule.filter: observations must have shape (tasks, length, "
+                f"observations_per_update, observation_dim); got {tuple(observations.shape)}."
+            )
         if problem.latent_dim != self.latent_dim:
-            raise ValueError(f"ParticleFlowBayesRule.filter: the problem's latent dimension is {problem.latent_dim}, "
-                             f"the operator's is {self.latent_dim}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule.filter: the problem's latent dimension is {problem.latent_dim}, "
+                f"the operator's is {self.latent_dim}."
+            )
         if observations.shape[1] == 0:
-            raise ValueError("ParticleFlowBayesRule.filter: observations hold no stage (length 0); got shape "
-                             f"{tuple(observations.shape)}.")
+            raise ValueError(
+                "ParticleFlowBayesRule.filter: observations hold no stage (length 0); got shape "
+                f"{tuple(observations.shape)}."
+            )
         problem.check_observations(observations[:, 0])
         _check_finite("observations", observations)
         tasks = {name: value.shape[0] for name, value in task.items() if value.shape.rank}
         for name, count in tasks.items():
             if count != observations.shape[0]:
-                raise ValueError(f"ParticleFlowBayesRule.filter: observations hold {observations.shape[0]} tasks, "
-                                 f"the task's '{name}' {count}.")
+                raise ValueError(
+                    f"ParticleFlowBayesRule.filter: observations hold {observations.shape[0]} tasks, "
+                    f"the task's '{name}' {count}."
+                )
         seeds = tf.random.split(tf.constant([int(seed), 0], tf.int64), observations.shape[1] + 1)
         if particles is None:
             if not _integer_at_least(num_particles, 2):
-                raise ValueError(f"ParticleFlowBayesRule.filter: num_particles must be an integer >= 2; got {num_particles!r}.")
+                raise ValueError(
+                    f"ParticleFlowBayesRule.filter: num_particles must be an integer >= 2; got {num_particles!r}."
+                )
             particles, density = problem.sample_prior(task, int(num_particles), seeds[-1])
         else:
             particles = tf.convert_to_tensor(particles, tf.float32)
-            if particles.shape.rank != 3 or particles.shape[-1] != self.latent_dim or particles.shape[1] < 2 \
-                    or particles.shape[0] != observations.shape[0]:
-                raise ValueError(f"ParticleFlowBayesRule.filter: particles must have shape ({observations.shape[0]}, "
-                                 f"num_particles >= 2, {self.latent_dim}), one set per task; got {tuple(particles.shape)}.")
+            if (
+                particles.shape.rank != 3
+                or particles.shape[-1] != self.latent_dim
+                or particles.shape[1] < 2
+                or particles.shape[0] != observations.shape[0]
+            ):
+                raise ValueError(
+                    f"ParticleFlowBayesRule.filter: particles must have shape ({observations.shape[0]}, "
+                    f"num_particles >= 2, {self.latent_dim}), one set per task; got {tuple(particles.shape)}."
+                )
             _check_finite("particles", particles)
-            density = problem.log_prior(particles, task) if log_density else tf.zeros(tf.shape(particles)[:2])
+            density = (
+                problem.log_prior(particles, task)
+                if log_density
+                else tf.zeros(tf.shape(particles)[:2])
+            )
         stage = self._stage_function(problem, bool(log_density))
         out, densities = [], []
         for n in range(observations.shape[1]):
@@ -373,14 +510,28 @@ class ParticleFlowBayesRule(keras.Model):
             out.append(particles.numpy())
             densities.append(density.numpy())
             if not np.all(np.isfinite(out[-1])):
-                raise FloatingPointError(f"ParticleFlowBayesRule.filter: the particles became non-finite at stage {n} "
-                                         "from finite inputs; the operator may not fit this problem's observations.")
+                raise FloatingPointError(
+                    f"ParticleFlowBayesRule.filter: the particles became non-finite at stage {n} "
+                    "from finite inputs; the operator may not fit this problem's observations."
+                )
         out = np.stack(out)
         return (out, np.stack(densities)) if log_density else out
 
     # ---- meta-training --------------------------------------------------------------------------------
-    def meta_fit(self, problem, iterations=1000, tasks_per_iteration=8, num_particles=128, sequence_length=10,
-                 segment_length=None, segment_prior="exact", learning_rate=1e-3, weight_decay=1e-5, seed=0, verbose=1):
+    def meta_fit(
+        self,
+        problem,
+        iterations=1000,
+        tasks_per_iteration=8,
+        num_particles=128,
+        sequence_length=10,
+        segment_length=None,
+        segment_prior="exact",
+        learning_rate=1e-3,
+        weight_decay=1e-5,
+        seed=0,
+        verbose=1,
+    ):
         """Meta-trains the operator on tasks drawn from `problem` (Section 3.3): per iteration,
         `tasks_per_iteration` tasks with `sequence_length` observations each, `num_particles` particles
         per task, one Adam step per segment of `segment_length` stages (default: the whole sequence).
@@ -392,32 +543,50 @@ class ParticleFlowBayesRule(keras.Model):
         segment's observations only ("kde": no stored past observations, for long streams).
         Returns a keras History-like dict {"loss": [per-iteration mean stage loss]}."""
         if not isinstance(problem, SequentialProblem):
-            raise TypeError(f"ParticleFlowBayesRule.meta_fit: problem must be a bayes_keras.pfbr.SequentialProblem; "
-                            f"got {type(problem).__name__}.")
+            raise TypeError(
+                f"ParticleFlowBayesRule.meta_fit: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                f"got {type(problem).__name__}."
+            )
         if problem.latent_dim != self.latent_dim:
-            raise ValueError(f"ParticleFlowBayesRule.meta_fit: the problem's latent dimension is {problem.latent_dim}, "
-                             f"the operator's is {self.latent_dim}.")
-        for name, value, least in (("iterations", iterations, 1), ("tasks_per_iteration", tasks_per_iteration, 1),
-                                   ("num_particles", num_particles, 2), ("sequence_length", sequence_length, 1),
-                                   ("segment_length", sequence_length if segment_length is None else segment_length, 1)):
+            raise ValueError(
+                f"ParticleFlowBayesRule.meta_fit: the problem's latent dimension is {problem.latent_dim}, "
+                f"the operator's is {self.latent_dim}."
+            )
+        for name, value, least in (
+            ("iterations", iterations, 1),
+            ("tasks_per_iteration", tasks_per_iteration, 1),
+            ("num_particles", num_particles, 2),
+            ("sequence_length", sequence_length, 1),
+            ("segment_length", sequence_length if segment_length is None else segment_length, 1),
+        ):
             if not _integer_at_least(value, least):
-                raise ValueError(f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}.")
+                raise ValueError(
+                    f"ParticleFlowBayesRule.meta_fit: {name} must be an integer >= {least}; got {value!r}."
+                )
         if not _positive_number(learning_rate):
-            raise ValueError(f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule.meta_fit: learning_rate must be a positive number; got {learning_rate!r}."
+            )
         if not (_positive_number(weight_decay) or weight_decay == 0):
-            raise ValueError(f"ParticleFlowBayesRule.meta_fit: weight_decay must be a number >= 0; got {weight_decay!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule.meta_fit: weight_decay must be a number >= 0; got {weight_decay!r}."
+            )
         if segment_prior not in ("exact", "kde"):
-            raise ValueError(f"ParticleFlowBayesRule.meta_fit: segment_prior must be 'exact' or 'kde'; got {segment_prior!r}.")
+            raise ValueError(
+                f"ParticleFlowBayesRule.meta_fit: segment_prior must be 'exact' or 'kde'; got {segment_prior!r}."
+            )
         segment_length = int(segment_length or sequence_length)
         if getattr(self, "optimizer", None) is None:
             self.compile(optimizer=keras.optimizers.Adam(learning_rate, weight_decay=weight_decay))
             self.optimizer.build(self.trainable_variables)
-        else:   # a later call continues with the same Adam state at this call's learning rate
+        else:  # a later call continues with the same Adam state at this call's learning rate
             self.optimizer.learning_rate.assign(learning_rate)
         rng = np.random.default_rng(seed)
         for use_kde in (False, True):
             if (id(problem), use_kde) not in self._compiled_train:
-                self._compiled_train[(id(problem), use_kde)] = self._train_segment_function(problem, use_kde)
+                self._compiled_train[(id(problem), use_kde)] = self._train_segment_function(
+                    problem, use_kde
+                )
         bar = keras.utils.Progbar(iterations, stateful_metrics=["loss"]) if verbose else None
         history = {"loss": []}
         m = problem.observations_per_update
@@ -425,7 +594,9 @@ class ParticleFlowBayesRule(keras.Model):
             task, observations = problem.sample_tasks(tasks_per_iteration, sequence_length, rng)
             task = problem.as_task_tensors(task)
             observations = tf.convert_to_tensor(observations, tf.float32)
-            flat_observations = tf.reshape(observations, [tasks_per_iteration, sequence_length * m, -1])
+            flat_observations = tf.reshape(
+                observations, [tasks_per_iteration, sequence_length * m, -1]
+            )
             stage_seeds = rng.integers(0, 2**31 - 1, size=(sequence_length + 1, 2))
             particles, density = problem.sample_prior(task, num_particles, stage_seeds[-1])
             losses = []
@@ -433,16 +604,28 @@ class ParticleFlowBayesRule(keras.Model):
                 stop = min(start + segment_length, sequence_length)
                 use_kde = segment_prior == "kde" and start > 0 and not problem.state_space
                 index = np.arange(sequence_length * m)[None, :]
-                masks = (index < (np.arange(start, stop)[:, None] + 1) * m) & (index >= (start * m if use_kde else 0))
-                masks = np.broadcast_to(masks[:, None, :], (stop - start, tasks_per_iteration, sequence_length * m))
+                masks = (index < (np.arange(start, stop)[:, None] + 1) * m) & (
+                    index >= (start * m if use_kde else 0)
+                )
+                masks = np.broadcast_to(
+                    masks[:, None, :], (stop - start, tasks_per_iteration, sequence_length * m)
+                )
                 loss, particles, density = self._compiled_train[(id(problem), use_kde)](
-                    particles, density, observations[:, start:stop], flat_observations,
-                    tf.constant(masks, tf.float32), task, tf.constant(stage_seeds[start:stop], tf.int32))
+                    particles,
+                    density,
+                    observations[:, start:stop],
+                    flat_observations,
+                    tf.constant(masks, tf.float32),
+                    task,
+                    tf.constant(stage_seeds[start:stop], tf.int32),
+                )
                 losses.append(float(loss) * (stop - start))
             loss = sum(losses) / sequence_length
             if not np.isfinite(loss):
-                raise FloatingPointError(f"ParticleFlowBayesRule.meta_fit: the loss became {loss} at iteration "
-                                         f"{iteration}; lower learning_rate or raise steps.")
+                raise FloatingPointError(
+                    f"ParticleFlowBayesRule.meta_fit: the loss became {loss} at iteration "
+                    f"{iteration}; lower learning_rate or raise steps."
+                )
             history["loss"].append(loss)
             if bar is not None:
                 bar.update(iteration + 1, values=[("loss", loss)])
@@ -460,29 +643,46 @@ class ParticleFlowBayesRule(keras.Model):
 
             def stage(i, particles, density, total):
                 observation = observations[:, i]
-                particles, density, previous = self._stage(problem, particles, density, observation, task, seeds[i])
+                particles, density, previous = self._stage(
+                    problem, particles, density, observation, task, seeds[i]
+                )
                 if problem.state_space:
-                    target = (problem.log_likelihood(particles, observation, task)
-                              + problem.log_transition_mixture(particles, previous, task))
+                    target = problem.log_likelihood(
+                        particles, observation, task
+                    ) + problem.log_transition_mixture(particles, previous, task)
                 else:
-                    target = log_prior(particles) + problem.log_likelihood(particles, flat_observations, task, mask=masks[i])
+                    target = log_prior(particles) + problem.log_likelihood(
+                        particles, flat_observations, task, mask=masks[i]
+                    )
                 return i + 1, particles, density, total + tf.reduce_mean(density - target)
 
             with tf.GradientTape() as tape:
                 _, particles, density, total = tf.while_loop(
-                    lambda i, *_: i < count, stage, (tf.constant(0), particles, density, tf.constant(0.0)),
-                    maximum_iterations=count)
+                    lambda i, *_: i < count,
+                    stage,
+                    (tf.constant(0), particles, density, tf.constant(0.0)),
+                    maximum_iterations=count,
+                )
                 loss = total / count
             gradients = tape.gradient(loss, self.trainable_variables)
             self.optimizer.apply(gradients, self.trainable_variables)
             return loss, tf.stop_gradient(particles), tf.stop_gradient(density)
+
         return train_segment
 
     def get_config(self):
-        return {**super().get_config(), "latent_dim": self.latent_dim, "hidden_units": self.hidden_units,
-                "embedding_units": self.embedding_units, "body_layers": self.body_layers,
-                "time_length": self.time_length, "steps": self.steps, "divergence": self.divergence,
-                "standardize": self.standardize, "likelihood_value": self.likelihood_value}
+        return {
+            **super().get_config(),
+            "latent_dim": self.latent_dim,
+            "hidden_units": self.hidden_units,
+            "embedding_units": self.embedding_units,
+            "body_layers": self.body_layers,
+            "time_length": self.time_length,
+            "steps": self.steps,
+            "divergence": self.divergence,
+            "standardize": self.standardize,
+            "likelihood_value": self.likelihood_value,
+        }
 
 
 class _StandardCoordinates:
@@ -498,19 +698,27 @@ class _StandardCoordinates:
             return
         self.center = tf.reduce_mean(start, axis=1, keepdims=True)
         if mode is True:
-            self.scale = tf.sqrt(tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12)   # (B, 1, d)
+            self.scale = tf.sqrt(
+                tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12
+            )  # (B, 1, d)
             return
         deviations = start - self.center
         d = start.shape[-1]
-        covariance = tf.matmul(deviations, deviations, transpose_a=True) / tf.cast(tf.shape(start)[1], start.dtype)
+        covariance = tf.matmul(deviations, deviations, transpose_a=True) / tf.cast(
+            tf.shape(start)[1], start.dtype
+        )
         # A relative jitter keeps the factor finite for particles on a line (or a single repeated point).
         jitter = 1e-6 * tf.linalg.trace(covariance)[:, None, None] / d + 1e-12
-        self.factor = tf.linalg.cholesky(covariance + jitter * tf.eye(d, dtype=start.dtype))          # (B, d, d)
+        self.factor = tf.linalg.cholesky(
+            covariance + jitter * tf.eye(d, dtype=start.dtype)
+        )  # (B, d, d)
 
     def to_z(self, x):
         if self.mode != "full":
             return (x - self.center) / self.scale
-        solved = tf.linalg.triangular_solve(self.factor, tf.linalg.matrix_transpose(x - self.center), lower=True)
+        solved = tf.linalg.triangular_solve(
+            self.factor, tf.linalg.matrix_transpose(x - self.center), lower=True
+        )
         return tf.linalg.matrix_transpose(solved)
 
     def to_x(self, z):
@@ -535,20 +743,33 @@ def gaussian_kde_log_prob(x, centers):
     x (B, M, d), centers (B, N, d) -> (B, M)."""
     n = tf.cast(tf.shape(centers)[1], x.dtype)
     d = x.shape[-1]
-    h = ((4.0 / (d + 2)) ** (1.0 / (d + 4)) * n ** (-1.0 / (d + 4))
-         * tf.math.reduce_std(centers, axis=1, keepdims=True) + 1e-6)
+    h = (4.0 / (d + 2)) ** (1.0 / (d + 4)) * n ** (-1.0 / (d + 4)) * tf.math.reduce_std(
+        centers, axis=1, keepdims=True
+    ) + 1e-6
     z = (x[:, :, None, :] - centers[:, None, :, :]) / h[:, None]
-    log_kernel = -0.5 * tf.reduce_sum(tf.square(z), -1) - tf.reduce_sum(tf.math.log(h), -1)[:, None] - 0.5 * d * np.log(2 * np.pi)
+    log_kernel = (
+        -0.5 * tf.reduce_sum(tf.square(z), -1)
+        - tf.reduce_sum(tf.math.log(h), -1)[:, None]
+        - 0.5 * d * np.log(2 * np.pi)
+    )
     return tf.reduce_logsumexp(log_kernel, axis=-1) - tf.math.log(n)
 
 
 def _integer_at_least(value, least):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= least
+    return (
+        isinstance(value, (int, np.integer))
+        and not isinstance(value, (bool, np.bool_))
+        and value >= least
+    )
 
 
 def _positive_number(value):
-    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-            and bool(np.isfinite(value)) and value > 0)
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and bool(np.isfinite(value))
+        and value > 0
+    )
 
 
 def _check_finite(name, tensor, cause=""):
@@ -560,8 +781,10 @@ def _check_finite(name, tensor, cause=""):
 def _check_log_likelihood(log_likelihood, particles):
     """Evaluates `log_likelihood` once at the particles: one finite value per particle, depending on it."""
     if not callable(log_likelihood):
-        raise TypeError(f"ParticleFlowBayesRule: log_likelihood must be a callable x -> log p(o | x); got "
-                        f"{type(log_likelihood).__name__}.")
+        raise TypeError(
+            f"ParticleFlowBayesRule: log_likelihood must be a callable x -> log p(o | x); got "
+            f"{type(log_likelihood).__name__}."
+        )
     if not tf.executing_eagerly():
         return
     with tf.GradientTape() as tape:
@@ -569,13 +792,19 @@ def _check_log_likelihood(log_likelihood, particles):
         value = log_likelihood(particles)
     expected = tuple(particles.shape[:-1])
     if not isinstance(value, (tf.Tensor, tf.Variable)) or tuple(value.shape) != expected:
-        raise ValueError(f"ParticleFlowBayesRule: log_likelihood(x) must return a TensorFlow tensor of shape {expected}, one "
-                         f"value per particle of x {tuple(particles.shape)}; got "
-                         f"{tuple(value.shape) if hasattr(value, 'shape') else type(value).__name__}"
-                         f"{'' if isinstance(value, (tf.Tensor, tf.Variable)) else ' (not a tf tensor: gradients cannot flow)'}.")
+        raise ValueError(
+            f"ParticleFlowBayesRule: log_likelihood(x) must return a TensorFlow tensor of shape {expected}, one "
+            f"value per particle of x {tuple(particles.shape)}; got "
+            f"{tuple(value.shape) if hasattr(value, 'shape') else type(value).__name__}"
+            f"{'' if isinstance(value, (tf.Tensor, tf.Variable)) else ' (not a tf tensor: gradients cannot flow)'}."
+        )
     if tape.gradient(value, particles) is None:
-        raise ValueError("ParticleFlowBayesRule: log_likelihood(x) does not depend on x through TensorFlow ops (its "
-                         "gradient is None); write it with tf ops on x.")
+        raise ValueError(
+            "ParticleFlowBayesRule: log_likelihood(x) does not depend on x through TensorFlow ops (its "
+            "gradient is None); write it with tf ops on x."
+        )
     if not bool(tf.reduce_all(tf.math.is_finite(value))):
-        raise ValueError("ParticleFlowBayesRule: log_likelihood(x) is not finite at every particle (a NaN or extreme "
-                         "observation?).")
+        raise ValueError(
+            "ParticleFlowBayesRule: log_likelihood(x) is not finite at every particle (a NaN or extreme "
+            "observation?)."
+        )

@@ -65,10 +65,13 @@ class SequentialProblem:
         """observations as float32 (B, m, observation_dim), or a ValueError naming the expected shape."""
         observations = tf.convert_to_tensor(observations, tf.float32)
         shape = observations.shape
-        if shape.rank != 3 or (self.observation_dim is not None and shape[-1] != self.observation_dim):
+        if shape.rank != 3 or (
+            self.observation_dim is not None and shape[-1] != self.observation_dim
+        ):
             raise ValueError(
                 f"{type(self).__name__}: observations must have shape (tasks, observations_per_update, "
-                f"{self.observation_dim}); got {tuple(shape)}.")
+                f"{self.observation_dim}); got {tuple(shape)}."
+            )
         return observations
 
     def get_config(self):
@@ -76,7 +79,9 @@ class SequentialProblem:
 
     @staticmethod
     def as_task_tensors(task):
-        return {key: tf.convert_to_tensor(np.asarray(value), tf.float32) for key, value in task.items()}
+        return {
+            key: tf.convert_to_tensor(np.asarray(value), tf.float32) for key, value in task.items()
+        }
 
 
 def autodiff_hessian(log_likelihood, x):

@@ -35,30 +35,44 @@ class SequentialMonteCarlo:
 
     def __init__(self, shrinkage=0.98):
         if not 0 <= shrinkage < 1:
-            raise ValueError(f"SequentialMonteCarlo: shrinkage must be in [0, 1); got {shrinkage!r}.")
+            raise ValueError(
+                f"SequentialMonteCarlo: shrinkage must be in [0, 1); got {shrinkage!r}."
+            )
         self.shrinkage = float(shrinkage)
-        self._steps = weakref.WeakKeyDictionary()  # problem -> its compiled step, kept across filter() calls
+        self._steps = (
+            weakref.WeakKeyDictionary()
+        )  # problem -> its compiled step, kept across filter() calls
 
-    def filter(self, problem, task, observations, particles=None, num_particles=256, seed=0, weighted=False):
+    def filter(
+        self, problem, task, observations, particles=None, num_particles=256, seed=0, weighted=False
+    ):
         """Filters `observations` (B, L, m, k) of the tasks `task` from `particles` (B, N, d) or N draws
         of the prior. Returns the particles after every stage (L, B, N, d); with `weighted=True` the tuple
         (particles, weighted_particles (L, B, N, d), weights (L, B, N)): each stage's importance-weighted
         cloud before resampling, weights normalised."""
         if not isinstance(problem, SequentialProblem):
-            raise TypeError(f"SequentialMonteCarlo.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
-                            f"got {type(problem).__name__}.")
+            raise TypeError(
+                f"SequentialMonteCarlo.filter: problem must be a bayes_keras.pfbr.SequentialProblem; "
+                f"got {type(problem).__name__}."
+            )
         task = problem.as_task_tensors(task)
         observations = tf.convert_to_tensor(observations, tf.float32)
         problem.check_observations(observations[:, 0])
         rng = np.random.default_rng(seed)
         if particles is None:
-            particles, _ = problem.sample_prior(task, int(num_particles), rng.integers(0, 2**31 - 1, size=2))
+            particles, _ = problem.sample_prior(
+                task, int(num_particles), rng.integers(0, 2**31 - 1, size=2)
+            )
         particles = tf.convert_to_tensor(particles, tf.float32)
         step = self._step_function(problem)
         out, clouds, all_weights = [], [], []
         for n in range(observations.shape[1]):
-            particles, cloud, weights = step(particles, observations[:, n], task,
-                                             tf.constant(rng.integers(0, 2**31 - 1, size=(3, 2)), tf.int32))
+            particles, cloud, weights = step(
+                particles,
+                observations[:, n],
+                task,
+                tf.constant(rng.integers(0, 2**31 - 1, size=(3, 2)), tf.int32),
+            )
             out.append(particles.numpy())
             if weighted:
                 clouds.append(cloud.numpy())
@@ -90,7 +104,12 @@ class SequentialMonteCarlo:
             mean = tf.reduce_sum(weights[..., None] * particles, axis=1, keepdims=True)
             centred = particles - mean
             covariance = tf.matmul(centred * weights[..., None], centred, transpose_a=True)
-            return liu_west_move(resampled, shrinkage, seeds[2], mean, covariance), particles, weights
+            return (
+                liu_west_move(resampled, shrinkage, seeds[2], mean, covariance),
+                particles,
+                weights,
+            )
+
         return step
 
 
@@ -121,9 +140,15 @@ def liu_west_move(particles, shrinkage, seed, mean=None, covariance=None):
     # from the float64 eigendecomposition with negative eigenvalues clipped to 0 (any L with L L^T = C moves
     # the particles alike); the others keep their Cholesky factor bit for bit.
     symmetric = tf.cast(0.5 * (covariance + tf.linalg.matrix_transpose(covariance)), tf.float64)
-    values, vectors = tf.linalg.eigh(tf.where(tf.math.is_finite(symmetric), symmetric, tf.zeros_like(symmetric)))
+    values, vectors = tf.linalg.eigh(
+        tf.where(tf.math.is_finite(symmetric), symmetric, tf.zeros_like(symmetric))
+    )
     root = tf.cast(vectors * tf.sqrt(tf.maximum(values, 0.0))[..., None, :], particles.dtype)
     factored = tf.reduce_all(tf.math.is_finite(chol), axis=[-2, -1], keepdims=True)
     chol = tf.where(factored, chol, root)
     noise = tf.random.stateless_normal(tf.shape(particles), seed, dtype=particles.dtype)
-    return shrinkage * particles + (1 - shrinkage) * mean + (1 - shrinkage**2) ** 0.5 * tf.matmul(noise, chol, transpose_b=True)
+    return (
+        shrinkage * particles
+        + (1 - shrinkage) * mean
+        + (1 - shrinkage**2) ** 0.5 * tf.matmul(noise, chol, transpose_b=True)
+    )

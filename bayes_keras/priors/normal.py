@@ -30,7 +30,9 @@ class Normal(Prior):
     def __init__(self, loc=0.0, scale=1.0):
         if isinstance(scale, str):
             if not (scale == "he" or scale.startswith("he:")):
-                raise ValueError(f"Normal prior scale must be a positive float or 'he'/'he:c'; got {scale!r}.")
+                raise ValueError(
+                    f"Normal prior scale must be a positive float or 'he'/'he:c'; got {scale!r}."
+                )
             if scale.startswith("he:"):
                 float(scale[3:])
         else:

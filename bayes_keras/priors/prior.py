@@ -21,7 +21,6 @@ class Prior(Configurable):
         raise NotImplementedError
 
 
-
 def serialize(prior):
     return keras.saving.serialize_keras_object(prior)
 

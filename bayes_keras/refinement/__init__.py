@@ -9,4 +9,11 @@ from bayes_keras.refinement import auxiliary
 from bayes_keras.refinement.conditional_gaussians import ConditionalGaussians
 from bayes_keras.refinement.refine import RefinementHistory, fit_mean_field, refine, refine_log_prob
 
-__all__ = ["ConditionalGaussians", "RefinementHistory", "auxiliary", "fit_mean_field", "refine", "refine_log_prob"]
+__all__ = [
+    "ConditionalGaussians",
+    "RefinementHistory",
+    "auxiliary",
+    "fit_mean_field",
+    "refine",
+    "refine_log_prob",
+]

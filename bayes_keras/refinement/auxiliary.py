@@ -26,9 +26,15 @@ def variance_schedule(num_stages, ratio=0.7, variances=None):
         raise ValueError(f"num_stages must be a positive integer; got {num_stages!r}.")
     if variances is not None:
         fractions = np.asarray(variances, dtype=np.float64)
-        if fractions.shape != (int(num_stages),) or np.any(fractions <= 0) or not fractions.sum() <= 1.0 + 1e-12:
-            raise ValueError(f"variances must be {int(num_stages)} positive fractions of the prior variance summing "
-                             f"to at most 1; got {variances!r} (sum {fractions.sum():g}).")
+        if (
+            fractions.shape != (int(num_stages),)
+            or np.any(fractions <= 0)
+            or not fractions.sum() <= 1.0 + 1e-12
+        ):
+            raise ValueError(
+                f"variances must be {int(num_stages)} positive fractions of the prior variance summing "
+                f"to at most 1; got {variances!r} (sum {fractions.sum():g})."
+            )
         if abs(fractions.sum() - 1.0) <= 1e-12:
             fractions[-1] = 1.0 - fractions[:-1].sum()  # exactly nothing left
         return fractions

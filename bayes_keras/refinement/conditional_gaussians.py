@@ -41,7 +41,9 @@ class ConditionalGaussians:
         self.slots = [variable(zeros, name) for name in ("m_mean", "v_mean", "m_std", "v_std")]
         self.b = variable(zeros, "prior_mean")
         self.s2 = variable(np.ones(shape), "prior_variance")
-        self.learning_rate = variable(np.full(shape, 1e-3), "learning_rate")  # per sample and coordinate
+        self.learning_rate = variable(
+            np.full(shape, 1e-3), "learning_rate"
+        )  # per sample and coordinate
         self.t = variable(0, "adam_step", tf.int64)
         self.draws = variable(0, "draw_counter", tf.int64)
         self.seed = int(seed)
@@ -51,10 +53,14 @@ class ConditionalGaussians:
         with `learning_rate` (a scalar, or per sample and coordinate (M, D))."""
         std = np.sqrt(np.asarray(variance, np.float64))
         self.nu.assign(tf.cast(np.broadcast_to(mean, self.nu.shape), self.dtype))
-        self.r.assign(tf.cast(tfp.math.softplus_inverse(np.broadcast_to(std, self.r.shape)), self.dtype))
+        self.r.assign(
+            tf.cast(tfp.math.softplus_inverse(np.broadcast_to(std, self.r.shape)), self.dtype)
+        )
         self.b.assign(tf.cast(np.broadcast_to(prior_mean, self.b.shape), self.dtype))
         self.s2.assign(tf.cast(np.broadcast_to(prior_variance, self.s2.shape), self.dtype))
-        self.learning_rate.assign(tf.cast(np.broadcast_to(learning_rate, self.learning_rate.shape), self.dtype))
+        self.learning_rate.assign(
+            tf.cast(np.broadcast_to(learning_rate, self.learning_rate.shape), self.dtype)
+        )
         for slot in self.slots:
             slot.assign(tf.zeros_like(slot))
         self.t.assign(0)
@@ -68,8 +74,9 @@ class ConditionalGaussians:
         """leading + (M, D) standard normals from the next key of the stream."""
         key = tf.stack([tf.constant(self.seed, tf.int64), self.draws.read_value()])
         self.draws.assign_add(1)
-        return tf.random.stateless_normal(tuple(leading) + (self.num_samples, self.dim), key, dtype=self.dtype,
-                                          alg="philox")
+        return tf.random.stateless_normal(
+            tuple(leading) + (self.num_samples, self.dim), key, dtype=self.dtype, alg="philox"
+        )
 
     def sample(self, leading=()):
         """Draws w_m ~ q_m for every m: leading + (M, D)."""
@@ -78,8 +85,13 @@ class ConditionalGaussians:
     def kl(self):
         """KL(q_m || N(b_m, s^2)) for every m: (M,)."""
         var = tf.square(tf.math.softplus(self.r))
-        return 0.5 * tf.reduce_sum(var / self.s2 + tf.square(self.nu - self.b) / self.s2 - 1.0 - tf.math.log(var / self.s2),
-                                   axis=1)
+        return 0.5 * tf.reduce_sum(
+            var / self.s2
+            + tf.square(self.nu - self.b) / self.s2
+            - 1.0
+            - tf.math.log(var / self.s2),
+            axis=1,
+        )
 
     def step(self, value_and_gradient):
         """One Adam step on every q_m. `value_and_gradient(w)` -> (ell (M,), grad ell (M, D)) at w (M, D).
@@ -95,8 +107,11 @@ class ConditionalGaussians:
         self.t.assign_add(1)
         t = tf.cast(self.t, self.dtype)
         beta_1, beta_2, epsilon = 0.9, 0.999, 1e-8
-        lr = self.learning_rate * tf.sqrt(1.0 - beta_2 ** t) / (1.0 - beta_1 ** t)
-        for variable, g, (m, v) in ((self.nu, grad_nu, self.slots[:2]), (self.r, grad_r, self.slots[2:])):
+        lr = self.learning_rate * tf.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
+        for variable, g, (m, v) in (
+            (self.nu, grad_nu, self.slots[:2]),
+            (self.r, grad_r, self.slots[2:]),
+        ):
             m.assign(beta_1 * m + (1.0 - beta_1) * g)
             v.assign(beta_2 * v + (1.0 - beta_2) * tf.square(g))
             variable.assign_sub(lr * m / (tf.sqrt(v) + epsilon))

@@ -5,7 +5,9 @@ import tensorflow as tf
 
 from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.model import BayesianModel
-from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
+    GaussianVariationalOptimizer,
+)
 from bayes_keras.priors import Normal
 
 
@@ -15,12 +17,16 @@ class ModelTarget:
 
     def __init__(self, model, x, y, batch_size, sample_weight, seed):
         if not isinstance(model, BayesianModel):
-            raise ValueError(f"refine needs a bayes_keras.BayesianModel; got {type(model).__name__}.")
+            raise ValueError(
+                f"refine needs a bayes_keras.BayesianModel; got {type(model).__name__}."
+            )
         optimizer = getattr(model, "optimizer", None)
         if not isinstance(optimizer, GaussianVariationalOptimizer) or not optimizer.built:
-            raise ValueError("refine starts from a trained Gaussian posterior: compile the model with "
-                             "MGVBP(structure='diagonal') or MeanFieldVI and fit it first; got optimizer "
-                             f"{type(optimizer).__name__}{'' if optimizer is None or optimizer.built else ' (not trained)'}.")
+            raise ValueError(
+                "refine starts from a trained Gaussian posterior: compile the model with "
+                "MGVBP(structure='diagonal') or MeanFieldVI and fit it first; got optimizer "
+                f"{type(optimizer).__name__}{'' if optimizer is None or optimizer.built else ' (not trained)'}."
+            )
         self.model, self.optimizer = model, optimizer
         self.view = ParticleView(model.particle_variables)
         self.num_particles = self.view.num_particles
@@ -29,8 +35,10 @@ class ModelTarget:
         self.temperature = float(model.temperature)
         self.dataset_size = float(model.dataset_size)
         self.base_steps = int(optimizer.iterations.numpy())
-        self._positions = [next(i for i, v in enumerate(model.trainable_variables) if v is p)
-                           for p in self.view.variables]
+        self._positions = [
+            next(i for i, v in enumerate(model.trainable_variables) if v is p)
+            for p in self.view.variables
+        ]
         self._train, self._evaluate = _datasets(x, y, sample_weight, batch_size, seed)
         self._iterator = iter(self._train)
 
@@ -42,8 +50,10 @@ class ModelTarget:
         for variable in self.view.variables:
             q = marginals[variable.path]
             if not _is_diagonal(q):
-                raise ValueError(f"refine needs a diagonal Gaussian posterior (MGVBP(structure='diagonal') or "
-                                 f"MeanFieldVI); {type(self.optimizer).__name__} holds {type(q).__name__} marginals.")
+                raise ValueError(
+                    f"refine needs a diagonal Gaussian posterior (MGVBP(structure='diagonal') or "
+                    f"MeanFieldVI); {type(self.optimizer).__name__} holds {type(q).__name__} marginals."
+                )
             means.append(np.asarray(q.mean(), np.float64).ravel())
             variances.append(np.square(np.asarray(q.stddev(), np.float64)).ravel())
         return np.concatenate(means), np.concatenate(variances)
@@ -54,8 +64,10 @@ class ModelTarget:
         for i, (variable, size) in enumerate(zip(self.view.variables, self.view.sizes)):
             prior, fan_in = self.view.priors[i] or (None, None)
             if not isinstance(prior, Normal):
-                raise ValueError(f"refine splits a Normal prior into auxiliary variables; {variable.path} has "
-                                 f"{prior!r}.")
+                raise ValueError(
+                    f"refine splits a Normal prior into auxiliary variables; {variable.path} has "
+                    f"{prior!r}."
+                )
             locs.append(np.full(size, prior.loc))
             variances.append(np.full(size, self.temperature * prior.stddev(fan_in) ** 2))
         self._loc = tf.constant(np.concatenate(locs), self.dtype)
@@ -111,7 +123,9 @@ def _is_diagonal(q):
     import tensorflow_probability as tfp
 
     tfd = tfp.distributions
-    return isinstance(q, tfd.Normal) or (isinstance(q, tfd.Independent) and isinstance(q.distribution, tfd.Normal))
+    return isinstance(q, tfd.Normal) or (
+        isinstance(q, tfd.Independent) and isinstance(q.distribution, tfd.Normal)
+    )
 
 
 def _unpack(batch):
@@ -120,16 +134,22 @@ def _unpack(batch):
         y = batch[1] if len(batch) > 1 else None
         sample_weight = batch[2] if len(batch) > 2 else None
         return x, y, sample_weight
-    raise ValueError("refine: a tf.data.Dataset must yield (x, y) or (x, y, sample_weight) batches.")
+    raise ValueError(
+        "refine: a tf.data.Dataset must yield (x, y) or (x, y, sample_weight) batches."
+    )
 
 
 def _datasets(x, y, sample_weight, batch_size, seed):
     """(an endless shuffled training stream, one pass for the bounds), as fit would read the data."""
     if x is None:
-        raise ValueError("refine needs the training data: refine(model, x, y) or a tf.data.Dataset of (x, y).")
+        raise ValueError(
+            "refine needs the training data: refine(model, x, y) or a tf.data.Dataset of (x, y)."
+        )
     if isinstance(x, tf.data.Dataset):
         if y is not None:
-            raise ValueError("refine: with a tf.data.Dataset pass y=None (the dataset yields (x, y) batches).")
+            raise ValueError(
+                "refine: with a tf.data.Dataset pass y=None (the dataset yields (x, y) batches)."
+            )
         return x.repeat(), x
     if y is None:
         raise ValueError("refine: arrays need targets y.")
@@ -138,5 +158,7 @@ def _datasets(x, y, sample_weight, batch_size, seed):
     tensors = (x, y) if sample_weight is None else (x, y, sample_weight)
     data = tf.data.Dataset.from_tensor_slices(tensors)
     n = int(np.shape(x)[0])
-    train = data.shuffle(n, seed=seed, reshuffle_each_iteration=True).batch(int(batch_size)).repeat()
+    train = (
+        data.shuffle(n, seed=seed, reshuffle_each_iteration=True).batch(int(batch_size)).repeat()
+    )
     return train, data.batch(int(batch_size))

@@ -57,12 +57,27 @@ class RefinementHistory:
         """Refinement steps as a fraction of the base training's steps."""
         if not self.base_steps:
             return f"{self.refinement_steps} refinement steps"
-        return (f"{self.refinement_steps} refinement steps for {self.elbo_aux.shape[1]} samples, "
-                f"{self.refinement_steps / self.base_steps:.2f} x the {self.base_steps} steps of base training")
+        return (
+            f"{self.refinement_steps} refinement steps for {self.elbo_aux.shape[1]} samples, "
+            f"{self.refinement_steps / self.base_steps:.2f} x the {self.base_steps} steps of base training"
+        )
 
 
-def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio=0.7, variances=None,
-           steps_per_stage=None, learning_rate=1e-3, batch_size=32, sample_weight=None, seed=None, verbose="auto"):
+def refine(
+    model,
+    x=None,
+    y=None,
+    num_samples=None,
+    num_stages=5,
+    variance_ratio=0.7,
+    variances=None,
+    steps_per_stage=None,
+    learning_rate=1e-3,
+    batch_size=32,
+    sample_weight=None,
+    seed=None,
+    verbose="auto",
+):
     """Replace a model's particles by M samples of its locally refined Gaussian posterior.
 
     The model must have been trained with a diagonal Gaussian posterior (`MGVBP(structure="diagonal")`,
@@ -105,44 +120,84 @@ def refine(model, x=None, y=None, num_samples=None, num_stages=5, variance_ratio
         >>> history.history["elbo_aux"]                      # base ELBO, then one bound per stage
         >>> probs = model.predict(x_test)                    # now from the refined samples
     """
-    if not (verbose == "auto" or (isinstance(verbose, (int, np.integer, bool)) and verbose in (0, 1, 2))):
+    if not (
+        verbose == "auto" or (isinstance(verbose, (int, np.integer, bool)) and verbose in (0, 1, 2))
+    ):
         raise ValueError(f"refine: verbose must be 'auto', 0, 1 or 2; got {verbose!r}.")
     call_checks.batch_size(batch_size)
     call_checks.sample_weight(sample_weight)
     if isinstance(model, BayesianModel) and x is not None:
         call_checks.inputs(model, x, "refine")
         call_checks.target_values(model, y, "refine")
-    if call_checks.in_memory(x) and call_checks.in_memory(y) and hasattr(x, "shape") and hasattr(y, "shape") \
-            and len(x) != len(y):
-        raise ValueError(f"refine: y has {len(y)} rows and x {len(x)}; give one target per example.")
+    if (
+        call_checks.in_memory(x)
+        and call_checks.in_memory(y)
+        and hasattr(x, "shape")
+        and hasattr(y, "shape")
+        and len(x) != len(y)
+    ):
+        raise ValueError(
+            f"refine: y has {len(y)} rows and x {len(x)}; give one target per example."
+        )
     target = ModelTarget(model, x, y, batch_size, sample_weight, seed)
     m = target.num_particles
     if num_samples is not None and num_samples != m:
         _check_positive_int(num_samples, "num_samples")
-        raise ValueError(f"refine writes one refined sample per particle slot: num_samples must equal the model's "
-                         f"{m} particles; got {num_samples}. Build the model with num_particles={num_samples}.")
+        raise ValueError(
+            f"refine writes one refined sample per particle slot: num_samples must equal the model's "
+            f"{m} particles; got {num_samples}. Build the model with num_particles={num_samples}."
+        )
     nu, var = target.base_posterior()
     original = target.particle_values()
     finished = False
     try:
-        history = _refine(target, np.broadcast_to(nu, (m,) + nu.shape), np.broadcast_to(var, (m,) + var.shape), m,
-                          num_stages, variance_ratio, variances, steps_per_stage, learning_rate, seed, verbose,
-                          target.dataset_size)
+        history = _refine(
+            target,
+            np.broadcast_to(nu, (m,) + nu.shape),
+            np.broadcast_to(var, (m,) + var.shape),
+            m,
+            num_stages,
+            variance_ratio,
+            variances,
+            steps_per_stage,
+            learning_rate,
+            seed,
+            verbose,
+            target.dataset_size,
+        )
         finished = True
     finally:
-        if not finished:  # interrupted: the particles go back to what they were (the base posterior is untouched)
+        if (
+            not finished
+        ):  # interrupted: the particles go back to what they were (the base posterior is untouched)
             target.assign_particles(original)
     if not all(np.all(np.isfinite(v)) for v in target.particle_values()):
         target.assign_particles(original)  # non-finite samples are never written, as for any update
-        raise ValueError("refine: the refined samples are not finite (NaN or Inf in x or y, or too large a "
-                         "learning_rate); the particles were left as they were.")
+        raise ValueError(
+            "refine: the refined samples are not finite (NaN or Inf in x or y, or too large a "
+            "learning_rate); the particles were left as they were."
+        )
     history.base_steps = target.base_steps
     return history
 
 
-def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0, num_samples=100, num_stages=5,
-                    variance_ratio=0.7, variances=None, steps_per_stage=None, learning_rate=None, seed=None,
-                    verbose=0, dtype="float64", eval_samples=64):
+def refine_log_prob(
+    log_likelihood,
+    mean,
+    stddev,
+    prior_loc=0.0,
+    prior_scale=1.0,
+    num_samples=100,
+    num_stages=5,
+    variance_ratio=0.7,
+    variances=None,
+    steps_per_stage=None,
+    learning_rate=None,
+    seed=None,
+    verbose=0,
+    dtype="float64",
+    eval_samples=64,
+):
     """Local refinement on a log density, through the functional door (toys, hierarchical models).
 
     The log joint is log N(w; prior_loc, prior_scale^2) + log_likelihood(w): any log density can be written
@@ -163,17 +218,42 @@ def refine_log_prob(log_likelihood, mean, stddev, prior_loc=0.0, prior_scale=1.0
         (samples (M, D) numpy, `RefinementHistory`).
     """
     _check_positive_int(num_samples, "num_samples")
-    target = DensityTarget(log_likelihood, mean, stddev, prior_loc, prior_scale, dtype, eval_samples)
+    target = DensityTarget(
+        log_likelihood, mean, stddev, prior_loc, prior_scale, dtype, eval_samples
+    )
     d = target.dim
     nu, var = target.base_posterior()
-    history = _refine(target, np.broadcast_to(nu, (num_samples, d)), np.broadcast_to(var, (num_samples, d)),
-                      num_samples, num_stages, variance_ratio, variances, steps_per_stage, learning_rate, seed,
-                      verbose, 1.0)
+    history = _refine(
+        target,
+        np.broadcast_to(nu, (num_samples, d)),
+        np.broadcast_to(var, (num_samples, d)),
+        num_samples,
+        num_stages,
+        variance_ratio,
+        variances,
+        steps_per_stage,
+        learning_rate,
+        seed,
+        verbose,
+        1.0,
+    )
     return target.last_samples, history
 
 
-def fit_mean_field(log_likelihood, dim, prior_loc=0.0, prior_scale=1.0, steps=2000, learning_rate=1e-2,
-                   initial_mean=None, initial_std=0.1, num_restarts=1, seed=None, dtype="float64", eval_samples=256):
+def fit_mean_field(
+    log_likelihood,
+    dim,
+    prior_loc=0.0,
+    prior_scale=1.0,
+    steps=2000,
+    learning_rate=1e-2,
+    initial_mean=None,
+    initial_std=0.1,
+    num_restarts=1,
+    seed=None,
+    dtype="float64",
+    eval_samples=256,
+):
     """The base of `refine_log_prob`: a diagonal Gaussian fitted by Adam to the ELBO of
     log N(w; prior_loc, prior_scale^2) + log_likelihood(w) (ADVI with the KL to the Gaussian prior in closed
     form), from `num_restarts` starts side by side; the best by its ELBO is returned, with an ELBO
@@ -200,12 +280,14 @@ def fit_mean_field(log_likelihood, dim, prior_loc=0.0, prior_scale=1.0, steps=20
     else:
         start = np.broadcast_to(np.asarray(initial_mean, np.float64), (num_restarts, dim))
     stages = ConditionalGaussians(num_restarts, dim, dtype, 0 if seed is None else int(seed))
-    stages.start(start, np.full((num_restarts, dim), float(initial_std) ** 2), loc, scale ** 2, learning_rate)
+    stages.start(
+        start, np.full((num_restarts, dim), float(initial_std) ** 2), loc, scale**2, learning_rate
+    )
     step = tf.function(lambda: stages.step(lambda w: target.value_and_gradient(w, ())))
     for _ in range(int(steps)):
         step()
     mean, var = stages.moments()
-    kl = auxiliary.normal_kl(mean, var, loc, scale ** 2).sum(1)
+    kl = auxiliary.normal_kl(mean, var, loc, scale**2).sum(1)
     best = int(np.argmax(target.expected_log_likelihood(stages) - kl))
     # The maximum over restarts of noisy estimates is biased upward: the reported ELBO is a fresh estimate
     # from 16 x eval_samples new draws (independent of the choice), unbiased for the returned q.
@@ -214,51 +296,94 @@ def fit_mean_field(log_likelihood, dim, prior_loc=0.0, prior_scale=1.0, steps=20
     return mean[best], np.sqrt(var[best]), float(elbo)
 
 
-def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per_stage, learning_rate, seed,
-            verbose, units):
+def _refine(
+    target,
+    nu,
+    var,
+    m,
+    num_stages,
+    variance_ratio,
+    variances,
+    steps_per_stage,
+    learning_rate,
+    seed,
+    verbose,
+    units,
+):
     """The stages (Algorithm 1, all M samples at once); `units` divides the reported bounds."""
     import time
 
     _check_positive_int(num_stages, "num_stages")
     fractions = auxiliary.variance_schedule(num_stages, variance_ratio, variances)
-    if steps_per_stage is not None and (isinstance(steps_per_stage, bool) or not isinstance(steps_per_stage, (int, np.integer, float))
-                                        or int(steps_per_stage) != steps_per_stage or steps_per_stage < 0):
-        raise ValueError(f"steps_per_stage must be a non-negative integer or None (until converged); got "
-                         f"{steps_per_stage!r}.")
-    if learning_rate is not None and (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.number))
-                                      or not np.isfinite(learning_rate) or not learning_rate > 0):
-        raise ValueError(f"learning_rate must be a positive number or None (scale-free); got {learning_rate!r}.")
+    if steps_per_stage is not None and (
+        isinstance(steps_per_stage, bool)
+        or not isinstance(steps_per_stage, (int, np.integer, float))
+        or int(steps_per_stage) != steps_per_stage
+        or steps_per_stage < 0
+    ):
+        raise ValueError(
+            f"steps_per_stage must be a non-negative integer or None (until converged); got "
+            f"{steps_per_stage!r}."
+        )
+    if learning_rate is not None and (
+        isinstance(learning_rate, bool)
+        or not isinstance(learning_rate, (int, float, np.number))
+        or not np.isfinite(learning_rate)
+        or not learning_rate > 0
+    ):
+        raise ValueError(
+            f"learning_rate must be a positive number or None (scale-free); got {learning_rate!r}."
+        )
     start = time.perf_counter()
     seed = np.random.SeedSequence(seed).generate_state(1)[0] if seed is None else int(seed)
     rng = np.random.default_rng(seed)
     prior_loc, prior_var = target.prior()
     stages = ConditionalGaussians(m, target.dim, target.dtype, seed)
     # One step and its stage objective's estimate, mean over the M samples of ell(w_m) - KL(q_m || prior_m).
-    step = tf.function(lambda batch: tf.reduce_mean(stages.step(lambda w: target.value_and_gradient(w, batch))
-                                                    - stages.kl()))
-    b, s2 = np.broadcast_to(prior_loc, nu.shape).astype(np.float64), np.broadcast_to(prior_var, nu.shape[1:])
+    step = tf.function(
+        lambda batch: tf.reduce_mean(
+            stages.step(lambda w: target.value_and_gradient(w, batch)) - stages.kl()
+        )
+    )
+    b, s2 = (
+        np.broadcast_to(prior_loc, nu.shape).astype(np.float64),
+        np.broadcast_to(prior_var, nu.shape[1:]),
+    )
     nu, var = np.array(nu, np.float64), np.array(var, np.float64)
     stages.start(nu, var, b, s2, 1e-3 if learning_rate is None else learning_rate)
     bounds = [target.expected_log_likelihood(stages) - auxiliary.normal_kl(nu, var, b, s2).sum(1)]
     log_ratios = np.zeros(m)
     rates, taken = [], 0
-    total = (num_stages - 1) * (MAX_STEPS_PER_STAGE if steps_per_stage is None else int(steps_per_stage))
+    total = (num_stages - 1) * (
+        MAX_STEPS_PER_STAGE if steps_per_stage is None else int(steps_per_stage)
+    )
     # Stages that run until they converge have no known length: the bar then counts steps without a target.
-    bar = (keras.utils.Progbar(None if steps_per_stage is None else total, stateful_metrics=["stage", "elbo_aux"])
-           if verbose and total else None)
+    bar = (
+        keras.utils.Progbar(
+            None if steps_per_stage is None else total, stateful_metrics=["stage", "elbo_aux"]
+        )
+        if verbose and total
+        else None
+    )
     for k, fraction in enumerate(fractions, start=1):
         sigma2 = fraction * prior_var
         s2_next = s2 - sigma2
         a_mean, a_var = auxiliary.auxiliary_distribution(nu, var, b, s2, sigma2)
         a = a_mean + np.sqrt(a_var) * rng.standard_normal(nu.shape)
         # Eq. 13's price of fixing a_k: log q_{k-1}(a_k) - log p(a_k), p(a_k) = N(0, sigma_k^2)
-        log_ratios += (auxiliary.normal_log_prob(a, a_mean, a_var) - auxiliary.normal_log_prob(a, 0.0, sigma2)).sum(1)
+        log_ratios += (
+            auxiliary.normal_log_prob(a, a_mean, a_var) - auxiliary.normal_log_prob(a, 0.0, sigma2)
+        ).sum(1)
         nu, var = auxiliary.conditional_posterior(a, nu, var, b, s2, sigma2)
         b, s2 = b + a, s2_next
-        if learning_rate is None:  # scale-free: Adam steps of a tenth of each coordinate's current sd
+        if (
+            learning_rate is None
+        ):  # scale-free: Adam steps of a tenth of each coordinate's current sd
             rate = RELATIVE_LEARNING_RATE * np.sqrt(var)
         else:
-            rate = learning_rate * np.sqrt(float(np.mean(s2 / prior_var)))  # the paper's lr_0 * 0.3^(k/2)
+            rate = learning_rate * np.sqrt(
+                float(np.mean(s2 / prior_var))
+            )  # the paper's lr_0 * 0.3^(k/2)
         stages.start(nu, var, b, s2, rate)
         if k < num_stages:
             rates.append(float(np.mean(rate)))
@@ -269,7 +394,11 @@ def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per
                 taken += 1
                 if bar is not None:
                     bar.update(taken, [("stage", k)])
-                if steps_per_stage is None and (i + 1) % STAGE_WINDOW == 0 and stage_converged(objectives):
+                if (
+                    steps_per_stage is None
+                    and (i + 1) % STAGE_WINDOW == 0
+                    and stage_converged(objectives)
+                ):
                     if polishing:
                         break
                     # A plateau at the stage's rate: continue at a tenth of it (Adam's iterates jitter in
@@ -277,11 +406,17 @@ def _refine(target, nu, var, m, num_stages, variance_ratio, variances, steps_per
                     stages.learning_rate.assign(stages.learning_rate * POLISH_FACTOR)
                     objectives, polishing = [], True
             nu, var = stages.moments()
-        bounds.append(target.expected_log_likelihood(stages) - log_ratios - auxiliary.normal_kl(nu, var, b, s2).sum(1))
+        bounds.append(
+            target.expected_log_likelihood(stages)
+            - log_ratios
+            - auxiliary.normal_kl(nu, var, b, s2).sum(1)
+        )
         if bar is not None:
             bar.update(taken, [("stage", k), ("elbo_aux", float(np.mean(bounds[-1])) / units)])
     target.assign_samples(stages.sample())  # the refined samples, one per slot, from the last q
-    return RefinementHistory(np.stack(bounds) / units, rates, taken, seconds=time.perf_counter() - start)
+    return RefinementHistory(
+        np.stack(bounds) / units, rates, taken, seconds=time.perf_counter() - start
+    )
 
 
 MAX_STEPS_PER_STAGE = 5000
@@ -296,7 +431,7 @@ def stage_converged(objectives, window=STAGE_WINDOW, z=2.0):
     window's spread). False before two full windows."""
     if len(objectives) < 2 * window:
         return False
-    last, before = np.asarray(objectives[-window:]), np.asarray(objectives[-2 * window:-window])
+    last, before = np.asarray(objectives[-window:]), np.asarray(objectives[-2 * window : -window])
     se = np.sqrt(last.var(ddof=1) / window + before.var(ddof=1) / window)
     return bool(last.mean() - before.mean() <= z * se)
 

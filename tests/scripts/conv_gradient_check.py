@@ -58,31 +58,52 @@ def compare_to_keras(layer, make_reference, x, case):
         ref = make_reference()
         xn = tf.cast(_particle(x, n), tf.float64)
         ref.build((None,) + tuple(xn.shape[1:]))
-        ref.set_weights([layer.kernel.numpy(), layer.bias.numpy()] if shared
-                        else [layer.kernel.numpy()[n], layer.bias.numpy()[n]])
+        ref.set_weights(
+            [layer.kernel.numpy(), layer.bias.numpy()]
+            if shared
+            else [layer.kernel.numpy()[n], layer.bias.numpy()[n]]
+        )
         with tf.GradientTape() as tape:
             tape.watch(xn)
             loss_n = tf.reduce_sum(tf.tanh(ref(xn)) * tf.cast(_particle(target, n), tf.float64))
         rdx, rdk, rdb = tape.gradient(loss_n, [xn, ref.kernel, ref.bias])
-        np.testing.assert_allclose(_particle(dx, n).numpy(), rdx.numpy(), rtol=1e-4, atol=1e-4,
-                                   err_msg=f"dx of particle {n} in case {case}")
+        np.testing.assert_allclose(
+            _particle(dx, n).numpy(),
+            rdx.numpy(),
+            rtol=1e-4,
+            atol=1e-4,
+            err_msg=f"dx of particle {n} in case {case}",
+        )
         if shared:
             ref_dk, ref_db = ref_dk + rdk.numpy(), ref_db + rdb.numpy()
             continue
         for name, got, want in (("dkernel", dk[n], rdk), ("dbias", db[n], rdb)):
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{name} of particle {n} in case {case}")
+            np.testing.assert_allclose(
+                got.numpy(),
+                want.numpy(),
+                rtol=1e-4,
+                atol=1e-4,
+                err_msg=f"{name} of particle {n} in case {case}",
+            )
     if shared:
-        np.testing.assert_allclose(dk.numpy(), ref_dk, rtol=1e-4, atol=1e-4, err_msg=f"shared dkernel in {case}")
-        np.testing.assert_allclose(db.numpy(), ref_db, rtol=1e-4, atol=1e-4, err_msg=f"shared dbias in {case}")
+        np.testing.assert_allclose(
+            dk.numpy(), ref_dk, rtol=1e-4, atol=1e-4, err_msg=f"shared dkernel in {case}"
+        )
+        np.testing.assert_allclose(
+            db.numpy(), ref_db, rtol=1e-4, atol=1e-4, err_msg=f"shared dbias in {case}"
+        )
 
 
 def check(case, deterministic=False):
     kernel_size, strides, dilation, padding, height, width = case
     x = tf.constant(np.random.default_rng(0).standard_normal((2, height, width, N, 3)), tf.float32)
     args = dict(strides=strides, dilation_rate=dilation, padding=padding)
-    compare_to_keras(bk.layers.Conv2D(4, kernel_size, deterministic=deterministic, **args),
-                     lambda: keras.layers.Conv2D(4, kernel_size, dtype="float64", **args), x, case + (deterministic,))
+    compare_to_keras(
+        bk.layers.Conv2D(4, kernel_size, deterministic=deterministic, **args),
+        lambda: keras.layers.Conv2D(4, kernel_size, dtype="float64", **args),
+        x,
+        case + (deterministic,),
+    )
 
 
 CASES_1D = [  # (kernel_size, strides, dilation_rate, padding, steps)
@@ -96,8 +117,12 @@ def check_conv1d(case):
     kernel_size, strides, dilation, padding, steps = case
     x = tf.constant(np.random.default_rng(0).standard_normal((2, N, steps, 3)), tf.float32)
     args = dict(strides=strides, dilation_rate=dilation, padding=padding)
-    compare_to_keras(bk.layers.Conv1D(4, kernel_size, **args), lambda: keras.layers.Conv1D(4, kernel_size, dtype="float64", **args),
-                     x, ("Conv1D",) + case)
+    compare_to_keras(
+        bk.layers.Conv1D(4, kernel_size, **args),
+        lambda: keras.layers.Conv1D(4, kernel_size, dtype="float64", **args),
+        x,
+        ("Conv1D",) + case,
+    )
 
 
 def check_first_layer(dilation):
@@ -115,10 +140,17 @@ def check_first_layer(dilation):
         ref.build((None, 9, 9, 3))
         ref.set_weights([layer.kernel.numpy()[n], layer.bias.numpy()[n]])
         with tf.GradientTape() as tape:
-            loss_n = tf.reduce_sum(tf.tanh(ref(tf.cast(x, tf.float64))) * tf.cast(_particle(target, n), tf.float64))
+            loss_n = tf.reduce_sum(
+                tf.tanh(ref(tf.cast(x, tf.float64))) * tf.cast(_particle(target, n), tf.float64)
+            )
         rdk, rdb = tape.gradient(loss_n, [ref.kernel, ref.bias])
-        np.testing.assert_allclose(dk[n].numpy(), rdk.numpy(), rtol=1e-4, atol=1e-4,
-                                   err_msg=f"first-layer dkernel of particle {n}, dilation {dilation}")
+        np.testing.assert_allclose(
+            dk[n].numpy(),
+            rdk.numpy(),
+            rtol=1e-4,
+            atol=1e-4,
+            err_msg=f"first-layer dkernel of particle {n}, dilation {dilation}",
+        )
         np.testing.assert_allclose(db[n].numpy(), rdb.numpy(), rtol=1e-4, atol=1e-4)
 
 
@@ -139,7 +171,9 @@ def train_one_step():
     for _ in range(2):
         h = bk.layers.Conv2D(4, 3, padding="same", use_bias=False)(h)
         h = keras.layers.Activation("relu")(bk.layers.BatchNormalization()(h))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(10)(bk.layers.GlobalAveragePooling2D()(h)), likelihood="categorical")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(10)(bk.layers.GlobalAveragePooling2D()(h)), likelihood="categorical"
+    )
     model.compile(optimizer=bk.optimizers.IndependentParticles(1e-3))
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]), history.history

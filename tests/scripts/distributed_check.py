@@ -84,71 +84,206 @@ def kfac():
 
 # name: (model, likelihood, optimizer, metrics)
 RUNS = {
-    "gpf": ("sequence", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
-    "gpf_layer_image": ("image", "categorical",
-                        lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"), ["accuracy"]),
+    "gpf": (
+        "sequence",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        ["accuracy"],
+    ),
+    "gpf_layer_image": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
+        ["accuracy"],
+    ),
     "svgd": ("sequence", "categorical", lambda: bk.optimizers.SVGD(1e-2), ["accuracy"]),
-    "svgd_heteroscedastic": ("image", "heteroscedastic_normal", lambda: bk.optimizers.SVGD(1e-2), ["mae"]),
-    "matrix_svgd_kfac": ("image", "categorical", lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
-    "matrix_svgd_kfac_sequence": ("sequence", "categorical",
-                                  lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), []),
-    "independent_particles": ("sequence", "bernoulli", lambda: bk.optimizers.IndependentParticles(1e-2),
-                              ["accuracy"]),
-    "preconditioned_particles": ("image", "categorical",
-                                 lambda: bk.optimizers.PreconditionedParticles(0.03, preconditioner=kfac()), []),
-    "mgvbp_diagonal_stein": ("sequence", "categorical",
-                             lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), ["accuracy"]),
-    "mgvbp_full": ("image", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=5), []),
-    "mgvbp_layer": ("image", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="layer", seed=5), []),
-    "mgvbp_kronecker_empirical_fisher": ("image", "categorical",
-                                         lambda: bk.optimizers.MGVBP(1e-2, structure="kronecker",
-                                                                     curvature="empirical_fisher", seed=5), [],
-                                         {"normalization": False}),
-    "mgvbp_diagonal_fisher": ("image", "categorical",
-                              lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="fisher", seed=5),
-                              []),
-    "mean_field_vi": ("sequence", "normal", lambda: bk.optimizers.MeanFieldVI(1e-2, seed=5),
-                      ["mae", lambda: bk.metrics.IntervalCoverage()]),
+    "svgd_heteroscedastic": (
+        "image",
+        "heteroscedastic_normal",
+        lambda: bk.optimizers.SVGD(1e-2),
+        ["mae"],
+    ),
+    "matrix_svgd_kfac": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()),
+        [],
+    ),
+    "matrix_svgd_kfac_sequence": (
+        "sequence",
+        "categorical",
+        lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()),
+        [],
+    ),
+    "independent_particles": (
+        "sequence",
+        "bernoulli",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        ["accuracy"],
+    ),
+    "preconditioned_particles": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.PreconditionedParticles(0.03, preconditioner=kfac()),
+        [],
+    ),
+    "mgvbp_diagonal_stein": (
+        "sequence",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5),
+        ["accuracy"],
+    ),
+    "mgvbp_full": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=5),
+        [],
+    ),
+    "mgvbp_layer": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="layer", seed=5),
+        [],
+    ),
+    "mgvbp_kronecker_empirical_fisher": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(
+            1e-2, structure="kronecker", curvature="empirical_fisher", seed=5
+        ),
+        [],
+        {"normalization": False},
+    ),
+    "mgvbp_diagonal_fisher": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="fisher", seed=5),
+        [],
+    ),
+    "mean_field_vi": (
+        "sequence",
+        "normal",
+        lambda: bk.optimizers.MeanFieldVI(1e-2, seed=5),
+        ["mae", lambda: bk.metrics.IntervalCoverage()],
+    ),
     "keras_adam": ("image", "categorical", lambda: keras.optimizers.Adam(1e-2), ["accuracy"]),
     # particle parallel: each replica computes half of the particles on the whole batch
-    "gpf_particle_parallel": ("sequence", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2),
-                              ["accuracy"], {"parallel": "particles", "particles": 4}),
-    "independent_particles_particle_parallel": ("image", "categorical",
-                                                lambda: bk.optimizers.IndependentParticles(1e-2), ["accuracy"],
-                                                {"parallel": "particles", "particles": 4}),
+    "gpf_particle_parallel": (
+        "sequence",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        ["accuracy"],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "independent_particles_particle_parallel": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        ["accuracy"],
+        {"parallel": "particles", "particles": 4},
+    ),
     # Bayesian LoRA of a converted transformer (frozen prefix, the particle axis starting inside the attention)
-    "gpf_lora": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
-    "gpf_lora_particle_parallel": ("lora", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2),
-                                   ["accuracy"], {"parallel": "particles", "particles": 4}),
+    "gpf_lora": (
+        "lora",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        ["accuracy"],
+    ),
+    "gpf_lora_particle_parallel": (
+        "lora",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        ["accuracy"],
+        {"parallel": "particles", "particles": 4},
+    ),
     # random layers (dropout, Gaussian dropout and noise, before and after the particle axis; built by hand and
     # converted from Keras' own): the masks one device draws, under data and particle parallelism
-    "gpf_random": ("random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), ["accuracy"]),
-    "independent_random": ("random", "categorical", lambda: bk.optimizers.IndependentParticles(1e-2), []),
-    "mgvbp_random": ("random", "categorical", lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), []),
-    "gpf_random_particle_parallel": ("random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), [],
-                                     {"parallel": "particles", "particles": 4}),
-    "independent_random_particle_parallel": ("random", "categorical", lambda: bk.optimizers.IndependentParticles(1e-2),
-                                             [], {"parallel": "particles", "particles": 4}),
-    "mgvbp_random_particle_parallel": ("random", "categorical",
-                                       lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), [],
-                                       {"parallel": "particles", "particles": 4}),
-    "gpf_converted_random": ("converted_random", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2), []),
-    "gpf_converted_random_particle_parallel": ("converted_random", "categorical",
-                                               lambda: bk.optimizers.GaussianParticleFlow(1e-2), [],
-                                               {"parallel": "particles", "particles": 4}),
-    "independent_converted_random": ("converted_random", "categorical",
-                                     lambda: bk.optimizers.IndependentParticles(1e-2), []),
-    "mgvbp_converted_random": ("converted_random", "categorical",
-                               lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), []),
-    "independent_converted_random_particle_parallel": ("converted_random", "categorical",
-                                                       lambda: bk.optimizers.IndependentParticles(1e-2), [],
-                                                       {"parallel": "particles", "particles": 4}),
-    "mgvbp_converted_random_particle_parallel": ("converted_random", "categorical",
-                                                 lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5), [],
-                                                 {"parallel": "particles", "particles": 4}),
+    "gpf_random": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        ["accuracy"],
+    ),
+    "independent_random": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        [],
+    ),
+    "mgvbp_random": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5),
+        [],
+    ),
+    "gpf_random_particle_parallel": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "independent_random_particle_parallel": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "mgvbp_random_particle_parallel": (
+        "random",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "gpf_converted_random": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        [],
+    ),
+    "gpf_converted_random_particle_parallel": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "independent_converted_random": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        [],
+    ),
+    "mgvbp_converted_random": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5),
+        [],
+    ),
+    "independent_converted_random_particle_parallel": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.IndependentParticles(1e-2),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
+    "mgvbp_converted_random_particle_parallel": (
+        "converted_random",
+        "categorical",
+        lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=5),
+        [],
+        {"parallel": "particles", "particles": 4},
+    ),
     # float16 compute with the model's dynamic loss scaling (its decision is one for all replicas too)
-    "gpf_mixed_float16": ("image", "categorical", lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
-                          ["accuracy"], {"policy": "mixed_float16"}),
+    "gpf_mixed_float16": (
+        "image",
+        "categorical",
+        lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
+        ["accuracy"],
+        {"policy": "mixed_float16"},
+    ),
 }
 
 
@@ -158,8 +293,11 @@ def options(name):
 
 def data(model_kind, likelihood, count=BATCH * STEPS):
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(count, 6, 6, 1) if model_kind in ("image", "random", "converted_random")
-                   else (count, 5, 4)).astype("float32")
+    x = rng.normal(
+        size=(count, 6, 6, 1)
+        if model_kind in ("image", "random", "converted_random")
+        else (count, 5, 4)
+    ).astype("float32")
     if likelihood == "categorical":
         y = rng.integers(0, 3, count)
     elif likelihood == "bernoulli":
@@ -172,19 +310,29 @@ def data(model_kind, likelihood, count=BATCH * STEPS):
 def build(name):
     kind, likelihood, optimizer, metrics = RUNS[name][:4]
     keras.utils.set_random_seed(7)
-    outputs = {"categorical": 3, "bernoulli": 1, "normal": 1, "heteroscedastic_normal": 2}[likelihood]
+    outputs = {"categorical": 3, "bernoulli": 1, "normal": 1, "heteroscedastic_normal": 2}[
+        likelihood
+    ]
     n = options(name).get("particles", N)
     if kind == "sequence":
         model = sequence_model(likelihood, outputs, n=n)
     elif kind == "lora":
         model = lora_model(likelihood, outputs, n=n)
     elif kind in ("random", "converted_random"):
-        model = (random_model if kind == "random" else converted_random_model)(likelihood, outputs, n=n)
+        model = (random_model if kind == "random" else converted_random_model)(
+            likelihood, outputs, n=n
+        )
     else:
-        model = image_model(likelihood, outputs, normalization=options(name).get("normalization", True), n=n)
+        model = image_model(
+            likelihood, outputs, normalization=options(name).get("normalization", True), n=n
+        )
     metrics = [m() if callable(m) else m for m in metrics]
-    model.compile(optimizer=optimizer(), metrics=metrics, dataset_size=BATCH * STEPS * 4,
-                  parallel=options(name).get("parallel", "data"))
+    model.compile(
+        optimizer=optimizer(),
+        metrics=metrics,
+        dataset_size=BATCH * STEPS * 4,
+        parallel=options(name).get("parallel", "data"),
+    )
     return model
 
 
@@ -219,17 +367,31 @@ def train(name, strategy, loop):
         history = {}
     evaluation = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
     predictions = model.predict(x, batch_size=BATCH, verbose=0)
-    if likelihood in ("categorical", "bernoulli"):  # the per-particle outputs and the uncertainty decomposition
-        predictions = {"mean": predictions, "particles": model.predict_particles(x, batch_size=BATCH),
-                       "mutual_information": model.uncertainty(x, batch_size=BATCH)["mutual_information"]}
+    if likelihood in (
+        "categorical",
+        "bernoulli",
+    ):  # the per-particle outputs and the uncertainty decomposition
+        predictions = {
+            "mean": predictions,
+            "particles": model.predict_particles(x, batch_size=BATCH),
+            "mutual_information": model.uncertainty(x, batch_size=BATCH)["mutual_information"],
+        }
     # In order (layer names differ between two builds in one process: lstm, lstm_1, ...).
-    state = {i: (v.path, np.array(v.numpy())) for i, v in enumerate(model.variables + model.optimizer.variables)}
+    state = {
+        i: (v.path, np.array(v.numpy()))
+        for i, v in enumerate(model.variables + model.optimizer.variables)
+    }
     # Under the strategy every variable must be mirrored, and its copies identical.
-    in_sync = all(all(np.array_equal(c.numpy(), v.value.values[0].numpy()) for c in v.value.values)
-                  if hasattr(v.value, "values") else strategy.num_replicas_in_sync == 1
-                  for v in model.variables + model.optimizer.variables)
+    in_sync = all(
+        all(np.array_equal(c.numpy(), v.value.values[0].numpy()) for c in v.value.values)
+        if hasattr(v.value, "values")
+        else strategy.num_replicas_in_sync == 1
+        for v in model.variables + model.optimizer.variables
+    )
     keras.mixed_precision.set_global_policy("float32")
-    assert model.parallel == (options(name).get("parallel", "data") if strategy.num_replicas_in_sync > 1 else "data")
+    assert model.parallel == (
+        options(name).get("parallel", "data") if strategy.num_replicas_in_sync > 1 else "data"
+    )
     return state, history, evaluation, predictions, in_sync
 
 
@@ -250,10 +412,17 @@ def main(names, loops=("fit", "custom")):
             one, history1, eval1, pred1, _ = train(name, tf.distribute.get_strategy(), loop)
             two, history2, eval2, pred2, in_sync = train(name, mirrored, loop)
             result = {
-                "name": name, "loop": loop, "in_sync": in_sync, "policy": options(name).get("policy", "float32"),
+                "name": name,
+                "loop": loop,
+                "in_sync": in_sync,
+                "policy": options(name).get("policy", "float32"),
                 "state": max(largest_difference(one[k][1], two[k][1]) for k in one),
-                "worst_variable": one[max(one, key=lambda k: largest_difference(one[k][1], two[k][1]))][0],
-                "history": max([largest_difference(history1[k], history2[k]) for k in history1] + [0.0]),
+                "worst_variable": one[
+                    max(one, key=lambda k: largest_difference(one[k][1], two[k][1]))
+                ][0],
+                "history": max(
+                    [largest_difference(history1[k], history2[k]) for k in history1] + [0.0]
+                ),
                 "history_keys": sorted(history2) == sorted(history1),
                 "evaluate": max(largest_difference(eval1[k], eval2[k]) for k in eval1),
                 "predict": largest_difference(pred1, pred2),
@@ -267,7 +436,11 @@ def moved(name, state):
     keras.mixed_precision.set_global_policy(options(name).get("policy", "float32"))
     model = build(name)
     keras.mixed_precision.set_global_policy("float32")
-    return max(largest_difference(v.numpy(), state[i][1]) for i, v in enumerate(model.variables) if "kernel" in v.path)
+    return max(
+        largest_difference(v.numpy(), state[i][1])
+        for i, v in enumerate(model.variables)
+        if "kernel" in v.path
+    )
 
 
 def refinement():
@@ -281,15 +454,29 @@ def refinement():
         with strategy.scope():
             keras.utils.set_random_seed(3)
             model = bk.zoo.mlp(6, 2, hidden=(8,), num_particles=4)
-            model.compile(optimizer=bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=1), likelihood="categorical")
+            model.compile(
+                optimizer=bk.optimizers.MGVBP(1e-2, structure="diagonal", seed=1),
+                likelihood="categorical",
+            )
         model.fit(x, y, batch_size=16, epochs=2, verbose=0)
         before = model.predict_particles(x)
         bk.refine(model, x, y, num_stages=2, steps_per_stage=3, batch_size=16, seed=0, verbose=0)
         return before, model.predict_particles(x), model.predictive(x).probs_parameter().numpy()
 
-    one, two = run(tf.distribute.get_strategy()), run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
-    print(json.dumps({"refined": largest_difference(one[1], two[1]), "predictive": largest_difference(one[2], two[2]),
-                      "moved": largest_difference(one[0], one[1])}), flush=True)
+    one, two = (
+        run(tf.distribute.get_strategy()),
+        run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])),
+    )
+    print(
+        json.dumps(
+            {
+                "refined": largest_difference(one[1], two[1]),
+                "predictive": largest_difference(one[2], two[2]),
+                "moved": largest_difference(one[0], one[1]),
+            }
+        ),
+        flush=True,
+    )
 
 
 def uneven_batches():
@@ -303,12 +490,27 @@ def uneven_batches():
             with strategy.scope():
                 keras.utils.set_random_seed(7)
                 model = image_model("categorical", 3)
-                model.compile(optimizer=bk.optimizers.GaussianParticleFlow(1e-2), metrics=["accuracy"],
-                              dataset_size=len(x))
-            history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False,
-                                validation_data=(x[:31], y[:31]), validation_batch_size=batch).history
-            scores.append({**model.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True),
-                           **{k: v[-1] for k, v in history.items() if k.startswith("val_")}})
+                model.compile(
+                    optimizer=bk.optimizers.GaussianParticleFlow(1e-2),
+                    metrics=["accuracy"],
+                    dataset_size=len(x),
+                )
+            history = model.fit(
+                x,
+                y,
+                batch_size=16,
+                epochs=1,
+                verbose=0,
+                shuffle=False,
+                validation_data=(x[:31], y[:31]),
+                validation_batch_size=batch,
+            ).history
+            scores.append(
+                {
+                    **model.evaluate(x, y, batch_size=batch, verbose=0, return_dict=True),
+                    **{k: v[-1] for k, v in history.items() if k.startswith("val_")},
+                }
+            )
         results[batch] = max(largest_difference(scores[0][k], scores[1][k]) for k in scores[0])
     print(json.dumps(results), flush=True)
 
@@ -317,11 +519,25 @@ def refusals():
     """What a user is told for what is not supported (one JSON line: case -> error type and message)."""
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     cases = {
-        "particles_with_curvature": (mirrored, lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()), 4, {}),
+        "particles_with_curvature": (
+            mirrored,
+            lambda: bk.optimizers.MatrixSVGD(0.1, preconditioner=kfac()),
+            4,
+            {},
+        ),
         "particles_not_divisible": (mirrored, lambda: bk.optimizers.GaussianParticleFlow(), 3, {}),
-        "unknown_parallel": (mirrored, lambda: bk.optimizers.GaussianParticleFlow(), 4, {"parallel": "model"}),
-        "central_storage": (tf.distribute.experimental.CentralStorageStrategy(),
-                            lambda: bk.optimizers.GaussianParticleFlow(), 4, {"parallel": "data"}),
+        "unknown_parallel": (
+            mirrored,
+            lambda: bk.optimizers.GaussianParticleFlow(),
+            4,
+            {"parallel": "model"},
+        ),
+        "central_storage": (
+            tf.distribute.experimental.CentralStorageStrategy(),
+            lambda: bk.optimizers.GaussianParticleFlow(),
+            4,
+            {"parallel": "data"},
+        ),
     }
     told = {}
     try:  # built outside the scope, compiled inside: its variables are not mirrored
@@ -336,14 +552,22 @@ def refusals():
             model = image_model("categorical", 3)
             model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
         x, y = data("image", "categorical")
-        batch = next(iter(mirrored.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))))
+        batch = next(
+            iter(
+                mirrored.experimental_distribute_dataset(
+                    tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+                )
+            )
+        )
         model.bayesian_gradients(*batch)
         told["custom_loop_without_run"] = ["no error", ""]
     except Exception as error:  # noqa: BLE001
         told["custom_loop_without_run"] = [type(error).__name__, str(error)]
     x, y = data("image", "categorical")
-    for case, layer in (("keras_dropout", lambda: keras.layers.Dropout(0.3)),
-                        ("keras_augmentation", lambda: keras.layers.RandomFlip())):
+    for case, layer in (
+        ("keras_dropout", lambda: keras.layers.Dropout(0.3)),
+        ("keras_augmentation", lambda: keras.layers.RandomFlip()),
+    ):
         try:  # a Keras layer that draws for its own rows only
             with mirrored.scope():
                 inputs = keras.Input((6, 6, 1))
@@ -357,10 +581,18 @@ def refusals():
     try:  # the same Keras Dropout in the documented custom loop (strategy.run of bayesian_gradients)
         with mirrored.scope():
             inputs = keras.Input((6, 6, 1))
-            h = bk.layers.Flatten()(keras.layers.Dropout(0.3)(bk.layers.Conv2D(3, 3, num_particles=2)(inputs)))
+            h = bk.layers.Flatten()(
+                keras.layers.Dropout(0.3)(bk.layers.Conv2D(3, 3, num_particles=2)(inputs))
+            )
             model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
             model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
-        batch = next(iter(mirrored.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))))
+        batch = next(
+            iter(
+                mirrored.experimental_distribute_dataset(
+                    tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+                )
+            )
+        )
         mirrored.run(tf.function(model.bayesian_gradients), args=batch)
         told["keras_dropout_custom_loop"] = ["no error", ""]
     except Exception as error:  # noqa: BLE001
@@ -380,8 +612,9 @@ def refusals():
 if __name__ == "__main__":
     # two logical CPU devices, before TensorFlow initialises (importing the script, as the test does to read
     # RUNS, leaves the process' devices alone)
-    tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                               [tf.config.LogicalDeviceConfiguration()] * 2)
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+    )
     if sys.argv[1:] == ["--refusals"]:
         refusals()
     elif sys.argv[1:] == ["--refine"]:

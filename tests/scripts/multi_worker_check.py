@@ -15,14 +15,23 @@ import sys
 MODE = sys.argv[1]
 if MODE == "worker":
     index, ports = int(sys.argv[2]), sys.argv[3].split(",")
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                                          "task": {"type": "worker", "index": index}})
+    os.environ["TF_CONFIG"] = json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+    )
 
 import tensorflow as tf  # noqa: E402
 
-STRATEGY = tf.distribute.MultiWorkerMirroredStrategy() if MODE == "worker" else tf.distribute.get_strategy()
+STRATEGY = (
+    tf.distribute.MultiWorkerMirroredStrategy()
+    if MODE == "worker"
+    else tf.distribute.get_strategy()
+)
 
 import keras  # noqa: E402
+
 keras.config.disable_traceback_filtering()
 tf.debugging.disable_traceback_filtering()
 import numpy as np  # noqa: E402
@@ -32,7 +41,9 @@ import bayes_keras as bk  # noqa: E402
 OPTIMIZERS = {
     "gpf": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
     "mgvbp": lambda: bk.optimizers.MGVBP(1e-2, seed=5),
-    "mgvbp_fisher": lambda: bk.optimizers.MGVBP(1e-2, structure="diagonal", curvature="empirical_fisher", seed=5),
+    "mgvbp_fisher": lambda: bk.optimizers.MGVBP(
+        1e-2, structure="diagonal", curvature="empirical_fisher", seed=5
+    ),
     "matrix_svgd": lambda: bk.optimizers.MatrixSVGD(1e-2),
 }
 
@@ -46,7 +57,10 @@ def train(name):
         model = bk.zoo.mlp(6, 3, hidden=(8,), num_particles=3)
         model.compile(optimizer=OPTIMIZERS[name](), likelihood="categorical", metrics=["accuracy"])
     history = model.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0).history
-    state = {f"{name}/{i}": np.array(v.numpy()) for i, v in enumerate(model.variables + model.optimizer.variables)}
+    state = {
+        f"{name}/{i}": np.array(v.numpy())
+        for i, v in enumerate(model.variables + model.optimizer.variables)
+    }
     state[f"{name}/loss"] = np.array(history["loss"])
     state[f"{name}/iterations"] = np.array(int(model.optimizer.iterations.numpy()))
     return state

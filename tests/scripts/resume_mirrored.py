@@ -12,8 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
-tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
-                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -38,8 +39,14 @@ def main():
         hidden = bk.layers.Dense(8, activation="relu", num_particles=4)(inputs)
         model = bk.BayesianModel(inputs, bk.layers.Dense(2)(hidden), likelihood="categorical")
         model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
-    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
-              callbacks=[bk.callbacks.BackupAndRestore(sys.argv[1], save_freq=1), _Stop()])
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[bk.callbacks.BackupAndRestore(sys.argv[1], save_freq=1), _Stop()],
+    )
     print(json.dumps([v.numpy().tolist() for v in model.weights]))
 
 

@@ -22,8 +22,10 @@ import bayes_keras as bk  # noqa: E402
 
 METHOD, BACKUP_DIR, OUT = sys.argv[1:4]
 VALIDATION, KILL = "validation" in sys.argv[4:], "kill" in sys.argv[4:]
-OPTIMIZERS = {"gpf": lambda: bk.optimizers.GaussianParticleFlow(),
-              "mgvbp": lambda: bk.optimizers.MGVBP(structure="diagonal")}
+OPTIMIZERS = {
+    "gpf": lambda: bk.optimizers.GaussianParticleFlow(),
+    "mgvbp": lambda: bk.optimizers.MGVBP(structure="diagonal"),
+}
 
 
 class _Progress(keras.callbacks.Callback):
@@ -46,8 +48,16 @@ def main():
     hidden = bk.layers.Dropout(0.2)(hidden)
     model = bk.BayesianModel(inputs, bk.layers.Dense(3)(hidden), likelihood="categorical")
     model.compile(optimizer=OPTIMIZERS[METHOD](), metrics=["accuracy"] if VALIDATION else None)
-    model.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=True, validation_split=0.25 if VALIDATION else 0.0,
-              callbacks=[bk.callbacks.BackupAndRestore(BACKUP_DIR, save_freq=1), _Progress()])
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=3,
+        verbose=0,
+        shuffle=True,
+        validation_split=0.25 if VALIDATION else 0.0,
+        callbacks=[bk.callbacks.BackupAndRestore(BACKUP_DIR, save_freq=1), _Progress()],
+    )
     temporary = OUT + ".partial.npz"
     np.savez(temporary, *[v.numpy() for v in model.weights + model.optimizer.variables])
     os.replace(temporary, OUT)

@@ -19,12 +19,16 @@ MODE, TARGET, READY = sys.argv[1:4]
 
 def main():
     inputs = keras.Input((4,))
-    model = bk.BayesianModel(inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical")
+    model = bk.BayesianModel(
+        inputs, bk.layers.Dense(3, num_particles=2)(inputs), likelihood="categorical"
+    )
     model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
     version = 0
     while True:
         version += 1
-        model.set_weights([np.full(w.shape, version, w.dtype) if w.ndim else w for w in model.get_weights()])
+        model.set_weights(
+            [np.full(w.shape, version, w.dtype) if w.ndim else w for w in model.get_weights()]
+        )
         if MODE == "save":
             model.save(TARGET)
         else:

@@ -13,12 +13,30 @@ Names for step_rule= arguments: "sgd", "rmsprop" / "dimwise_rmsprop", "adam" / "
 the interface, the registry and the signal-share functions.
 """
 
-from bayes_keras.core.step_rules.base import StepRule, get, is_second_moment, register, signal_fraction, signal_share
+from bayes_keras.core.step_rules.base import (
+    StepRule,
+    get,
+    is_second_moment,
+    register,
+    signal_fraction,
+    signal_share,
+)
 from bayes_keras.core.step_rules.adam import Adam
 from bayes_keras.core.step_rules.dimwise_adam import DimWiseAdam
 from bayes_keras.core.step_rules.dimwise_rmsprop import DimWiseRMSProp
 from bayes_keras.core.step_rules.sgd import SGD
 from bayes_keras.core.step_rules.signal_share_rule import SignalShare
 
-__all__ = ["StepRule", "SGD", "DimWiseRMSProp", "Adam", "DimWiseAdam", "SignalShare", "get", "register",
-           "is_second_moment", "signal_share", "signal_fraction"]
+__all__ = [
+    "StepRule",
+    "SGD",
+    "DimWiseRMSProp",
+    "Adam",
+    "DimWiseAdam",
+    "SignalShare",
+    "get",
+    "register",
+    "is_second_moment",
+    "signal_share",
+    "signal_fraction",
+]

@@ -8,7 +8,7 @@ from bayes_keras.core.step_rules.base import StepRule, register
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
-@register('elementwise_adam')
+@register("elementwise_adam")
 class Adam(StepRule):
     """Element-wise Adam (Kingma & Ba 2015): every coordinate of every particle has its own moments.
 

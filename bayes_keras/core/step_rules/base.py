@@ -52,10 +52,12 @@ class StepRule(Configurable):
 
 def register(*names):
     """Class decorator: the rule answers to `names` in `get` (and step_rule="name" arguments)."""
+
     def add(cls):
         for name in names:
             _RULES[name] = cls
         return cls
+
     return add
 
 

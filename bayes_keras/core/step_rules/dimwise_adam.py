@@ -8,7 +8,7 @@ from bayes_keras.core.step_rules.base import register
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
-@register('adam', 'dimwise_adam')
+@register("adam", "dimwise_adam")
 class DimWiseAdam(Adam):
     """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
 

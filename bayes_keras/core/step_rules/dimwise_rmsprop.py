@@ -8,7 +8,7 @@ from bayes_keras.core.step_rules.base import StepRule, register
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
-@register('rmsprop', 'dimwise_rmsprop')
+@register("rmsprop", "dimwise_rmsprop")
 class DimWiseRMSProp(StepRule):
     """RMSProp whose second moment is averaged over particles: v_d = rho v_d + (1 - rho) mean_n Delta_nd^2."""
 
@@ -20,7 +20,9 @@ class DimWiseRMSProp(StepRule):
 
     def apply(self, direction, state, learning_rate, step):
         v = self.rho * state["v"] + (1.0 - self.rho) * tf.reduce_mean(tf.square(direction), axis=0)
-        return direction * (learning_rate / (tf.sqrt(v) + self.epsilon)), {"v": v}  # one pass over (N, ...)
+        return direction * (learning_rate / (tf.sqrt(v) + self.epsilon)), {
+            "v": v
+        }  # one pass over (N, ...)
 
     def get_config(self):
         return {"rho": self.rho, "epsilon": self.epsilon}

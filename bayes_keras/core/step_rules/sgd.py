@@ -6,7 +6,7 @@ from bayes_keras.core.step_rules.base import StepRule, register
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
-@register('sgd')
+@register("sgd")
 class SGD(StepRule):
     """step = learning_rate * direction."""
 

@@ -29,18 +29,28 @@ class SignalShare(StepRule):
         self.decay = decay_rate(decay, "SignalShare decay")
 
     def slots(self, shape):
-        return {**{f"inner_{k}": v for k, v in self.rule.slots(shape).items()}, "signal_mean": tuple(shape),
-                "signal_square": ()}
+        return {
+            **{f"inner_{k}": v for k, v in self.rule.slots(shape).items()},
+            "signal_mean": tuple(shape),
+            "signal_square": (),
+        }
 
     def apply(self, direction, state, learning_rate, step):
-        inner = {k[len("inner_"):]: v for k, v in state.items() if k.startswith("inner_")}
+        inner = {k[len("inner_") :]: v for k, v in state.items() if k.startswith("inner_")}
         update, inner = self.rule.apply(direction, inner, learning_rate, step)
         mean = self.decay * state["signal_mean"] + (1.0 - self.decay) * direction
-        square = self.decay * state["signal_square"] + (1.0 - self.decay) * tf.reduce_sum(tf.square(direction))
-        correction = 1.0 - tf.pow(tf.constant(self.decay, direction.dtype), tf.cast(step, direction.dtype))
+        square = self.decay * state["signal_square"] + (1.0 - self.decay) * tf.reduce_sum(
+            tf.square(direction)
+        )
+        correction = 1.0 - tf.pow(
+            tf.constant(self.decay, direction.dtype), tf.cast(step, direction.dtype)
+        )
         share = signal_share(tf.reduce_sum(tf.square(mean)), square, correction)
-        return update * share, {**{f"inner_{k}": v for k, v in inner.items()}, "signal_mean": mean,
-                                "signal_square": square}
+        return update * share, {
+            **{f"inner_{k}": v for k, v in inner.items()},
+            "signal_mean": mean,
+            "signal_square": square,
+        }
 
     def get_config(self):
         return {"rule": keras.saving.serialize_keras_object(self.rule), "decay": self.decay}

@@ -2,17 +2,44 @@
 a KFAC preconditioner implements as well)."""
 
 from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
-from bayes_keras.curvature.preconditioners.dense import (CallablePreconditioner, DenseCurvature, HessianPreconditioner,
-                                               hessian_of_negative_log_prob, regularize_curvature)
-from bayes_keras.curvature.preconditioners.identity import IdentityPreconditioner, ScaledIdentityCurvature
+from bayes_keras.curvature.preconditioners.dense import (
+    CallablePreconditioner,
+    DenseCurvature,
+    HessianPreconditioner,
+    hessian_of_negative_log_prob,
+    regularize_curvature,
+)
+from bayes_keras.curvature.preconditioners.identity import (
+    IdentityPreconditioner,
+    ScaledIdentityCurvature,
+)
 
-from bayes_keras.curvature.preconditioners.kfac_preconditioner import KFACCurvature, KFACPreconditioner  # noqa: E402
-from bayes_keras.curvature.preconditioners.preconditioning import (default_preconditioner, get,  # noqa: E402
-                                                         require_finite_curvature, step_records)
+from bayes_keras.curvature.preconditioners.kfac_preconditioner import (
+    KFACCurvature,
+    KFACPreconditioner,
+)  # noqa: E402
+from bayes_keras.curvature.preconditioners.preconditioning import (
+    default_preconditioner,
+    get,  # noqa: E402
+    require_finite_curvature,
+    step_records,
+)
 
 
-__all__ = ["Preconditioner", "Curvature", "DenseCurvature", "ScaledIdentityCurvature", "CallablePreconditioner",
-           "HessianPreconditioner", "IdentityPreconditioner", "regularize_curvature", "hessian_of_negative_log_prob",
-           "get", "default_preconditioner", "step_records", "require_finite_curvature"]
+__all__ = [
+    "Preconditioner",
+    "Curvature",
+    "DenseCurvature",
+    "ScaledIdentityCurvature",
+    "CallablePreconditioner",
+    "HessianPreconditioner",
+    "IdentityPreconditioner",
+    "regularize_curvature",
+    "hessian_of_negative_log_prob",
+    "get",
+    "default_preconditioner",
+    "step_records",
+    "require_finite_curvature",
+]
 
 __all__ += ["KFACPreconditioner", "KFACCurvature"]

@@ -10,7 +10,9 @@ from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
 _RULES = ("clip", "abs")
 
 
-def regularize_curvature(h, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5):
+def regularize_curvature(
+    h, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5
+):
     """Raw per-particle curvatures (N, D, D) -> a DenseCurvature (never inverts a raw Hessian).
 
     Q_l = U diag(r(lambda) + damping) U^T with H_l = U diag(lambda) U^T (symmetrised) and
@@ -56,7 +58,9 @@ class DenseCurvature(Curvature):
         lam_m, u_m = tf.linalg.eigh(0.5 * (q_mean + tf.transpose(q_mean)))
         q_mean_inv = tf.matmul(u_m / lam_m[None, :], u_m, transpose_b=True)
         cast = lambda t: tf.cast(t, dtype)  # noqa: E731
-        return cls(cast(q), cast(q_inv), cast(log_det), cast(q_mean), cast(q_mean_inv), finite, dims)
+        return cls(
+            cast(q), cast(q_inv), cast(log_det), cast(q_mean), cast(q_mean_inv), finite, dims
+        )
 
     @classmethod
     def from_matrices(cls, q, dims=None):
@@ -67,21 +71,29 @@ class DenseCurvature(Curvature):
 
     def with_dims(self, dims):
         if sum(dims) != self.q.shape[-1]:
-            raise ValueError(f"The preconditioner's curvature is {self.q.shape[-1]} x {self.q.shape[-1]} per "
-                             f"particle, but the particles have D = {sum(dims)} coordinates (variables of sizes "
-                             f"{list(dims)}).")
-        return DenseCurvature(self.q, self.q_inv, self._log_det, self.q_mean, self.q_mean_inv, self._finite, dims)
+            raise ValueError(
+                f"The preconditioner's curvature is {self.q.shape[-1]} x {self.q.shape[-1]} per "
+                f"particle, but the particles have D = {sum(dims)} coordinates (variables of sizes "
+                f"{list(dims)})."
+            )
+        return DenseCurvature(
+            self.q, self.q_inv, self._log_det, self.q_mean, self.q_mean_inv, self._finite, dims
+        )
 
     # -- list <-> concatenated ------------------------------------------------------------------
     def _join(self, vs):
         present = [v is not None for v in vs]
         if len(vs) != len(self.dims):
-            raise ValueError(f"Expected {len(self.dims)} vector parts (one per variable); got {len(vs)}.")
+            raise ValueError(
+                f"Expected {len(self.dims)} vector parts (one per variable); got {len(vs)}."
+            )
         if not any(present):
             return None
         if not all(present):
-            raise ValueError("A dense curvature couples all variables: scope='layer' needs a block-diagonal "
-                             "preconditioner (one block per layer), or use scope='joint'.")
+            raise ValueError(
+                "A dense curvature couples all variables: scope='layer' needs a block-diagonal "
+                "preconditioner (one block per layer), or use scope='joint'."
+            )
         return vs[0] if len(vs) == 1 else tf.concat(list(vs), axis=-1)
 
     def _split(self, v):
@@ -115,8 +127,10 @@ class DenseCurvature(Curvature):
 
     def log_det(self, indices=None):
         if indices is not None and sorted(indices) != list(range(len(self.dims))):
-            raise ValueError("A dense curvature has one block over all variables; got a log-det request for "
-                             f"variables {sorted(indices)} only.")
+            raise ValueError(
+                "A dense curvature has one block over all variables; got a log-det request for "
+                f"variables {sorted(indices)} only."
+            )
         return self._log_det
 
     def is_finite(self):
@@ -144,13 +158,22 @@ class CallablePreconditioner(Preconditioner):
         dim: optional expected D, checked against the particles at build time.
     """
 
-    def __init__(self, curvature_fn=None, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5,
-                 dim=None):
+    def __init__(
+        self,
+        curvature_fn=None,
+        min_eigenvalue=1e-2,
+        damping=0.0,
+        eigenvalue_rule="clip",
+        shrinkage=0.5,
+        dim=None,
+    ):
         min_eigenvalue = check_number(min_eigenvalue, "min_eigenvalue (never invert a raw Hessian)")
         damping = check_number(damping, "damping", allow_zero=True)
         shrinkage = check_number(shrinkage, "shrinkage", positive=False)
         if not min_eigenvalue > 0:
-            raise ValueError(f"min_eigenvalue must be positive (never invert a raw Hessian); got {min_eigenvalue!r}.")
+            raise ValueError(
+                f"min_eigenvalue must be positive (never invert a raw Hessian); got {min_eigenvalue!r}."
+            )
         if not damping >= 0:
             raise ValueError(f"damping must be >= 0; got {damping!r}.")
         if eigenvalue_rule not in _RULES:
@@ -168,15 +191,19 @@ class CallablePreconditioner(Preconditioner):
         super().build(view, add_variable, operators)
         total = sum(int(np.prod(s[1:])) for s in self._shapes)
         if self.dim is not None and self.dim != total:
-            raise ValueError(f"{type(self).__name__} was declared for D = {self.dim} coordinates, but the particles "
-                             f"have D = {total} (variables of sizes {[int(np.prod(s[1:])) for s in self._shapes]}).")
+            raise ValueError(
+                f"{type(self).__name__} was declared for D = {self.dim} coordinates, but the particles "
+                f"have D = {total} (variables of sizes {[int(np.prod(s[1:])) for s in self._shapes]})."
+            )
 
     def blocks(self, num_variables):
         return [list(range(num_variables))]
 
     def raw_curvature(self, x):
         if self.curvature_fn is None:
-            raise ValueError(f"{type(self).__name__} has no curvature function; pass curvature_fn=.")
+            raise ValueError(
+                f"{type(self).__name__} has no curvature function; pass curvature_fn=."
+            )
         return self.curvature_fn(x)
 
     def update(self, particles, grads=None, records=(), step=None):
@@ -184,16 +211,33 @@ class CallablePreconditioner(Preconditioner):
         x = particles[0] if len(particles) == 1 else tf.concat(particles, axis=-1)
         h = tf.convert_to_tensor(self.raw_curvature(x))
         n, d = int(x.shape[0]), sum(dims)
-        if h.shape.rank != 3 or (h.shape[0] is not None and h.shape[0] != n) or h.shape[1] != d or h.shape[2] != d:
-            raise ValueError(f"{type(self).__name__}: the curvature function must return (N, D, D) = ({n}, {d}, {d}) "
-                             f"for particles of shape ({n}, {d}); got {tuple(h.shape)}.")
-        curv = regularize_curvature(tf.cast(h, x.dtype), self.min_eigenvalue, self.damping, self.eigenvalue_rule,
-                                    self.shrinkage)
+        if (
+            h.shape.rank != 3
+            or (h.shape[0] is not None and h.shape[0] != n)
+            or h.shape[1] != d
+            or h.shape[2] != d
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: the curvature function must return (N, D, D) = ({n}, {d}, {d}) "
+                f"for particles of shape ({n}, {d}); got {tuple(h.shape)}."
+            )
+        curv = regularize_curvature(
+            tf.cast(h, x.dtype),
+            self.min_eigenvalue,
+            self.damping,
+            self.eigenvalue_rule,
+            self.shrinkage,
+        )
         return curv.with_dims(dims)
 
     def get_config(self):
-        return {"min_eigenvalue": self.min_eigenvalue, "damping": self.damping,
-                "eigenvalue_rule": self.eigenvalue_rule, "shrinkage": self.shrinkage, "dim": self.dim}
+        return {
+            "min_eigenvalue": self.min_eigenvalue,
+            "damping": self.damping,
+            "eigenvalue_rule": self.eigenvalue_rule,
+            "shrinkage": self.shrinkage,
+            "dim": self.dim,
+        }
 
 
 def hessian_of_negative_log_prob(log_prob_fn, x):
@@ -224,8 +268,15 @@ class HessianPreconditioner(CallablePreconditioner):
         >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
-    def __init__(self, log_prob_fn=None, min_eigenvalue=1e-2, damping=0.0, eigenvalue_rule="clip", shrinkage=0.5,
-                 dim=None):
+    def __init__(
+        self,
+        log_prob_fn=None,
+        min_eigenvalue=1e-2,
+        damping=0.0,
+        eigenvalue_rule="clip",
+        shrinkage=0.5,
+        dim=None,
+    ):
         super().__init__(None, min_eigenvalue, damping, eigenvalue_rule, shrinkage, dim)
         self.log_prob_fn = log_prob_fn
 
@@ -239,9 +290,11 @@ class HessianPreconditioner(CallablePreconditioner):
 
     def _check_bound(self):
         if self.log_prob_fn is None:
-            raise ValueError("HessianPreconditioner has no log density: pass log_prob_fn=, or run the optimizer "
-                             "through bayes_keras.run_particles, which binds its log density. (Networks "
-                             "trained with model.fit need a curvature from the model, e.g. KFAC.)")
+            raise ValueError(
+                "HessianPreconditioner has no log density: pass log_prob_fn=, or run the optimizer "
+                "through bayes_keras.run_particles, which binds its log density. (Networks "
+                "trained with model.fit need a curvature from the model, e.g. KFAC.)"
+            )
 
     def raw_curvature(self, x):
         self._check_bound()

@@ -44,12 +44,15 @@ class IdentityPreconditioner(Preconditioner):
 
     def __init__(self, scale=1.0):
         if not is_real(scale) or not np.isfinite(scale) or not scale > 0:
-            raise ValueError(f"IdentityPreconditioner scale must be a positive number; got {scale!r}.")
+            raise ValueError(
+                f"IdentityPreconditioner scale must be a positive number; got {scale!r}."
+            )
         self.scale = float(scale)
 
     def update(self, particles, grads=None, records=(), step=None):
-        return ScaledIdentityCurvature(particles[0].shape[0], [p.shape[-1] for p in particles], self.scale,
-                                       particles[0].dtype)
+        return ScaledIdentityCurvature(
+            particles[0].shape[0], [p.shape[-1] for p in particles], self.scale, particles[0].dtype
+        )
 
     def get_config(self):
         return {"scale": self.scale}

@@ -35,18 +35,23 @@ class KroneckerOperator:
     g_mean_inv: tf.Tensor
 
     def pair(self, which):
-        left, right = {"apply": (self.a, self.g), "solve": (self.a_inv, self.g_inv),
-                       "apply_mean": (self.a_mean, self.g_mean),
-                       "solve_mean": (self.a_mean_inv, self.g_mean_inv)}[which]
+        left, right = {
+            "apply": (self.a, self.g),
+            "solve": (self.a_inv, self.g_inv),
+            "apply_mean": (self.a_mean, self.g_mean),
+            "solve_mean": (self.a_mean_inv, self.g_mean_inv),
+        }[which]
         if left is None:
             raise ValueError(not_declared(which))
         return left, right
 
 
 def not_declared(which):
-    return (f"This KFAC curvature does not hold what {which}() needs: its optimizer's curvature_operators did not "
-            f"declare {which!r}, so the preconditioner never computed it (see "
-            "bayes_keras.curvature.preconditioners.kfac_preconditioner: 'What is inverted').")
+    return (
+        f"This KFAC curvature does not hold what {which}() needs: its optimizer's curvature_operators did not "
+        f"declare {which!r}, so the preconditioner never computed it (see "
+        "bayes_keras.curvature.preconditioners.kfac_preconditioner: 'What is inverted')."
+    )
 
 
 class KFACLayerState:
@@ -71,8 +76,10 @@ class KFACLayerState:
         for v, matrix in self.spec.views:
             i = self.index[id(v)]
             if int(np.prod(matrix)) != shapes[i][1] or shapes[i][0] != n:
-                raise ValueError(f"KFACPreconditioner: variable {v.path} is {matrix} per particle but the "
-                                 f"optimizer's particles have shape {shapes[i]}.")
+                raise ValueError(
+                    f"KFACPreconditioner: variable {v.path} is {matrix} per particle but the "
+                    f"optimizer's particles have shape {shapes[i]}."
+                )
             self.views[i] = matrix
         self.order = [self.index[id(v)] for v, _ in self.spec.views]
         self.num_particles = n
@@ -96,13 +103,16 @@ class KFACLayerState:
                 tag = f"kfac_{base}_{block.role}"
                 blocks[block.role] = {"p": p, "q": q}
                 for key, shape, init, suffix in (
-                        ("a", (n, p, p), _identity(p), "a_damped"), ("g", (n, q, q), _identity(q), "g_damped"),
-                        ("a_inv", (n, p, p), _identity(p), "a_inverse"), ("g_inv", (n, q, q), _identity(q), "g_inverse"),
-                        ("log_det", (n,), "zeros", "log_det"),
-                        ("a_mean", (p, p), _identity(p), "a_mean_damped"),
-                        ("g_mean", (q, q), _identity(q), "g_mean_damped"),
-                        ("a_mean_inv", (p, p), _identity(p), "a_mean_inverse"),
-                        ("g_mean_inv", (q, q), _identity(q), "g_mean_inverse")):
+                    ("a", (n, p, p), _identity(p), "a_damped"),
+                    ("g", (n, q, q), _identity(q), "g_damped"),
+                    ("a_inv", (n, p, p), _identity(p), "a_inverse"),
+                    ("g_inv", (n, q, q), _identity(q), "g_inverse"),
+                    ("log_det", (n,), "zeros", "log_det"),
+                    ("a_mean", (p, p), _identity(p), "a_mean_damped"),
+                    ("g_mean", (q, q), _identity(q), "g_mean_damped"),
+                    ("a_mean_inv", (p, p), _identity(p), "a_mean_inverse"),
+                    ("g_mean_inv", (q, q), _identity(q), "g_mean_inverse"),
+                ):
                     blocks[block.role][key] = add(shape, initializer=init, name=f"{tag}_{suffix}")
         return factors, blocks
 
@@ -110,21 +120,32 @@ class KFACLayerState:
         """This layer's record among a step's records; checks the captured layer against the structure the
         variables suggested and computes the blocks' prior precisions."""
         variables = self.candidates[0].variables
-        found = [r for r in records if _same_variables(getattr(r.layer, "particle_variables", ()), variables)]
+        found = [
+            r
+            for r in records
+            if _same_variables(getattr(r.layer, "particle_variables", ()), variables)
+        ]
         where = ", ".join(v.path for v in variables)
         if not found:
-            raise ValueError(f"KFACPreconditioner: no curvature was captured for the layer of [{where}] in this "
-                             "step (KFAC supports the particle layers " + ", ".join(kfac_lib.SUPPORTED_LAYERS) +
-                             "; is the layer part of the model being trained?).")
+            raise ValueError(
+                f"KFACPreconditioner: no curvature was captured for the layer of [{where}] in this "
+                "step (KFAC supports the particle layers "
+                + ", ".join(kfac_lib.SUPPORTED_LAYERS)
+                + "; is the layer part of the model being trained?)."
+            )
         if len(found) > 1:
-            raise ValueError(f"KFACPreconditioner: layer '{found[0].layer.name}' was called {len(found)} times in "
-                             "one forward pass; KFAC supports layers applied once per step.")
+            raise ValueError(
+                f"KFACPreconditioner: layer '{found[0].layer.name}' was called {len(found)} times in "
+                "one forward pass; KFAC supports layers applied once per step."
+            )
         layer = found[0].layer
         actual = kfac_lib.kronecker_spec(layer)  # raises for unsupported layers
         if not any(c.same_structure(actual) for c in self.candidates):
-            raise ValueError(f"KFACPreconditioner: layer '{layer.name}' ({actual.kind}) does not match the "
-                             f"structure its variables [{where}] suggested at build time "
-                             f"({self.candidates[0].kind}).")
+            raise ValueError(
+                f"KFACPreconditioner: layer '{layer.name}' ({actual.kind}) does not match the "
+                f"structure its variables [{where}] suggested at build time "
+                f"({self.candidates[0].kind})."
+            )
         self.spec = actual
         for block in actual.blocks:
             self.prior[block.role] = self._prior_precision(block, actual.block_shape(block)[1])
@@ -148,8 +169,10 @@ class KFACLayerState:
         for name, d in self.spec.factor_dims.items():
             shape = tuple(factors[name].shape)
             if shape != (self.num_particles, d, d):
-                raise ValueError(f"KFACPreconditioner: factor {name} of layer '{record.layer.name}' has shape "
-                                 f"{shape}, expected {(self.num_particles, d, d)}.")
+                raise ValueError(
+                    f"KFACPreconditioner: factor {name} of layer '{record.layer.name}' has shape "
+                    f"{shape}, expected {(self.num_particles, d, d)}."
+                )
         return factors
 
     def accumulate(self, factors, rho64):
@@ -157,7 +180,9 @@ class KFACLayerState:
         for name in factors:
             variable = self.factors[name]
             rho = tf.cast(rho64, variable.dtype)
-            variable.assign(rho * variable.value + (1.0 - rho) * tf.cast(factors[name], variable.dtype))
+            variable.assign(
+                rho * variable.value + (1.0 - rho) * tf.cast(factors[name], variable.dtype)
+            )
 
     def invert(self, damping_for, per_particle, mean, split):
         """Damped factors, inverses and log-determinants of every block from the running factors;
@@ -172,10 +197,18 @@ class KFACLayerState:
             lam = damping_for(block.role)
             if per_particle:
                 a_d, a_inv, a_logdet, g_d, g_inv, g_logdet = damped_inverses(a, g, lam, split)
-                _assign(b, a=a_d, g=g_d, a_inv=a_inv, g_inv=g_inv, log_det=b["q"] * a_logdet + b["p"] * g_logdet)
+                _assign(
+                    b,
+                    a=a_d,
+                    g=g_d,
+                    a_inv=a_inv,
+                    g_inv=g_inv,
+                    log_det=b["q"] * a_logdet + b["p"] * g_logdet,
+                )
             if mean:
-                am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(tf.reduce_mean(a, 0), tf.reduce_mean(g, 0),
-                                                                   lam, split)
+                am_d, am_inv, _, gm_d, gm_inv, _ = damped_inverses(
+                    tf.reduce_mean(a, 0), tf.reduce_mean(g, 0), lam, split
+                )
                 _assign(b, a_mean=am_d, g_mean=gm_d, a_mean_inv=am_inv, g_mean_inv=gm_inv)
 
     def operators(self, per_particle, mean):
@@ -183,10 +216,20 @@ class KFACLayerState:
         ops = []
         for block in self.spec.blocks:
             b = self.blocks[block.role]
-            pieces = tuple((self.index[id(pc.variable)], pc.row_start, pc.row_count) for pc in block.pieces)
+            pieces = tuple(
+                (self.index[id(pc.variable)], pc.row_start, pc.row_count) for pc in block.pieces
+            )
             columns = block.columns or (0, self.spec.view(block.pieces[0].variable)[1])
-            values = {k: (b[k].value if per_particle else None) for k in ("a", "g", "a_inv", "g_inv", "log_det")}
-            values.update({k: (b[k].value if mean else None) for k in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv")})
+            values = {
+                k: (b[k].value if per_particle else None)
+                for k in ("a", "g", "a_inv", "g_inv", "log_det")
+            }
+            values.update(
+                {
+                    k: (b[k].value if mean else None)
+                    for k in ("a_mean", "g_mean", "a_mean_inv", "g_mean_inv")
+                }
+            )
             ops.append(KroneckerOperator(pieces, columns, b["p"], b["q"], **values))
         return ops
 

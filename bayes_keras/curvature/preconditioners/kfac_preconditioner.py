@@ -70,7 +70,12 @@ from bayes_keras._config import decay_rate, is_real
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.curvature.capture import CurvatureRequest
 from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
-from bayes_keras.curvature.preconditioners.kfac_layer_state import KFACLayerState, KroneckerOperator, damped_inverses, not_declared
+from bayes_keras.curvature.preconditioners.kfac_layer_state import (
+    KFACLayerState,
+    KroneckerOperator,
+    damped_inverses,
+    not_declared,
+)
 
 __all__ = ["KFACPreconditioner", "KFACCurvature", "KroneckerOperator", "damped_inverses"]
 
@@ -80,6 +85,8 @@ PER_PARTICLE_OPERATORS = ("apply", "solve", "log_det")
 def _whole(value):
     """A whole number (int, or a float equal to one; not a bool, not inf / NaN)."""
     return is_real(value) and math.isfinite(value) and int(value) == value
+
+
 MEAN_OPERATORS = ("apply_mean", "solve_mean")
 
 
@@ -97,7 +104,9 @@ class KFACCurvature(Curvature):
 
     def _transform(self, vs, which):
         if len(vs) != len(self.dims):
-            raise ValueError(f"Expected {len(self.dims)} vector parts (one per variable); got {len(vs)}.")
+            raise ValueError(
+                f"Expected {len(self.dims)} vector parts (one per variable); got {len(vs)}."
+            )
         per_particle = which in ("apply", "solve")
         out = [None] * len(vs)
         for indices, ops in self.layers:
@@ -105,16 +114,20 @@ class KFACCurvature(Curvature):
             if not any(present):
                 continue
             if not all(present):
-                raise ValueError(f"KFAC curvature: variables {indices} form one layer block; got vectors for only "
-                                 f"{[i for i, p in zip(indices, present) if p]} of them.")
+                raise ValueError(
+                    f"KFAC curvature: variables {indices} form one layer block; got vectors for only "
+                    f"{[i for i, p in zip(indices, present) if p]} of them."
+                )
             parts = {i: [] for i in indices}
             for op in ops:
                 c0, c1 = op.columns
                 mats, dtype = [], vs[op.pieces[0][0]].dtype
                 for i, r0, rc in op.pieces:
                     rows, width = self.views[i]
-                    shape = (self.num_particles, -1, rows, width) if per_particle else (-1, rows, width)
-                    mats.append(tf.reshape(vs[i], shape)[..., r0: r0 + rc, c0:c1])
+                    shape = (
+                        (self.num_particles, -1, rows, width) if per_particle else (-1, rows, width)
+                    )
+                    mats.append(tf.reshape(vs[i], shape)[..., r0 : r0 + rc, c0:c1])
                 v = mats[0] if len(mats) == 1 else tf.concat(mats, axis=-2)
                 left, right = (tf.cast(m, dtype) for m in op.pair(which))
                 if per_particle:
@@ -122,7 +135,7 @@ class KFACCurvature(Curvature):
                 result = tf.matmul(tf.matmul(left, v), right)
                 start = 0
                 for i, r0, rc in op.pieces:
-                    parts[i].append((r0, c0, result[..., start: start + rc, :]))
+                    parts[i].append((r0, c0, result[..., start : start + rc, :]))
                     start += rc
             for i in indices:
                 out[i] = tf.reshape(_assemble(parts[i]), tf.shape(vs[i]))
@@ -148,8 +161,10 @@ class KFACCurvature(Curvature):
             if not inside:
                 continue
             if len(inside) != len(layer_indices):
-                raise ValueError(f"KFAC curvature: variables {layer_indices} form one layer block; a log-det was "
-                                 f"requested over {sorted(inside)} of them only.")
+                raise ValueError(
+                    f"KFAC curvature: variables {layer_indices} form one layer block; a log-det was "
+                    f"requested over {sorted(inside)} of them only."
+                )
             for op in ops:
                 if op.log_det is None:
                     raise ValueError(not_declared("log_det"))
@@ -223,19 +238,35 @@ class KFACPreconditioner(Preconditioner):
         >>> model.fit(x, y, epochs=10)
     """
 
-    def __init__(self, damping=1e-3, ema_decay=0.95, inversion_period=20, fisher="empirical", damping_split=True,
-                 include_prior=True, factor_period=1):
+    def __init__(
+        self,
+        damping=1e-3,
+        ema_decay=0.95,
+        inversion_period=20,
+        fisher="empirical",
+        damping_split=True,
+        include_prior=True,
+        factor_period=1,
+    ):
         if not is_real(damping) or not np.isfinite(damping) or not damping > 0:
-            raise ValueError(f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}.")
+            raise ValueError(
+                f"KFAC damping must be a positive number (never invert a raw curvature); got {damping!r}."
+            )
         ema_decay = decay_rate(ema_decay, "KFAC ema_decay")
         if not _whole(inversion_period) or inversion_period < 1:
-            raise ValueError(f"KFAC inversion_period must be a positive integer; got {inversion_period!r}.")
+            raise ValueError(
+                f"KFAC inversion_period must be a positive integer; got {inversion_period!r}."
+            )
         if not _whole(factor_period) or factor_period < 1:
-            raise ValueError(f"KFAC factor_period must be a positive integer; got {factor_period!r}.")
+            raise ValueError(
+                f"KFAC factor_period must be a positive integer; got {factor_period!r}."
+            )
         if int(inversion_period) % int(factor_period):
-            raise ValueError(f"KFAC inversion_period ({inversion_period}) must be a multiple of factor_period "
-                             f"({factor_period}): the inverses are recomputed right after a statistics update. "
-                             "E.g. inversion_period=20, factor_period=20.")
+            raise ValueError(
+                f"KFAC inversion_period ({inversion_period}) must be a multiple of factor_period "
+                f"({factor_period}): the inverses are recomputed right after a statistics update. "
+                "E.g. inversion_period=20, factor_period=20."
+            )
         if fisher not in kfac_lib.FISHER_TYPES:
             raise ValueError(f"KFAC fisher must be one of {kfac_lib.FISHER_TYPES}; got {fisher!r}.")
         self.damping, self.ema_decay = float(damping), float(ema_decay)
@@ -247,7 +278,9 @@ class KFACPreconditioner(Preconditioner):
 
     @property
     def curvature_request(self):
-        return CurvatureRequest("kronecker_factors", "sampled" if self.fisher == "true" else "observed")
+        return CurvatureRequest(
+            "kronecker_factors", "sampled" if self.fisher == "true" else "observed"
+        )
 
     # -- build -----------------------------------------------------------------------------------
     def build(self, view, add_variable, operators=None):
@@ -258,12 +291,21 @@ class KFACPreconditioner(Preconditioner):
         super().build(view, add_variable, operators)
         self._per_particle, self._mean = _needs(operators)
         if not view.has_layers:
-            raise ValueError("KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
-                             "BayesianModel built from bayes_keras particle layers. The "
-                             "functional door has no layers: use HessianPreconditioner there.")
-        self._layers = [KFACLayerState(add_variable, [view.variables[i] for i in group], group,
-                                       [view.priors[i] for i in group], self._shapes)
-                        for group in view.layer_groups]  # one group per layer (the interface's contract)
+            raise ValueError(
+                "KFACPreconditioner needs the particle variables grouped by layer: use it inside a "
+                "BayesianModel built from bayes_keras particle layers. The "
+                "functional door has no layers: use HessianPreconditioner there."
+            )
+        self._layers = [
+            KFACLayerState(
+                add_variable,
+                [view.variables[i] for i in group],
+                group,
+                [view.priors[i] for i in group],
+                self._shapes,
+            )
+            for group in view.layer_groups
+        ]  # one group per layer (the interface's contract)
         self._views = [None] * len(view.variables)
         for layer in self._layers:
             for i, matrix in layer.views.items():
@@ -288,12 +330,16 @@ class KFACPreconditioner(Preconditioner):
     def _layer_records(self, records):
         """The record of each layer, in order (resolving structure and prior precisions)."""
         if not records:
-            raise ValueError("KFACPreconditioner needs the layers' captured statistics: train through "
-                             "BayesianModel.fit (the optimizer's curvature_request makes the model capture them).")
+            raise ValueError(
+                "KFACPreconditioner needs the layers' captured statistics: train through "
+                "BayesianModel.fit (the optimizer's curvature_request makes the model capture them)."
+            )
         return [layer.resolve(records) for layer in self._layers]
 
     def _factors(self, records):
-        return [layer.batch_factors(record, self.fisher) for layer, record in zip(self._layers, records)]
+        return [
+            layer.batch_factors(record, self.fisher) for layer, record in zip(self._layers, records)
+        ]
 
     @staticmethod
     def _temperature(records):
@@ -311,15 +357,22 @@ class KFACPreconditioner(Preconditioner):
         1, 2, ... that the schedule reads; None (a direct call outside an optimizer): the count of statistics
         updates so far + 1."""
         if not self._built:
-            raise ValueError("KFACPreconditioner.update before build (build it through the optimizer's build).")
+            raise ValueError(
+                "KFACPreconditioner.update before build (build it through the optimizer's build)."
+            )
         step = self._updates + 1 if step is None else step
         temperature = self._temperature(records)
-        records = self._layer_records(records)  # structure checks: every step, outside the conditional
+        records = self._layer_records(
+            records
+        )  # structure checks: every step, outside the conditional
         if self.factor_period == 1:
             finite = self._statistics(records, temperature, step)
         else:
-            finite = tf.cond(self._due(self.factor_period, step), lambda: self._statistics(records, temperature, step),
-                             lambda: tf.constant(True))
+            finite = tf.cond(
+                self._due(self.factor_period, step),
+                lambda: self._statistics(records, temperature, step),
+                lambda: tf.constant(True),
+            )
         return self.curvature(finite)
 
     def _statistics(self, records, temperature, step):
@@ -360,14 +413,22 @@ class KFACPreconditioner(Preconditioner):
         """Recompute the damped factors, inverses and log-determinants from the running factors now (the
         schedule calls it inside the step; public for profiling and for subclasses)."""
         for k, layer in enumerate(self._layers):
-            layer.invert(lambda role, k=k: self.damping_for(k, role, temperature), self._per_particle, self._mean,
-                         self.damping_split)
+            layer.invert(
+                lambda role, k=k: self.damping_for(k, role, temperature),
+                self._per_particle,
+                self._mean,
+                self.damping_split,
+            )
 
     def curvature(self, finite=None):
         """The current `KFACCurvature` (the damped factors and inverses of the last inversion)."""
-        layers = [(layer.order, layer.operators(self._per_particle, self._mean)) for layer in self._layers]
+        layers = [
+            (layer.order, layer.operators(self._per_particle, self._mean)) for layer in self._layers
+        ]
         finite = tf.constant(True) if finite is None else finite
-        return KFACCurvature(self._num_particles, [s[1] for s in self._shapes], self._views, layers, finite)
+        return KFACCurvature(
+            self._num_particles, [s[1] for s in self._shapes], self._views, layers, finite
+        )
 
     @property
     def updates(self):
@@ -393,13 +454,21 @@ class KFACPreconditioner(Preconditioner):
         """{block role: {"a", "g", "a_inv", "g_inv", "log_det", "a_mean", ...: variable}} of one layer group
         (all exist; those not computed, see `inverts_per_particle` / `inverts_mean`, keep their initial
         identity / zero values)."""
-        return {role: {k: v for k, v in b.items() if k not in ("p", "q")}
-                for role, b in self._layers[layer_index].blocks.items()}
+        return {
+            role: {k: v for k, v in b.items() if k not in ("p", "q")}
+            for role, b in self._layers[layer_index].blocks.items()
+        }
 
     def get_config(self):
-        return {"damping": self.damping, "ema_decay": self.ema_decay, "inversion_period": self.inversion_period,
-                "fisher": self.fisher, "damping_split": self.damping_split, "include_prior": self.include_prior,
-                "factor_period": self.factor_period}
+        return {
+            "damping": self.damping,
+            "ema_decay": self.ema_decay,
+            "inversion_period": self.inversion_period,
+            "fisher": self.fisher,
+            "damping_split": self.damping_split,
+            "include_prior": self.include_prior,
+            "factor_period": self.factor_period,
+        }
 
 
 def _needs(operators):
@@ -410,6 +479,11 @@ def _needs(operators):
     operators = tuple(operators)
     unknown = [o for o in operators if o not in known]
     if unknown or not operators:
-        raise ValueError(f"curvature_operators must be a non-empty collection of {known} (or None: all); got "
-                         f"{operators!r}.")
-    return (any(o in PER_PARTICLE_OPERATORS for o in operators), any(o in MEAN_OPERATORS for o in operators))
+        raise ValueError(
+            f"curvature_operators must be a non-empty collection of {known} (or None: all); got "
+            f"{operators!r}."
+        )
+    return (
+        any(o in PER_PARTICLE_OPERATORS for o in operators),
+        any(o in MEAN_OPERATORS for o in operators),
+    )

@@ -9,14 +9,23 @@ from bayes_keras.curvature.preconditioners.dense import HessianPreconditioner
 from bayes_keras.curvature.preconditioners.identity import IdentityPreconditioner
 from bayes_keras.curvature.preconditioners.kfac_preconditioner import KFACPreconditioner
 
-_NAMES = {"hessian": HessianPreconditioner, "identity": IdentityPreconditioner, "kfac": KFACPreconditioner}
+_NAMES = {
+    "hessian": HessianPreconditioner,
+    "identity": IdentityPreconditioner,
+    "kfac": KFACPreconditioner,
+}
 
 
 def get(identifier):
     """A Preconditioner from an instance, a name ("hessian", "identity", "kfac") or a serialized config;
     None: `default_preconditioner()`."""
-    return resolve(identifier, Preconditioner, _NAMES, "a preconditioner (a bayes_keras.preconditioners.Preconditioner",
-                   default=default_preconditioner)
+    return resolve(
+        identifier,
+        Preconditioner,
+        _NAMES,
+        "a preconditioner (a bayes_keras.preconditioners.Preconditioner",
+        default=default_preconditioner,
+    )
 
 
 def default_preconditioner():
@@ -37,5 +46,7 @@ def require_finite_curvature(curvature, skipped_curvature_steps, writes):
     """A step whose curvature (or direction through it) is not finite writes nothing (the guard in
     BayesianOptimizer.apply); it is counted in `skipped_curvature_steps` as well as `skipped_updates`."""
     finite = curvature.is_finite()
-    skipped_curvature_steps.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+    skipped_curvature_steps.assign_add(
+        tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64))
+    )
     writes.require(finite)

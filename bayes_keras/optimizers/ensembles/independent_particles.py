@@ -25,10 +25,14 @@ class IndependentParticles(ParticleOptimizer):
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-7, **kwargs):
         if kwargs.pop("step_rule", None) is not None:
-            raise ValueError("IndependentParticles steps every particle with Adam (beta_1, beta_2, epsilon); it takes no "
-                             "step_rule. For another rule on independent particles use "
-                             "PreconditionedParticles(preconditioner='identity', step_rule=...).")
-        super().__init__(learning_rate=learning_rate, step_rule=Adam(beta_1, beta_2, epsilon), **kwargs)
+            raise ValueError(
+                "IndependentParticles steps every particle with Adam (beta_1, beta_2, epsilon); it takes no "
+                "step_rule. For another rule on independent particles use "
+                "PreconditionedParticles(preconditioner='identity', step_rule=...)."
+            )
+        super().__init__(
+            learning_rate=learning_rate, step_rule=Adam(beta_1, beta_2, epsilon), **kwargs
+        )
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 
     def direction(self, particles, grads, groups):
@@ -36,7 +40,9 @@ class IndependentParticles(ParticleOptimizer):
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
-        self.warn_if_one_particle(num_particles, "is one MAP fit (an ensemble of one), legitimate as a MAP baseline")
+        self.warn_if_one_particle(
+            num_particles, "is one MAP fit (an ensemble of one), legitimate as a MAP baseline"
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -47,20 +47,26 @@ class PreconditionedParticles(ParticleOptimizer):
         if self.built:
             return
         super().build(variables)
-        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
+        self.skipped_curvature_steps = self.add_variable(
+            (), dtype="int64", name="skipped_curvature_steps"
+        )
         if self.view.variables:
             self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
-        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
+        curvature = self.preconditioner.update(
+            particles, grads, preconditioners.step_records(step), iteration
+        )
         directions = curvature.solve(grads)
         preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
         self.step_particles(directions, learning_rate, iteration, writes)
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
-        self.warn_if_one_particle(num_particles, "is one preconditioned MAP fit (an ensemble of one)")
+        self.warn_if_one_particle(
+            num_particles, "is one preconditioned MAP fit (an ensemble of one)"
+        )
 
     def get_config(self):
         config = super().get_config()

@@ -13,11 +13,21 @@
 from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussian
 from bayes_keras.optimizers.gaussian_vi.full_gaussian import FullGaussian
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily
-from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
+    GaussianVariationalOptimizer,
+)
 from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
 from bayes_keras.optimizers.gaussian_vi.mean_field_vi import MeanFieldVI
 from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP
 from bayes_keras.optimizers.gaussian_vi.softplus_gaussian import SoftplusGaussian
 
-__all__ = ["GaussianVariationalOptimizer", "MGVBP", "MeanFieldVI", "GaussianFamily", "DiagonalGaussian",
-           "FullGaussian", "KroneckerGaussian", "SoftplusGaussian"]
+__all__ = [
+    "GaussianVariationalOptimizer",
+    "MGVBP",
+    "MeanFieldVI",
+    "GaussianFamily",
+    "DiagonalGaussian",
+    "FullGaussian",
+    "KroneckerGaussian",
+    "SoftplusGaussian",
+]

@@ -23,19 +23,27 @@ def kronecker_shapes(view, blocks, max_block_size):
         try:
             spec = candidate_specs(group)[0]
         except ValueError as error:
-            raise ValueError(f"MGVBP structure='kronecker' needs Dense, Conv1D or Conv2D particle layers; [{names}]: "
-                             f"{error} Use structure='diagonal' for this model.") from None
+            raise ValueError(
+                f"MGVBP structure='kronecker' needs Dense, Conv1D or Conv2D particle layers; [{names}]: "
+                f"{error} Use structure='diagonal' for this model."
+            ) from None
         if not spec.kernel_and_bias:
-            raise ValueError(f"MGVBP structure='kronecker' supports Dense, Conv1D and Conv2D particle layers; [{names}] "
-                             f"is a {spec.kind}. Use structure='diagonal' for this model.")
+            raise ValueError(
+                f"MGVBP structure='kronecker' supports Dense, Conv1D and Conv2D particle layers; [{names}] "
+                f"is a {spec.kind}. Use structure='diagonal' for this model."
+            )
         if spec.variables != group:  # the flat block must be [kernel, bias], KFAC's row order
-            raise ValueError(f"MGVBP structure='kronecker': expected the variables of [{names}] in the order "
-                             f"{[v.path for v in spec.variables]}.")
+            raise ValueError(
+                f"MGVBP structure='kronecker': expected the variables of [{names}] in the order "
+                f"{[v.path for v in spec.variables]}."
+            )
         p, q = spec.block_shape(spec.blocks[0])
         if max(p, q) > max_block_size:
-            raise ValueError(f"MGVBP structure='kronecker' needs a {max(p, q)} x {max(p, q)} factor for "
-                             f"[{names}], above max_block_size={max_block_size}. Use "
-                             "structure='diagonal', or raise max_block_size.")
+            raise ValueError(
+                f"MGVBP structure='kronecker' needs a {max(p, q)} x {max(p, q)} factor for "
+                f"[{names}], above max_block_size={max_block_size}. Use "
+                "structure='diagonal', or raise max_block_size."
+            )
         shapes.append((p, q))
     return shapes
 
@@ -45,15 +53,19 @@ def prior_vectors(view, block, dtype, user):
     means, precisions = [], []
     for i in block:
         if view.priors[i] is None:
-            raise ValueError(f"MGVBP {user} needs the layers' priors; {view.variables[i].path} belongs to no "
-                             "bayes_keras particle layer.")
+            raise ValueError(
+                f"MGVBP {user} needs the layers' priors; {view.variables[i].path} belongs to no "
+                "bayes_keras particle layer."
+            )
         prior, fan_in = view.priors[i]
         if not isinstance(prior, Normal):
-            raise ValueError(f"MGVBP {user} handles Normal priors in closed form; {view.variables[i].path} has "
-                             f"{prior!r}. Use estimator='score_h', or estimator='gradient' with curvature='stein'.")
+            raise ValueError(
+                f"MGVBP {user} handles Normal priors in closed form; {view.variables[i].path} has "
+                f"{prior!r}. Use estimator='score_h', or estimator='gradient' with curvature='stein'."
+            )
         sd = prior.stddev(fan_in)
         means.append(tf.fill((view.sizes[i],), tf.constant(prior.loc, dtype)))
-        precisions.append(tf.fill((view.sizes[i],), tf.constant(1.0 / sd ** 2, dtype)))
+        precisions.append(tf.fill((view.sizes[i],), tf.constant(1.0 / sd**2, dtype)))
     return tf.concat(means, 0), tf.concat(precisions, 0)
 
 
@@ -63,7 +75,9 @@ def fisher_diagonal(view, block, records, curvature, dtype):
     labels = "sampled" if curvature == "fisher" else "observed"
     fisher = {}
     for r in records:
-        if getattr(r.layer, "deterministic", False):  # shared weights: a point estimate, no q to curve
+        if getattr(
+            r.layer, "deterministic", False
+        ):  # shared weights: a point estimate, no q to curve
             continue
         for variable, squares in per_example_squared_gradients(r, labels):
             flat = tf.reshape(tf.cast(squares, dtype), (view.num_particles, -1))
@@ -71,8 +85,10 @@ def fisher_diagonal(view, block, records, curvature, dtype):
     pieces = []
     for i in block:
         if i not in fisher:
-            raise ValueError(f"MGVBP curvature={curvature!r}: no curvature was captured for {view.variables[i].path} "
-                             "(supported: Dense, Conv2D, Embedding and BatchNormalization particle layers).")
+            raise ValueError(
+                f"MGVBP curvature={curvature!r}: no curvature was captured for {view.variables[i].path} "
+                "(supported: Dense, Conv2D, Embedding and BatchNormalization particle layers)."
+            )
         pieces.append(fisher[i])
     return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
 
@@ -97,12 +113,16 @@ def kronecker_targets(view, blocks, kron_index, records, curvature, temperature,
         factors = kfac_factors(r, fisher)
         a = tf.reduce_mean(tf.cast(factors["A"], dtype), 0)
         g = tf.reduce_mean(tf.cast(factors["G"], dtype), 0)
-        prior = prior_vectors(view, blocks[j], dtype, f"curvature='{curvature}'")[1] / tf.cast(temperature, dtype)
+        prior = prior_vectors(view, blocks[j], dtype, f"curvature='{curvature}'")[1] / tf.cast(
+            temperature, dtype
+        )
         # each row's prior precision: the block is [kernel rows; bias row] x outputs, flattened row-major
         rows = tf.reshape(prior, (a.shape[-1], g.shape[-1]))[:, 0]
         targets[j] = ng.damped_kronecker_factors(a, g, rows)
     for j, t in enumerate(targets):
         if t is None:
-            raise ValueError(f"MGVBP structure='kronecker': no curvature was captured for "
-                             f"{view.variables[blocks[j][0]].path}.")
+            raise ValueError(
+                f"MGVBP structure='kronecker': no curvature was captured for "
+                f"{view.variables[blocks[j][0]].path}."
+            )
     return targets

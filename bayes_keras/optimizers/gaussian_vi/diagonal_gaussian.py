@@ -31,8 +31,9 @@ class DiagonalGaussian(GaussianFamily):
         self.control_variates = bool(control_variates)
 
     def variables(self, add_variable, prefix):
-        names = ["mean", "precision", "m_mean", "m_precision"] + (["c_mean", "c_precision"] if self.control_variates
-                                                                  else [])
+        names = ["mean", "precision", "m_mean", "m_precision"] + (
+            ["c_mean", "c_precision"] if self.control_variates else []
+        )
         return {name: add_variable((self.dim,), f"{prefix}_{name}", self.dtype) for name in names}
 
     def initialize(self, state, mean):
@@ -50,11 +51,15 @@ class DiagonalGaussian(GaussianFamily):
         return ng.entropy_diag(state["precision"].value)
 
     def distribution(self, state):
-        return tfd.Independent(tfd.Normal(state["mean"].value, tf.math.rsqrt(state["precision"].value)), 1)
+        return tfd.Independent(
+            tfd.Normal(state["mean"].value, tf.math.rsqrt(state["precision"].value)), 1
+        )
 
     def marginal(self, state, offset, size):
-        p = state["precision"].value[offset:offset + size]
-        return tfd.Independent(tfd.Normal(state["mean"].value[offset:offset + size], tf.math.rsqrt(p)), 1)
+        p = state["precision"].value[offset : offset + size]
+        return tfd.Independent(
+            tfd.Normal(state["mean"].value[offset : offset + size], tf.math.rsqrt(p)), 1
+        )
 
     def step(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
         """Momentum, the mean step and the retraction of p for natural gradients (nat_mu, nat_p)."""
@@ -63,6 +68,10 @@ class DiagonalGaussian(GaussianFamily):
         old_p = state["precision"].value
         new_p = ng.retract_diag(old_p, learning_rate * m_p)
         writes.require(tf.reduce_all(new_p > 0))  # an underflow to 0 is as fatal as an overflow
-        for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
-                            ("m_mean", m_mu), ("m_precision", ng.transport_diag(m_p, old_p, new_p))):
+        for name, value in (
+            ("mean", state["mean"].value + mean_learning_rate * m_mu),
+            ("precision", new_p),
+            ("m_mean", m_mu),
+            ("m_precision", ng.transport_diag(m_p, old_p, new_p)),
+        ):
             writes.assign(state[name], value)

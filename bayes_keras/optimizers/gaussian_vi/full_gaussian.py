@@ -30,7 +30,15 @@ class FullGaussian(GaussianFamily):
         >>> family = FullGaussian(dim=31, dtype="float64", initial_precision=10.0)
     """
 
-    def __init__(self, dim, dtype, initial_precision, control_variates=False, max_halvings=5, signal_share=True):
+    def __init__(
+        self,
+        dim,
+        dtype,
+        initial_precision,
+        control_variates=False,
+        max_halvings=5,
+        signal_share=True,
+    ):
         super().__init__(dim, dtype)
         self.initial_precision = float(initial_precision)
         self.control_variates = bool(control_variates)
@@ -39,11 +47,20 @@ class FullGaussian(GaussianFamily):
 
     def variables(self, add_variable, prefix):
         vector, matrix = (self.dim,), (self.dim, self.dim)
-        shapes = {"mean": vector, "precision": matrix, "m_mean": vector, "m_precision": matrix, "v_mean": (),
-                  "v_precision": ()}
+        shapes = {
+            "mean": vector,
+            "precision": matrix,
+            "m_mean": vector,
+            "m_precision": matrix,
+            "v_mean": (),
+            "v_precision": (),
+        }
         if self.control_variates:
             shapes.update({"c_mean": vector, "c_precision": matrix})
-        return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
+        return {
+            name: add_variable(shape, f"{prefix}_{name}", self.dtype)
+            for name, shape in shapes.items()
+        }
 
     def initialize(self, state, mean):
         state["mean"].assign(mean)
@@ -57,16 +74,23 @@ class FullGaussian(GaussianFamily):
 
     def distribution(self, state):
         # Sigma = L^-T L^-1 with P = L L^T; its Cholesky factor is chol(inv(P)).
-        return tfd.MultivariateNormalTriL(state["mean"].value, tf.linalg.cholesky(tf.linalg.inv(state["precision"].value)))
+        return tfd.MultivariateNormalTriL(
+            state["mean"].value, tf.linalg.cholesky(tf.linalg.inv(state["precision"].value))
+        )
 
     def marginal(self, state, offset, size):
-        cov = tf.linalg.inv(state["precision"].value)[offset:offset + size, offset:offset + size]
-        return tfd.MultivariateNormalTriL(state["mean"].value[offset:offset + size], tf.linalg.cholesky(cov))
+        cov = tf.linalg.inv(state["precision"].value)[
+            offset : offset + size, offset : offset + size
+        ]
+        return tfd.MultivariateNormalTriL(
+            state["mean"].value[offset : offset + size], tf.linalg.cholesky(cov)
+        )
 
     def step(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
         """Momentum, the mean step and the retraction of P (with halving) for natural gradients."""
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
+
         # With signal_share, both steps are scaled by their signal shares: the Monte Carlo noise of the gradients
         # and of the Stein / score curvature is averaged once q is near its optimum (an extension; see
         # step_rules.signal_fraction): v <- omega v + (1 - omega) |natgrad|^2 beside the momentum m, the share
@@ -85,7 +109,13 @@ class FullGaussian(GaussianFamily):
         xi = learning_rate * m_p
         # Halving answers round-off, not a NaN step (e.g. a NaN learning rate): that refuses the update.
         writes.require(tf.reduce_all(tf.math.is_finite(xi)))
-        new_p, _ = ng.retract_with_halving(old_p, xi, retract, ng.is_positive_definite_full, self.max_halvings)
-        for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("precision", new_p),
-                            ("m_mean", m_mu), ("m_precision", ng.transport_full(m_p, old_p, new_p))):
+        new_p, _ = ng.retract_with_halving(
+            old_p, xi, retract, ng.is_positive_definite_full, self.max_halvings
+        )
+        for name, value in (
+            ("mean", state["mean"].value + mean_learning_rate * m_mu),
+            ("precision", new_p),
+            ("m_mean", m_mu),
+            ("m_precision", ng.transport_full(m_p, old_p, new_p)),
+        ):
             writes.assign(state[name], value)

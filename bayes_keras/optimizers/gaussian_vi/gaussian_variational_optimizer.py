@@ -48,12 +48,20 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         that policy: half the memory traffic of a step, no casts of (N, D) tensors)."""
         return getattr(self, "_weight_dtype", "float32") if self._diagonal_posterior else "float64"
 
-    def __init__(self, learning_rate, seed=None, antithetic=None, shared_learning_rate=None, **kwargs):
+    def __init__(
+        self, learning_rate, seed=None, antithetic=None, shared_learning_rate=None, **kwargs
+    ):
         if kwargs.pop("step_rule", None) is not None:
-            raise ValueError(f"{type(self).__name__} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
-                             "natural gradients with momentum; MeanFieldVI: Adam), and the particles are samples of q.")
-        shared_learning_rate = check_number(shared_learning_rate, f"{type(self).__name__} shared_learning_rate",
-                                            allow_none=True, allow_zero=True)
+            raise ValueError(
+                f"{type(self).__name__} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
+                "natural gradients with momentum; MeanFieldVI: Adam), and the particles are samples of q."
+            )
+        shared_learning_rate = check_number(
+            shared_learning_rate,
+            f"{type(self).__name__} shared_learning_rate",
+            allow_none=True,
+            allow_zero=True,
+        )
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.shared_learning_rate = shared_learning_rate
         self.shared_rule = step_rules.Adam()
@@ -70,16 +78,23 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             return
         super().build(variables)
         if not self.view.variables:
-            raise ValueError(f"{type(self).__name__} needs particle variables (bayes_keras particle layers).")
+            raise ValueError(
+                f"{type(self).__name__} needs particle variables (bayes_keras particle layers)."
+            )
         # q's state is the family's (below); the step-rule slots are the shared variables' Adam moments
-        rules = [step_rules.SGD() if is_particle_variable(v) else self.shared_rule for v in self.view.all_variables]
+        rules = [
+            step_rules.SGD() if is_particle_variable(v) else self.shared_rule
+            for v in self.view.all_variables
+        ]
         self._slots = RuleState(self.add_variable, self.view.all_variables, rules)
         self._weight_dtype = self.view.variables[0].dtype
         self._blocks = self._block_groups(self.view)
         self._block_dims = [sum(self.view.sizes[i] for i in b) for b in self._blocks]
         if self._elementwise and self._blocks != [list(range(len(self.view)))]:
-            raise ValueError(f"{type(self).__name__}: an elementwise posterior needs one block over all particle "
-                             f"variables in order; got blocks {self._blocks}.")
+            raise ValueError(
+                f"{type(self).__name__}: an elementwise posterior needs one block over all particle "
+                f"variables in order; got blocks {self._blocks}."
+            )
         self.lower_bound = self.add_variable((), name="lower_bound")
         self._sample_counter = self.add_variable((), dtype="int64", name="sample_counter")
         self._families, self._state = [], []
@@ -117,13 +132,15 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         half = (d + 1) // 2
         # Philox named explicitly: the default "auto_select" is Philox on CPU and GPU kernels but
         # ThreeFry under XLA, whose CPU version is 12x slower (and a different stream).
-        u1, u2 = tf.unstack(tf.random.stateless_uniform((2, rows, half), seed=key, dtype=tf.float32, alg="philox"))
+        u1, u2 = tf.unstack(
+            tf.random.stateless_uniform((2, rows, half), seed=key, dtype=tf.float32, alg="philox")
+        )
         radius = tf.sqrt(-2.0 * tf.math.log(1.0 - u1))  # 1 - u in (0, 1]
         angle = (2.0 * np.pi) * u2
         z = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
         cut = [2 * half - d] if 2 * half > d else []  # odd d: the last sine is not used
         pieces = tf.split(z, list(widths) + cut, axis=1) if len(widths) > 1 or cut else [z]
-        return pieces[:len(widths)]
+        return pieces[: len(widths)]
 
     # Mirrored pairs make first-moment estimates (mean gradients) exact in their odd part, but an
     # even function of the draw (a a^T in a Stein or score curvature) sees only S / 2 independent
@@ -172,13 +189,21 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         if eps is None:
             eps = self._draw(num_samples)
         view = self.view
-        if self._elementwise:  # (D,) moments split into per-variable pieces that broadcast over rows
-            mean, std = (tf.split(t, view.sizes) for t in self._families[0].moments(self._state[0], read))
-            return [tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + view.shapes[i])
-                    for i, (m, sd, e) in enumerate(zip(mean, std, eps))]
+        if (
+            self._elementwise
+        ):  # (D,) moments split into per-variable pieces that broadcast over rows
+            mean, std = (
+                tf.split(t, view.sizes) for t in self._families[0].moments(self._state[0], read)
+            )
+            return [
+                tf.reshape(m + tf.cast(e, m.dtype) * sd, (num_samples,) + view.shapes[i])
+                for i, (m, sd, e) in enumerate(zip(mean, std, eps))
+            ]
         out = [None] * len(view)
         for j, (block, e) in enumerate(zip(self._blocks, eps)):
-            sample = self._families[j].sample(self._state[j], tf.cast(e, self.posterior_dtype), read)
+            sample = self._families[j].sample(
+                self._state[j], tf.cast(e, self.posterior_dtype), read
+            )
             for i, piece in view.split(sample, block).items():
                 out[i] = piece
         return out
@@ -198,17 +223,25 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         """The evidence lower bound per training example, mean_n log p(y, w_n) + H(q), before the update
         (the particles are samples of the q whose entropy this is)."""
         log_joint = step.log_joint
-        return {"elbo": (tf.reduce_mean(log_joint) + tf.cast(self.entropy(), log_joint.dtype)) / step.dataset_size}
+        return {
+            "elbo": (tf.reduce_mean(log_joint) + tf.cast(self.entropy(), log_joint.dtype))
+            / step.dataset_size
+        }
 
     def update(self, grads, variables, learning_rate, step):
         writes = StateWrites()
         iteration = tf.cast(self.iterations + 1, tf.float32)
         particle_grads, shared = self.view.split_gradients(grads, variables)
         self.update_particles(particle_grads, learning_rate, iteration, step, writes)
-        shared_lr = self._default_shared_learning_rate(learning_rate) if self.shared_learning_rate is None \
+        shared_lr = (
+            self._default_shared_learning_rate(learning_rate)
+            if self.shared_learning_rate is None
             else self.shared_learning_rate
+        )
         for g, v in shared:
-            self._slots.apply(self.position(v), tf.cast(g, v.dtype), v, shared_lr, iteration, writes)
+            self._slots.apply(
+                self.position(v), tf.cast(g, v.dtype), v, shared_lr, iteration, writes
+            )
         return writes
 
     def _default_shared_learning_rate(self, learning_rate):
@@ -249,7 +282,9 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     # -- the Gaussian --------------------------------------------------------------------------
     def entropy(self):
         """Entropy of q (the optimizer's state)."""
-        return tf.cast(tf.add_n([f.entropy(s) for f, s in zip(self._families, self._state)]), tf.float32)
+        return tf.cast(
+            tf.add_n([f.entropy(s) for f, s in zip(self._families, self._state)]), tf.float32
+        )
 
     def posterior(self, flatten=True):
         """q as TFP distributions. flatten=True: one distribution over all particle weights,
@@ -267,8 +302,9 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         for j, block in enumerate(self._blocks):
             offset = 0
             for i in block:
-                out[self.view.variables[i].path] = self._families[j].marginal(self._state[j], offset,
-                                                                               self.view.sizes[i])
+                out[self.view.variables[i].path] = self._families[j].marginal(
+                    self._state[j], offset, self.view.sizes[i]
+                )
                 offset += self.view.sizes[i]
         return out
 
@@ -280,13 +316,18 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     @property
     def posterior_blocks(self):
         """q's state per block, [{name: variable}], in block order: the family's variables ("mean",
-"precision" or "rho", Kronecker factors, ...) and the method's own (momentum, control
-        variates, Adam's moments); see the block's family (`DiagonalGaussian`, `FullGaussian`,
-        `KroneckerGaussian`, `SoftplusGaussian` in this package) for their meaning."""
+        "precision" or "rho", Kronecker factors, ...) and the method's own (momentum, control
+                variates, Adam's moments); see the block's family (`DiagonalGaussian`, `FullGaussian`,
+                `KroneckerGaussian`, `SoftplusGaussian` in this package) for their meaning."""
         return [dict(block) for block in self._state]
 
     def get_config(self):
         config = super().get_config()
-        config.update({"seed": self.seed, "antithetic": self.antithetic,
-                       "shared_learning_rate": self.shared_learning_rate})
+        config.update(
+            {
+                "seed": self.seed,
+                "antithetic": self.antithetic,
+                "shared_learning_rate": self.shared_learning_rate,
+            }
+        )
         return config

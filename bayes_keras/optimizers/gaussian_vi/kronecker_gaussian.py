@@ -36,9 +36,16 @@ class KroneckerGaussian(GaussianFamily):
         self.max_halvings = int(max_halvings)
 
     def variables(self, add_variable, prefix):
-        shapes = {"mean": (self.dim,), "m_mean": (self.dim,), "factor_a": (self.rows, self.rows),
-                  "factor_g": (self.columns, self.columns)}
-        return {name: add_variable(shape, f"{prefix}_{name}", self.dtype) for name, shape in shapes.items()}
+        shapes = {
+            "mean": (self.dim,),
+            "m_mean": (self.dim,),
+            "factor_a": (self.rows, self.rows),
+            "factor_g": (self.columns, self.columns),
+        }
+        return {
+            name: add_variable(shape, f"{prefix}_{name}", self.dtype)
+            for name, shape in shapes.items()
+        }
 
     def initialize(self, state, mean):
         state["mean"].assign(mean)
@@ -47,7 +54,9 @@ class KroneckerGaussian(GaussianFamily):
             state[name].assign(root * tf.eye(state[name].shape[0], dtype=self.dtype))
 
     def _cholesky(self, state, read=current):
-        return tf.linalg.cholesky(read(state["factor_a"])), tf.linalg.cholesky(read(state["factor_g"]))
+        return tf.linalg.cholesky(read(state["factor_a"])), tf.linalg.cholesky(
+            read(state["factor_g"])
+        )
 
     def sample(self, state, eps, read=current):
         return ng.sample_kronecker(read(state["mean"]), *self._cholesky(state, read), eps)
@@ -57,20 +66,28 @@ class KroneckerGaussian(GaussianFamily):
 
     def _scales(self, state, rows=None):
         """Lower-triangular square roots of the row and column covariances A^-1, G^-1 (rows: a row range)."""
-        cov_a, cov_g = tf.linalg.inv(state["factor_a"].value), tf.linalg.inv(state["factor_g"].value)
+        cov_a, cov_g = (
+            tf.linalg.inv(state["factor_a"].value),
+            tf.linalg.inv(state["factor_g"].value),
+        )
         if rows is not None:
-            cov_a = cov_a[rows[0]:rows[1], rows[0]:rows[1]]
-        return (tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_a)),
-                tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_g)))
+            cov_a = cov_a[rows[0] : rows[1], rows[0] : rows[1]]
+        return (
+            tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_a)),
+            tf.linalg.LinearOperatorLowerTriangular(tf.linalg.cholesky(cov_g)),
+        )
 
     def distribution(self, state):  # row-major vec: Cov = A^-1 (x) G^-1
-        return tfd.MultivariateNormalLinearOperator(state["mean"].value,
-                                                    tf.linalg.LinearOperatorKronecker(list(self._scales(state))))
+        return tfd.MultivariateNormalLinearOperator(
+            state["mean"].value, tf.linalg.LinearOperatorKronecker(list(self._scales(state)))
+        )
 
     def marginal(self, state, offset, size):
         rows = (offset // self.columns, (offset + size) // self.columns)  # a variable is whole rows
         return tfd.MultivariateNormalLinearOperator(
-            state["mean"].value[offset:offset + size], tf.linalg.LinearOperatorKronecker(list(self._scales(state, rows))))
+            state["mean"].value[offset : offset + size],
+            tf.linalg.LinearOperatorKronecker(list(self._scales(state, rows))),
+        )
 
     def step(self, state, mean_gradient, targets, learning_rate, mean_learning_rate, omega, writes):
         """Mean: mu <- mu + beta_mu m, m <- omega m + (1 - omega) P^-1 E[g] with E[g] the mean gradient of the
@@ -78,16 +95,25 @@ class KroneckerGaussian(GaussianFamily):
         = (A_hat, G_hat), then rebalanced."""
         old_a, old_g = state["factor_a"].value, state["factor_g"].value
         chol_a, chol_g = tf.linalg.cholesky(old_a), tf.linalg.cholesky(old_g)
-        m_mu = self.momentum(state, "m_mean", ng.kronecker_solve(chol_a, chol_g, mean_gradient), omega)
+        m_mu = self.momentum(
+            state, "m_mean", ng.kronecker_solve(chol_a, chol_g, mean_gradient), omega
+        )
         new = []
         for old, chol, target in ((old_a, chol_a, targets[0]), (old_g, chol_g, targets[1])):
             retract = lambda p, xi, chol=chol: ng.retract_full(p, xi, chol)  # noqa: E731
             xi = learning_rate * (target - old)
-            writes.require(tf.reduce_all(tf.math.is_finite(xi)))  # halving answers round-off, not NaN
-            factor, _ = ng.retract_with_halving(old, xi, retract, ng.is_positive_definite_full,
-                                                  self.max_halvings)
+            writes.require(
+                tf.reduce_all(tf.math.is_finite(xi))
+            )  # halving answers round-off, not NaN
+            factor, _ = ng.retract_with_halving(
+                old, xi, retract, ng.is_positive_definite_full, self.max_halvings
+            )
             new.append(factor)
         new_a, new_g = ng.balance_factors(*new)
-        for name, value in (("mean", state["mean"].value + mean_learning_rate * m_mu), ("m_mean", m_mu),
-                            ("factor_a", new_a), ("factor_g", new_g)):
+        for name, value in (
+            ("mean", state["mean"].value + mean_learning_rate * m_mu),
+            ("m_mean", m_mu),
+            ("factor_a", new_a),
+            ("factor_g", new_g),
+        ):
             writes.assign(state[name], value)

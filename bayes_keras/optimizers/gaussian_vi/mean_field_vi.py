@@ -5,7 +5,9 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.core import step_rules
-from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
+    GaussianVariationalOptimizer,
+)
 from bayes_keras.optimizers.gaussian_vi.softplus_gaussian import SoftplusGaussian
 
 
@@ -36,8 +38,16 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.MeanFieldVI(1e-3))
     """
 
-    def __init__(self, learning_rate=1e-3, initial_std=1e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-8, seed=None,
-                 **kwargs):
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        initial_std=1e-2,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        seed=None,
+        **kwargs,
+    ):
         initial_std = check_number(initial_std, "MeanFieldVI initial_std")
         epsilon = check_number(epsilon, "MeanFieldVI epsilon")
         beta_1 = check_number(beta_1, "MeanFieldVI beta_1", positive=False)
@@ -78,6 +88,12 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"initial_std": self.initial_std, "beta_1": self.beta_1, "beta_2": self.beta_2,
-                       "epsilon": self.epsilon})
+        config.update(
+            {
+                "initial_std": self.initial_std,
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+            }
+        )
         return config

@@ -43,7 +43,9 @@ from bayes_keras.optimizers.gaussian_vi import curvature_targets
 from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
 from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussian
 from bayes_keras.optimizers.gaussian_vi.full_gaussian import FullGaussian
-from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import GaussianVariationalOptimizer
+from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
+    GaussianVariationalOptimizer,
+)
 from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
 from bayes_keras.schedules import ConstantThenInverseTime
 
@@ -142,19 +144,39 @@ class MGVBP(GaussianVariationalOptimizer):
         >>> q = model.optimizer.posterior()   # tfd distribution over the flattened weights
     """
 
-    def __init__(self, learning_rate=None, structure="diagonal", estimator="gradient", curvature="stein",
-                 momentum=0.8, initial_precision=1e3, max_halvings=5, gradient_clip="auto", max_block_size=2000, seed=None,
-                 mean_learning_rate=0.3, signal_share=True, initial_gradient_clip="same", **kwargs):
+    def __init__(
+        self,
+        learning_rate=None,
+        structure="diagonal",
+        estimator="gradient",
+        curvature="stein",
+        momentum=0.8,
+        initial_precision=1e3,
+        max_halvings=5,
+        gradient_clip="auto",
+        max_block_size=2000,
+        seed=None,
+        mean_learning_rate=0.3,
+        signal_share=True,
+        initial_gradient_clip="same",
+        **kwargs,
+    ):
         if isinstance(gradient_clip, str) and gradient_clip == "auto":
             gradient_clip = 100.0 if estimator in ("score", "score_h") else None
-        _check_arguments(structure, estimator, curvature, gradient_clip, momentum, initial_precision)
+        _check_arguments(
+            structure, estimator, curvature, gradient_clip, momentum, initial_precision
+        )
         if not (isinstance(initial_gradient_clip, str) and initial_gradient_clip == "same"):
-            initial_gradient_clip = check_number(initial_gradient_clip,
-                                                 "MGVBP initial_gradient_clip ('same', None or a number)",
-                                                 allow_none=True)
+            initial_gradient_clip = check_number(
+                initial_gradient_clip,
+                "MGVBP initial_gradient_clip ('same', None or a number)",
+                allow_none=True,
+            )
             if structure == "kronecker" and initial_gradient_clip is not None:
-                raise ValueError("MGVBP initial_gradient_clip is not implemented for structure='kronecker'; got "
-                                 f"initial_gradient_clip={initial_gradient_clip!r}.")
+                raise ValueError(
+                    "MGVBP initial_gradient_clip is not implemented for structure='kronecker'; got "
+                    f"initial_gradient_clip={initial_gradient_clip!r}."
+                )
         if not isinstance(signal_share, bool):
             raise ValueError(f"MGVBP signal_share must be True or False; got {signal_share!r}.")
         if learning_rate is None:
@@ -169,8 +191,11 @@ class MGVBP(GaussianVariationalOptimizer):
         if isinstance(mean_learning_rate, dict):
             mean_learning_rate = keras.optimizers.schedules.deserialize(mean_learning_rate)
         if not isinstance(mean_learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-            mean_learning_rate = check_number(mean_learning_rate, "MGVBP mean_learning_rate (None: learning_rate)",
-                                              allow_none=True)
+            mean_learning_rate = check_number(
+                mean_learning_rate,
+                "MGVBP mean_learning_rate (None: learning_rate)",
+                allow_none=True,
+            )
         self.mean_learning_rate = mean_learning_rate
         self.signal_share, self.initial_gradient_clip = signal_share, initial_gradient_clip
 
@@ -212,18 +237,30 @@ class MGVBP(GaussianVariationalOptimizer):
             >>> model.compile(optimizer=bayes_keras.optimizers.MGVBP.paper(seed=0))   # e.g. 50 particles
         """
         if estimator not in ("score", "score_h"):
-            raise ValueError(f"MGVBP.paper: the paper's estimators are 'score' and 'score_h'; got "
-                             f"estimator={estimator!r}.")
+            raise ValueError(
+                f"MGVBP.paper: the paper's estimators are 'score' and 'score_h'; got "
+                f"estimator={estimator!r}."
+            )
         if structure not in ("full", "layer", "diagonal"):
-            raise ValueError(f"MGVBP.paper: structure must be 'full', 'layer' or 'diagonal'; got "
-                             f"structure={structure!r}.")
+            raise ValueError(
+                f"MGVBP.paper: structure must be 'full', 'layer' or 'diagonal'; got "
+                f"structure={structure!r}."
+            )
         if tau is not None:
             if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-                raise ValueError(f"MGVBP.paper: learning_rate is already a schedule ({learning_rate!r}); pass "
-                                 f"tau=None to use it, or a number for beta; got tau={tau!r}.")
+                raise ValueError(
+                    f"MGVBP.paper: learning_rate is already a schedule ({learning_rate!r}); pass "
+                    f"tau=None to use it, or a number for beta; got tau={tau!r}."
+                )
             learning_rate = ConstantThenInverseTime(learning_rate, tau)
-        settings = {"momentum": 0.4, "initial_precision": 10.0, "mean_learning_rate": None, "gradient_clip": 100.0,
-                    "initial_gradient_clip": None, "signal_share": False}
+        settings = {
+            "momentum": 0.4,
+            "initial_precision": 10.0,
+            "mean_learning_rate": None,
+            "gradient_clip": 100.0,
+            "initial_gradient_clip": None,
+            "signal_share": False,
+        }
         settings.update(kwargs)
         return cls(learning_rate, structure=structure, estimator=estimator, **settings)
 
@@ -255,24 +292,43 @@ class MGVBP(GaussianVariationalOptimizer):
                 f"MGVBP estimator={self.estimator!r} on {sum(view.sizes)} weights: the score-function estimator's "
                 "variance grows with the number of weights, and on a digits MLP of 1,500 weights it does not "
                 "learn (test NLL 2.35, chance, after 3 epochs). It is the paper's estimator for small models; "
-                "use estimator='gradient' (the default) for networks.", UserWarning, stacklevel=2)
+                "use estimator='gradient' (the default) for networks.",
+                UserWarning,
+                stacklevel=2,
+            )
         blocks = self._block_groups(view)
         if self.structure == "kronecker":
-            self._kron_shapes = curvature_targets.kronecker_shapes(view, blocks, self.max_block_size)
-            self._kron_index = {g[0]: j for j, g in enumerate(blocks)}  # the view index of each layer's kernel
+            self._kron_shapes = curvature_targets.kronecker_shapes(
+                view, blocks, self.max_block_size
+            )
+            self._kron_index = {
+                g[0]: j for j, g in enumerate(blocks)
+            }  # the view index of each layer's kernel
         elif self.structure != "diagonal":
             _check_block_sizes(view, blocks, self.structure, self.max_block_size)
         super().build(variables)
 
     def _family(self, j, dim):
         if self.structure == "kronecker":
-            return KroneckerGaussian(*self._kron_shapes[j], self.posterior_dtype, self.initial_precision,
-                                     self.max_halvings)
+            return KroneckerGaussian(
+                *self._kron_shapes[j],
+                self.posterior_dtype,
+                self.initial_precision,
+                self.max_halvings,
+            )
         control_variates = self.estimator != "gradient"
         if self.structure == "diagonal":
-            return DiagonalGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates)
-        return FullGaussian(dim, self.posterior_dtype, self.initial_precision, control_variates, self.max_halvings,
-                            self.signal_share)
+            return DiagonalGaussian(
+                dim, self.posterior_dtype, self.initial_precision, control_variates
+            )
+        return FullGaussian(
+            dim,
+            self.posterior_dtype,
+            self.initial_precision,
+            control_variates,
+            self.max_halvings,
+            self.signal_share,
+        )
 
     def check_loaded_state(self):
         for block in self._state:
@@ -280,26 +336,40 @@ class MGVBP(GaussianVariationalOptimizer):
                 if name not in block:
                     continue
                 if self.structure == "diagonal":
-                    check_bounded_entry(self.name, block[name], "optimizer", "a diagonal precision", positive=True)
+                    check_bounded_entry(
+                        self.name, block[name], "optimizer", "a diagonal precision", positive=True
+                    )
                 else:
-                    check_positive_definite_entry(self.name, block[name], "optimizer",
-                                                  "a precision" if name == "precision" else "a Kronecker factor")
+                    check_positive_definite_entry(
+                        self.name,
+                        block[name],
+                        "optimizer",
+                        "a precision" if name == "precision" else "a Kronecker factor",
+                    )
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
         if num_particles < 2 and self.curvature not in _FISHERS:
-            what = "the Stein curvature (a sample covariance)" if self.estimator == "gradient" else "control variates"
-            raise ValueError(f"MGVBP estimator={self.estimator!r} needs at least 2 samples of q per step for "
-                             f"{what}; got num_particles={num_particles}. Use more particles, or "
-                             "curvature='empirical_fisher'.")
+            what = (
+                "the Stein curvature (a sample covariance)"
+                if self.estimator == "gradient"
+                else "control variates"
+            )
+            raise ValueError(
+                f"MGVBP estimator={self.estimator!r} needs at least 2 samples of q per step for "
+                f"{what}; got num_particles={num_particles}. Use more particles, or "
+                "curvature='empirical_fisher'."
+            )
 
     @property
     def curvature_request(self):
         """What BayesianModel must capture for this optimizer (None: nothing)."""
         if self.curvature not in _FISHERS:
             return None
-        return CurvatureRequest("kronecker_factors" if self.structure == "kronecker" else "squared_gradients",
-                                "sampled" if self.curvature == "fisher" else "observed")
+        return CurvatureRequest(
+            "kronecker_factors" if self.structure == "kronecker" else "squared_gradients",
+            "sampled" if self.curvature == "fisher" else "observed",
+        )
 
     # -- the update ----------------------------------------------------------------------------
     def _step_sizes(self, learning_rate, iteration):
@@ -311,8 +381,11 @@ class MGVBP(GaussianVariationalOptimizer):
             if isinstance(mean_lr, keras.optimizers.schedules.LearningRateSchedule):
                 mean_lr = mean_lr(self.attempted_steps)  # as the learning rate's schedule
             mean_lr = tf.cast(mean_lr, self.posterior_dtype)
-        omega = tf.where(tf.equal(iteration, 1.0), tf.constant(0.0, self.posterior_dtype),
-                         tf.constant(self.momentum, self.posterior_dtype))
+        omega = tf.where(
+            tf.equal(iteration, 1.0),
+            tf.constant(0.0, self.posterior_dtype),
+            tf.constant(self.momentum, self.posterior_dtype),
+        )
         return learning_rate, mean_lr, omega
 
     def _step(self, j, nat_mu, nat_p, sizes, iteration, writes):
@@ -323,7 +396,9 @@ class MGVBP(GaussianVariationalOptimizer):
                 nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, later)
         else:  # another bound (or none: an infinite one) at the first step
             bounds = [float("inf") if bound is None else bound for bound in (first, later)]
-            bound = tf.where(tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds))
+            bound = tf.where(
+                tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds)
+            )
             nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, bound)
         self._families[j].step(self._state[j], nat_mu, nat_p, *sizes, writes)
 
@@ -336,29 +411,55 @@ class MGVBP(GaussianVariationalOptimizer):
         if self.curvature in _FISHERS:
             mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(n)
             block = self._blocks[0]
-            nat_p = (curvature_targets.fisher_diagonal(self.view, block, self._records(step), self.curvature, self.posterior_dtype)
-                     + curvature_targets.tempered_prior_precision(self.view, block, step, self.curvature, self.posterior_dtype) - prec)
+            nat_p = (
+                curvature_targets.fisher_diagonal(
+                    self.view, block, self._records(step), self.curvature, self.posterior_dtype
+                )
+                + curvature_targets.tempered_prior_precision(
+                    self.view, block, step, self.curvature, self.posterior_dtype
+                )
+                - prec
+            )
         else:  # per-variable sums, then the moments once on the concatenated (D,) sums
             sums = [], [], []
             for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
                 a = theta - m
                 for out, t in zip(sums, (a, g, a * g)):
                     out.append(tf.reduce_sum(t, axis=0))
-            mean_loss_grad, cov = ng.diagonal_moments_from_sums(*(tf.concat(t, 0) for t in sums), n,
-                                                                  self._antithetic_for(n))
+            mean_loss_grad, cov = ng.diagonal_moments_from_sums(
+                *(tf.concat(t, 0) for t in sums), n, self._antithetic_for(n)
+            )
             nat_p = prec * cov - prec
-        self._step(0, -mean_loss_grad / prec, nat_p, self._step_sizes(learning_rate, iteration), iteration, writes)
+        self._step(
+            0,
+            -mean_loss_grad / prec,
+            nat_p,
+            self._step_sizes(learning_rate, iteration),
+            iteration,
+            writes,
+        )
 
     def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
         sizes = self._step_sizes(learning_rate, iteration)
         if self.structure == "kronecker":
-            targets = curvature_targets.kronecker_targets(self.view, self._blocks, self._kron_index, self._records(step),
-                                         self.curvature, step.temperature, self.posterior_dtype)
+            targets = curvature_targets.kronecker_targets(
+                self.view,
+                self._blocks,
+                self._kron_index,
+                self._records(step),
+                self.curvature,
+                step.temperature,
+                self.posterior_dtype,
+            )
             for j, (grad, target) in enumerate(zip(grads, targets)):
-                self._families[j].step(self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes)
+                self._families[j].step(
+                    self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes
+                )
             return
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
-            self._step(j, *self._natural_gradient(j, theta, grad, step, writes), sizes, iteration, writes)
+            self._step(
+                j, *self._natural_gradient(j, theta, grad, step, writes), sizes, iteration, writes
+            )
 
     def _natural_gradient(self, j, theta, grad, step, writes):
         """(nat_mu, nat_P) of a diagonal or full block from the step's samples and gradients (or values)."""
@@ -366,18 +467,24 @@ class MGVBP(GaussianVariationalOptimizer):
         mean, prec = state["mean"].value, state["precision"].value
         diag = self.structure == "diagonal"
         if self.estimator == "gradient":  # full or layer blocks (diagonal: _update_elementwise)
-            return ng.reparam_natural_gradient_full(theta, mean, prec, grad,
-                                                      antithetic=self._antithetic_for(self.view.num_particles))
+            return ng.reparam_natural_gradient_full(
+                theta, mean, prec, grad, antithetic=self._antithetic_for(self.view.num_particles)
+            )
         if step is None:
-            raise ValueError(f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
-                             "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
+            raise ValueError(
+                f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
+                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
+            )
         log_lik = tf.cast(step.log_likelihood, self.posterior_dtype)
         fn = ng.score_natural_gradient_diag if diag else ng.score_natural_gradient_full
         c_mu, c_p = state["c_mean"].value, state["c_precision"].value
         if self.estimator == "score":
-            prior_mean, prior_prec = curvature_targets.prior_vectors(self.view, self._blocks[j], self.posterior_dtype, "estimator='score'")
-            nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, log_lik, c_mu, c_p, prior_mean,
-                                                 prior_prec / step.temperature)
+            prior_mean, prior_prec = curvature_targets.prior_vectors(
+                self.view, self._blocks[j], self.posterior_dtype, "estimator='score'"
+            )
+            nat_mu, nat_p, new_c_mu, new_c_p = fn(
+                theta, mean, prec, log_lik, c_mu, c_p, prior_mean, prior_prec / step.temperature
+            )
         else:
             log_q = ng.log_q_diag(theta, mean, prec) if diag else ng.log_q_full(theta, mean, prec)
             h = log_lik + tf.cast(step.log_prior, self.posterior_dtype) - log_q
@@ -389,18 +496,29 @@ class MGVBP(GaussianVariationalOptimizer):
     # -- curvature="empirical_fisher" | "fisher" -------------------------------------------------
     def _records(self, step):
         if step is None or not step.curvature:
-            raise ValueError(f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
-                             "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply().")
+            raise ValueError(
+                f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
+                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
+            )
         return step.curvature
 
     def get_config(self):
         config = super().get_config()
-        config.update({"structure": self.structure, "estimator": self.estimator, "curvature": self.curvature,
-                       "momentum": self.momentum,
-                       "initial_precision": self.initial_precision, "max_halvings": self.max_halvings,
-                       "gradient_clip": self.gradient_clip, "max_block_size": self.max_block_size,
-                       "mean_learning_rate": _serialize_rate(self.mean_learning_rate),
-                       "signal_share": self.signal_share, "initial_gradient_clip": self.initial_gradient_clip})
+        config.update(
+            {
+                "structure": self.structure,
+                "estimator": self.estimator,
+                "curvature": self.curvature,
+                "momentum": self.momentum,
+                "initial_precision": self.initial_precision,
+                "max_halvings": self.max_halvings,
+                "gradient_clip": self.gradient_clip,
+                "max_block_size": self.max_block_size,
+                "mean_learning_rate": _serialize_rate(self.mean_learning_rate),
+                "signal_share": self.signal_share,
+                "initial_gradient_clip": self.initial_gradient_clip,
+            }
+        )
         return config
 
 
@@ -412,18 +530,30 @@ def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, i
     if curvature not in _CURVATURES:
         raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
     if curvature in _FISHERS and structure not in ("diagonal", "kronecker"):
-        raise ValueError(f"MGVBP curvature={curvature!r} is implemented for structure='diagonal' and "
-                         f"'kronecker'; got structure={structure!r}.")
+        raise ValueError(
+            f"MGVBP curvature={curvature!r} is implemented for structure='diagonal' and "
+            f"'kronecker'; got structure={structure!r}."
+        )
     if structure == "kronecker" and curvature not in _FISHERS:
-        raise ValueError("MGVBP structure='kronecker' moves P toward KFAC factors: it needs "
-                         f"curvature='empirical_fisher' or 'fisher'; got curvature={curvature!r}.")
+        raise ValueError(
+            "MGVBP structure='kronecker' moves P toward KFAC factors: it needs "
+            f"curvature='empirical_fisher' or 'fisher'; got curvature={curvature!r}."
+        )
     if curvature != "stein" and estimator != "gradient":
-        raise ValueError(f"MGVBP curvature={curvature!r} belongs to estimator='gradient'; the score "
-                         f"estimators estimate the curvature themselves (got estimator={estimator!r}).")
+        raise ValueError(
+            f"MGVBP curvature={curvature!r} belongs to estimator='gradient'; the score "
+            f"estimators estimate the curvature themselves (got estimator={estimator!r})."
+        )
     if structure == "kronecker" and gradient_clip is not None:
-        raise ValueError("MGVBP gradient_clip is not implemented for structure='kronecker'; got "
-                         f"gradient_clip={gradient_clip!r}.")
-    if not (isinstance(momentum, (int, float)) and not isinstance(momentum, bool) and 0.0 <= momentum < 1.0):
+        raise ValueError(
+            "MGVBP gradient_clip is not implemented for structure='kronecker'; got "
+            f"gradient_clip={gradient_clip!r}."
+        )
+    if not (
+        isinstance(momentum, (int, float))
+        and not isinstance(momentum, bool)
+        and 0.0 <= momentum < 1.0
+    ):
         raise ValueError(f"MGVBP momentum (omega) must be in [0, 1); got {momentum!r}.")
     check_number(initial_precision, "MGVBP initial_precision")
 
@@ -444,7 +574,8 @@ def _check_block_sizes(view, blocks, structure, max_block_size):
                 f"max_block_size={max_block_size} (O(D^3) per step). Use "
                 + ("structure='layer' (one block per layer), " if structure == "full" else "")
                 + "structure='kronecker' (Dense and Conv2D layers) or structure='diagonal' for a model this large, "
-                "or raise max_block_size.")
+                "or raise max_block_size."
+            )
 
 
 def _serialize_rate(rate):

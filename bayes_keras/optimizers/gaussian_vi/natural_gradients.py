@@ -71,7 +71,9 @@ def retract_with_halving(precision, xi, retract, is_valid, max_halvings=5):
         return k + 1, candidate, is_valid(candidate)
 
     k, candidate, ok = tf.while_loop(cond, body, (tf.constant(0), precision, tf.constant(False)))
-    factor = tf.where(ok, tf.pow(tf.constant(0.5, dtype), tf.cast(k - 1, dtype)), tf.constant(0.0, dtype))
+    factor = tf.where(
+        ok, tf.pow(tf.constant(0.5, dtype), tf.cast(k - 1, dtype)), tf.constant(0.0, dtype)
+    )
     return tf.where(ok, candidate, precision), factor
 
 
@@ -87,7 +89,9 @@ def transport_full(m, precision_old, precision_new):
     form E = P^1/2 (P^-1/2 P_new P^-1/2)^1/2 P^-1/2 (no non-symmetric matrix square root).
     T maps P_old itself to P_new."""
     root, inv_root = _sqrt_and_inverse_sqrt(precision_old)
-    middle_root, _ = _sqrt_and_inverse_sqrt(symmetrize(tf.matmul(inv_root, tf.matmul(precision_new, inv_root))))
+    middle_root, _ = _sqrt_and_inverse_sqrt(
+        symmetrize(tf.matmul(inv_root, tf.matmul(precision_new, inv_root)))
+    )
     e = tf.matmul(root, tf.matmul(middle_root, inv_root))
     return symmetrize(tf.matmul(e, tf.matmul(m, e, transpose_b=True)))
 
@@ -129,7 +133,9 @@ def log_q_full(theta, mean, precision):
 
 def log_q_diag(theta, mean, p):
     a = theta - mean[None, :]
-    return tf.reduce_sum(-0.5 * p * tf.square(a) + 0.5 * tf.math.log(p) - 0.5 * math.log(2.0 * math.pi), axis=1)
+    return tf.reduce_sum(
+        -0.5 * p * tf.square(a) + 0.5 * tf.math.log(p) - 0.5 * math.log(2.0 * math.pi), axis=1
+    )
 
 
 # -- natural-gradient estimators -----------------------------------------------------------------
@@ -152,8 +158,13 @@ def _centred_cross_moment(a, g, transpose=False, antithetic=False):
 def diagonal_moments(a, g, antithetic=False):
     """Per coordinate, the sample mean of g and the unbiased centred covariance Cov(a, g) (see
     _centred_cross_moment) of (S, D) samples."""
-    return diagonal_moments_from_sums(tf.reduce_sum(a, axis=0), tf.reduce_sum(g, axis=0),
-                                      tf.reduce_sum(a * g, axis=0), a.shape[0], antithetic)
+    return diagonal_moments_from_sums(
+        tf.reduce_sum(a, axis=0),
+        tf.reduce_sum(g, axis=0),
+        tf.reduce_sum(a * g, axis=0),
+        a.shape[0],
+        antithetic,
+    )
 
 
 def diagonal_moments_from_sums(sum_a, sum_g, sum_ag, num_samples, antithetic=False):
@@ -176,7 +187,9 @@ def reparam_natural_gradient_full(theta, mean, precision, grad_log_joint, antith
     antithetic: the samples are mirrored pairs (see _centred_cross_moment)."""
     chol = tf.linalg.cholesky(precision)
     nat_mu = tf.linalg.cholesky_solve(chol, tf.reduce_mean(grad_log_joint, axis=0)[:, None])[:, 0]
-    cross = _centred_cross_moment(theta - mean[None, :], grad_log_joint, transpose=True, antithetic=antithetic)
+    cross = _centred_cross_moment(
+        theta - mean[None, :], grad_log_joint, transpose=True, antithetic=antithetic
+    )
     neg_hessian = -symmetrize(tf.matmul(precision, cross))
     return nat_mu, neg_hessian - precision
 
@@ -201,7 +214,9 @@ def control_variate(score, f):
     return tf.math.divide_no_nan(cov, var)
 
 
-def score_natural_gradient_full(theta, mean, precision, f, c_mu, c_p, prior_mean=None, prior_precision=None):
+def score_natural_gradient_full(
+    theta, mean, precision, f, c_mu, c_p, prior_mean=None, prior_precision=None
+):
     """Score-function (black-box) estimators of the paper, full precision.
 
     With prior_precision None (estimator "h"): f_s = h(theta_s) = log p(y, theta_s) - log q(theta_s),
@@ -220,12 +235,16 @@ def score_natural_gradient_full(theta, mean, precision, f, c_mu, c_p, prior_mean
     nat_p = symmetrize(tf.reduce_mean(score_p * (f[:, None, None] - c_p[None]), axis=0))
     if prior_precision is not None:
         chol = tf.linalg.cholesky(precision)
-        nat_mu += -tf.linalg.cholesky_solve(chol, (prior_precision * (mean - prior_mean))[:, None])[:, 0]
+        nat_mu += -tf.linalg.cholesky_solve(chol, (prior_precision * (mean - prior_mean))[:, None])[
+            :, 0
+        ]
         nat_p += tf.linalg.diag(prior_precision) - precision
     return nat_mu, nat_p, control_variate(a, f), control_variate(score_p, f)
 
 
-def score_natural_gradient_diag(theta, mean, p, f, c_mu, c_p, prior_mean=None, prior_precision=None):
+def score_natural_gradient_diag(
+    theta, mean, p, f, c_mu, c_p, prior_mean=None, prior_precision=None
+):
     """Diagonal form of `score_natural_gradient_full`: score of p_i is p_i - p_i^2 a_i^2."""
     a = theta - mean[None, :]
     score_p = p[None, :] - tf.square(p[None, :] * a)
@@ -253,7 +272,9 @@ def balance_factors(a, g):
     state and target pairs compare like with like."""
     p = tf.cast(tf.shape(a)[0], a.dtype)
     q = tf.cast(tf.shape(g)[0], g.dtype)
-    c = tf.sqrt(tf.maximum(tf.linalg.trace(g) / q, 1e-300) / tf.maximum(tf.linalg.trace(a) / p, 1e-300))
+    c = tf.sqrt(
+        tf.maximum(tf.linalg.trace(g) / q, 1e-300) / tf.maximum(tf.linalg.trace(a) / p, 1e-300)
+    )
     return a * c, g / c
 
 
@@ -285,8 +306,12 @@ def damped_kronecker_factors(a, g, damping):
         return balance_factors(tf.ones((1, 1), a.dtype), a[0, 0] * g + rows[0] * eye_q)
 
     def gram(m, n):
-        k = tf.stack([tf.stack([tf.reduce_sum(m * m), tf.reduce_sum(m * n)]),
-                      tf.stack([tf.reduce_sum(m * n), tf.reduce_sum(n * n)])])
+        k = tf.stack(
+            [
+                tf.stack([tf.reduce_sum(m * m), tf.reduce_sum(m * n)]),
+                tf.stack([tf.reduce_sum(m * n), tf.reduce_sum(n * n)]),
+            ]
+        )
         # a relative ridge keeps the Cholesky defined when the factor is a multiple of the other (rank 1)
         return k + 1e-12 * tf.linalg.trace(k) * tf.eye(2, dtype=m.dtype)
 
@@ -294,7 +319,9 @@ def damped_kronecker_factors(a, g, damping):
     s, w, z = tf.linalg.svd(tf.matmul(l_u, l_v, transpose_a=True))
     alpha = tf.linalg.triangular_solve(l_u, w[:, :1], lower=True, adjoint=True)[:, 0]  # L_u^-T w
     beta = tf.linalg.triangular_solve(l_v, z[:, :1], lower=True, adjoint=True)[:, 0]
-    sign = tf.where(alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype))  # the pair's joint sign
+    sign = tf.where(
+        alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype)
+    )  # the pair's joint sign
     alpha, beta = sign * alpha, sign * beta
     x = s[0] * (alpha[0] * a + alpha[1] * d)
     y = beta[0] * g + beta[1] * eye_q
@@ -310,7 +337,9 @@ def sample_kronecker(mean, chol_a, chol_g, eps):
     p, q = chol_a.shape[0], chol_g.shape[0]
     eye_p = tf.eye(p, dtype=chol_a.dtype)
     eye_q = tf.eye(q, dtype=chol_g.dtype)
-    left = tf.linalg.matrix_transpose(tf.linalg.triangular_solve(chol_a, eye_p, lower=True))  # L_A^-T
+    left = tf.linalg.matrix_transpose(
+        tf.linalg.triangular_solve(chol_a, eye_p, lower=True)
+    )  # L_A^-T
     right = tf.linalg.triangular_solve(chol_g, eye_q, lower=True)  # L_G^-1
     e = tf.reshape(eps, (-1, p, q))
     z = tf.einsum("ij,sjk,kl->sil", left, e, right)
@@ -329,6 +358,8 @@ def entropy_kronecker(chol_a, chol_g):
     """Entropy of N(mu, (A (x) G)^-1): log det (A (x) G) = q log det A + p log det G."""
     p = tf.cast(chol_a.shape[0], chol_a.dtype)
     q = tf.cast(chol_g.shape[0], chol_g.dtype)
-    logdet = 2.0 * (q * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_a)))
-                    + p * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_g))))
+    logdet = 2.0 * (
+        q * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_a)))
+        + p * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol_g)))
+    )
     return -0.5 * logdet + 0.5 * p * q * _LOG_2PI_E

@@ -53,14 +53,19 @@ class SoftplusGaussian(GaussianFamily):
 
     def entropy(self, state):
         sigma = self.moments(state)[1]
-        return tf.reduce_sum(tf.math.log(sigma)) + 0.5 * tf.cast(tf.size(sigma), sigma.dtype) * _LOG_2PI_E
+        return (
+            tf.reduce_sum(tf.math.log(sigma))
+            + 0.5 * tf.cast(tf.size(sigma), sigma.dtype) * _LOG_2PI_E
+        )
 
     def distribution(self, state):
         return tfd.Independent(tfd.Normal(*self.moments(state)), 1)
 
     def marginal(self, state, offset, size):
         mean, std = self.moments(state)
-        return tfd.Independent(tfd.Normal(mean[offset:offset + size], std[offset:offset + size]), 1)
+        return tfd.Independent(
+            tfd.Normal(mean[offset : offset + size], std[offset : offset + size]), 1
+        )
 
     def step(self, state, d_mean, d_sigma, learning_rate, iteration, writes):
         """Adam on (mu, rho) for the gradients of the negative ELBO with respect to mu and sigma."""

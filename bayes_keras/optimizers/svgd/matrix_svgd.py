@@ -9,7 +9,11 @@ from bayes_keras._config import check_number
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.step_rules import signal_share
 from bayes_keras.memory_guard import check_fits, tensor_bytes
-from bayes_keras.optimizers.svgd.stein import matrix_svgd_average_direction, matrix_svgd_mixture_direction, quadratic_model_scale
+from bayes_keras.optimizers.svgd.stein import (
+    matrix_svgd_average_direction,
+    matrix_svgd_mixture_direction,
+    quadratic_model_scale,
+)
 
 _MODES = ("average", "mixture")
 _METRICS = ("q", "euclidean")
@@ -101,29 +105,52 @@ class MatrixSVGD(ParticleOptimizer):
         >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
-    step_headroom = 18  # its preconditioner's state and products (measured 15.4x: results/size_guard_peaks.md)
-    pairwise_tensors = 16  # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
+    step_headroom = (
+        18  # its preconditioner's state and products (measured 15.4x: results/size_guard_peaks.md)
+    )
+    pairwise_tensors = (
+        16  # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
+    )
 
-    def __init__(self, learning_rate=0.35, preconditioner=None, mode="average", kernel=None, kernel_metric="q",
-                 scope="joint", mixture_beta=1.0, step_rule="sgd", rescaling="auto", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.35,
+        preconditioner=None,
+        mode="average",
+        kernel=None,
+        kernel_metric="q",
+        scope="joint",
+        mixture_beta=1.0,
+        step_rule="sgd",
+        rescaling="auto",
+        **kwargs,
+    ):
         if mode not in _MODES:
             raise ValueError(f"MatrixSVGD mode must be one of {_MODES}; got {mode!r}.")
         if kernel_metric not in _METRICS:
-            raise ValueError(f"MatrixSVGD kernel_metric must be one of {_METRICS}; got {kernel_metric!r}.")
+            raise ValueError(
+                f"MatrixSVGD kernel_metric must be one of {_METRICS}; got {kernel_metric!r}."
+            )
         if scope not in _SCOPES:
             raise ValueError(f"MatrixSVGD scope must be one of {_SCOPES}; got {scope!r}.")
         if rescaling not in _RESCALINGS:
-            raise ValueError(f"MatrixSVGD rescaling must be one of {_RESCALINGS}; got {rescaling!r}.")
+            raise ValueError(
+                f"MatrixSVGD rescaling must be one of {_RESCALINGS}; got {rescaling!r}."
+            )
         if rescaling == "quadratic" and mode == "mixture":
-            raise ValueError("MatrixSVGD rescaling='quadratic' is defined for mode='average' only (its driving term "
-                             "has one curvature); use rescaling='none' or 'auto' with mode='mixture'.")
+            raise ValueError(
+                "MatrixSVGD rescaling='quadratic' is defined for mode='average' only (its driving term "
+                "has one curvature); use rescaling='none' or 'auto' with mode='mixture'."
+            )
         mixture_beta = check_number(mixture_beta, "mixture_beta", allow_zero=True)
         super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
         self.preconditioner = preconditioners.get(preconditioner)
         self.kernel = kernels_lib.get(kernel)
         if kernel_metric == "q" and not isinstance(self.kernel, kernels_lib.RadialKernel):
-            raise ValueError(f"kernel_metric='q' needs a radial kernel (RBF, IMQ); got {self.kernel!r}. "
-                             "Use kernel_metric='euclidean' for other kernels.")
+            raise ValueError(
+                f"kernel_metric='q' needs a radial kernel (RBF, IMQ); got {self.kernel!r}. "
+                "Use kernel_metric='euclidean' for other kernels."
+            )
         self.mode, self.kernel_metric, self.scope = mode, kernel_metric, scope
         self.mixture_beta = float(mixture_beta)
         self.rescaling = rescaling
@@ -146,15 +173,23 @@ class MatrixSVGD(ParticleOptimizer):
         """The `Curvature` methods this optimizer calls, read by preconditioners at build time so that they
         compute only those (KFAC skips its per-particle inverses in the average mode): ("apply_mean",
         "solve_mean") for mode="average", ("apply", "solve", "log_det") for mode="mixture"."""
-        return ("apply_mean", "solve_mean") if self.mode == "average" else ("apply", "solve", "log_det")
+        return (
+            ("apply_mean", "solve_mean")
+            if self.mode == "average"
+            else ("apply", "solve", "log_det")
+        )
 
     def check_num_particles(self, num_particles):
         if self.mode == "mixture" and num_particles < 2:
-            raise ValueError(f"MatrixSVGD(mode='mixture') uses the particles as mixture anchors and needs at least "
-                             f"2 particles; got num_particles={num_particles}. Use mode='average'.")
+            raise ValueError(
+                f"MatrixSVGD(mode='mixture') uses the particles as mixture anchors and needs at least "
+                f"2 particles; got num_particles={num_particles}. Use mode='average'."
+            )
         if num_particles < 1:
             raise ValueError(f"MatrixSVGD needs at least one particle; got {num_particles}.")
-        self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a preconditioned MAP fit")
+        self.warn_if_one_particle(
+            num_particles, "has no repulsion between particles and is a preconditioned MAP fit"
+        )
 
     # -- build / step --------------------------------------------------------------------------
     def check_step_fits(self):
@@ -162,9 +197,12 @@ class MatrixSVGD(ParticleOptimizer):
             # The mixture broadcasts every particle against every anchor: (N, N, D) tensors (the particles'
             # images under each anchor's Q, and their differences), a few of them alive at once.
             n, dim = self.view.num_particles, sum(self.view.sizes)
-            check_fits(3 * tensor_bytes((n, n, dim + 4), self.view.variables[0].dtype),
-                       f"MatrixSVGD(mode='mixture') with {n} particles of {dim} weights (per step, tensors of shape "
-                       f"({n}, {n}, {dim}))", "Use mode='average' (O(N^2 + N D)), fewer particles, or scope='layer'.")
+            check_fits(
+                3 * tensor_bytes((n, n, dim + 4), self.view.variables[0].dtype),
+                f"MatrixSVGD(mode='mixture') with {n} particles of {dim} weights (per step, tensors of shape "
+                f"({n}, {n}, {dim}))",
+                "Use mode='average' (O(N^2 + N D)), fewer particles, or scope='layer'.",
+            )
         super().check_step_fits()
 
     def build(self, variables):
@@ -176,13 +214,22 @@ class MatrixSVGD(ParticleOptimizer):
             # Running first moment of each particle's driving term and, per kernel group, of its squared norm:
             # the signal share (their bias correction 1 - decay^t reads the count of committed steps).
             groups = self.kernel_groups(self.view.layer_groups)
-            self.drift_average = [self.add_variable((self.view.num_particles, size), name=f"drift_average_{i}")
-                                  for i, size in enumerate(self.view.sizes)]
-            self.drift_square_average = self.add_variable((len(groups),), name="drift_square_average")
-        self.skipped_curvature_steps = self.add_variable((), dtype="int64", name="skipped_curvature_steps")
+            self.drift_average = [
+                self.add_variable((self.view.num_particles, size), name=f"drift_average_{i}")
+                for i, size in enumerate(self.view.sizes)
+            ]
+            self.drift_square_average = self.add_variable(
+                (len(groups),), name="drift_square_average"
+            )
+        self.skipped_curvature_steps = self.add_variable(
+            (), dtype="int64", name="skipped_curvature_steps"
+        )
         if self.view.variables:
             self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
-            self._check_blocks(self.preconditioner.blocks(len(self.view)), self.kernel_groups(self.view.layer_groups))
+            self._check_blocks(
+                self.preconditioner.blocks(len(self.view)),
+                self.kernel_groups(self.view.layer_groups),
+            )
 
     def kernel_groups(self, groups):
         """The index groups (over the particle variables) the kernel is computed on: all variables in one
@@ -198,9 +245,11 @@ class MatrixSVGD(ParticleOptimizer):
         owner = {v: k for k, g in enumerate(groups) for v in g}
         for block in blocks:
             if len({owner.get(v) for v in block}) > 1:
-                raise ValueError(f"The preconditioner couples variables {sorted(block)} that scope='layer' puts in "
-                                 "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
-                                 "over layers.")
+                raise ValueError(
+                    f"The preconditioner couples variables {sorted(block)} that scope='layer' puts in "
+                    "different kernels; use scope='joint' or a preconditioner that is block-diagonal "
+                    "over layers."
+                )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         """One step (called by ParticleOptimizer.update with the gradients of the NEGATIVE log joint per particle
@@ -210,16 +259,34 @@ class MatrixSVGD(ParticleOptimizer):
         which describe the data, are updated by `preconditioner.update` itself)."""
         particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         groups = self.kernel_groups(self.view.layer_groups)
-        curvature = self.preconditioner.update(particles, grads, preconditioners.step_records(step), iteration)
+        curvature = self.preconditioner.update(
+            particles, grads, preconditioners.step_records(step), iteration
+        )
         state = [] if self._rescaled else None  # the rescaled average mode's new running averages
         entropy = None  # the mixture mode's mean entropy of the mixture weights
         if self.mode == "average":
-            rescale = (lambda *args: self._rescale(state, groups, *args)) if self._rescaled else None
-            directions = matrix_svgd_average_direction(particles, grads, self.kernel, curvature, groups,
-                                                       self.kernel_metric, rescale=rescale)
+            rescale = (
+                (lambda *args: self._rescale(state, groups, *args)) if self._rescaled else None
+            )
+            directions = matrix_svgd_average_direction(
+                particles,
+                grads,
+                self.kernel,
+                curvature,
+                groups,
+                self.kernel_metric,
+                rescale=rescale,
+            )
         else:
-            directions, entropy = matrix_svgd_mixture_direction(particles, grads, self.kernel, curvature, groups,
-                                                                self.kernel_metric, self.mixture_beta)
+            directions, entropy = matrix_svgd_mixture_direction(
+                particles,
+                grads,
+                self.kernel,
+                curvature,
+                groups,
+                self.kernel_metric,
+                self.mixture_beta,
+            )
         preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
         self.step_particles(directions, learning_rate, iteration, writes)
         if entropy is not None:
@@ -227,8 +294,12 @@ class MatrixSVGD(ParticleOptimizer):
         for positions, means, index, squares in state or ():
             for v, m in zip(positions, means):
                 writes.assign(self.drift_average[v], m)
-            writes.assign(self.drift_square_average, tf.tensor_scatter_nd_update(
-                writes.read(self.drift_square_average), [[index]], tf.reshape(squares, (1,))))
+            writes.assign(
+                self.drift_square_average,
+                tf.tensor_scatter_nd_update(
+                    writes.read(self.drift_square_average), [[index]], tf.reshape(squares, (1,))
+                ),
+            )
 
     def _rescale(self, state, groups, index, score, drift, curvature_drift):
         """The average mode's step scale for kernel group `index`: alpha * rho, with alpha the quadratic model's
@@ -240,24 +311,32 @@ class MatrixSVGD(ParticleOptimizer):
         (Balles, Romero & Hennig 2017, "Coupling Adaptive Batch Sizes with Learning Rates")."""
         decay = _RESCALING_DECAY
         positions = groups[index]
-        means = [decay * self.drift_average[v] + (1.0 - decay) * d for v, d in zip(positions, drift)]
+        means = [
+            decay * self.drift_average[v] + (1.0 - decay) * d for v, d in zip(positions, drift)
+        ]
         square = tf.add_n([tf.reduce_sum(tf.square(d)) for d in drift])
         squares = decay * self.drift_square_average[index] + (1.0 - decay) * square
         # The averages advance on committed steps only, as `iterations`: this is their (t)-th update.
-        correction = 1.0 - tf.pow(tf.constant(decay, square.dtype), tf.cast(self.iterations + 1, square.dtype))
-        rho = signal_share(tf.add_n([tf.reduce_sum(tf.square(m)) for m in means]), squares, correction)
+        correction = 1.0 - tf.pow(
+            tf.constant(decay, square.dtype), tf.cast(self.iterations + 1, square.dtype)
+        )
+        rho = signal_share(
+            tf.add_n([tf.reduce_sum(tf.square(m)) for m in means]), squares, correction
+        )
         state.append((positions, means, index, squares))
         return quadratic_model_scale(score, drift, curvature_drift) * rho
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "preconditioner": keras.saving.serialize_keras_object(self.preconditioner),
-            "mode": self.mode,
-            "kernel": keras.saving.serialize_keras_object(self.kernel),
-            "kernel_metric": self.kernel_metric,
-            "scope": self.scope,
-            "mixture_beta": self.mixture_beta,
-            "rescaling": self.rescaling,
-        })
+        config.update(
+            {
+                "preconditioner": keras.saving.serialize_keras_object(self.preconditioner),
+                "mode": self.mode,
+                "kernel": keras.saving.serialize_keras_object(self.kernel),
+                "kernel_metric": self.kernel_metric,
+                "scope": self.scope,
+                "mixture_beta": self.mixture_beta,
+                "rescaling": self.rescaling,
+            }
+        )
         return config

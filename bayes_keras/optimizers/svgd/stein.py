@@ -87,7 +87,9 @@ def svgd_direction(particles, grads, kernel, groups):
     return out
 
 
-def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, metric="q", rescale=None):
+def matrix_svgd_average_direction(
+    particles, grads, kernel, curvature, groups, metric="q", rescale=None
+):
     """Matrix-valued SVGD with the constant ("average") preconditioner Q_bar: -phi for every particle.
 
     Args:
@@ -110,12 +112,16 @@ def matrix_svgd_average_direction(particles, grads, kernel, curvature, groups, m
         k, rep = kernel.evaluate(xs, ys)
         products = [tf.matmul(k, -grads[v]) for v in group]  # K S
         driving = [p / n for p in products]
-        if metric == "q":  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
+        if (
+            metric == "q"
+        ):  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
             drift = curvature.solve_mean(_select(driving, group, size))
             drift = [drift[v] for v in group]
             phi = [d + r / n for d, r in zip(drift, rep)]
         else:  # separable kernel k Q^{-1}: precondition the whole vanilla direction
-            pre = curvature.solve_mean(_select([(p + r) / n for p, r in zip(products, rep)], group, size))
+            pre = curvature.solve_mean(
+                _select([(p + r) / n for p, r in zip(products, rep)], group, size)
+            )
             phi = [pre[v] for v in group]
             if rescale is not None:
                 drift = curvature.solve_mean(_select(driving, group, size))
@@ -157,7 +163,9 @@ def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
     n_int = int(xs[0].shape[0])
     if metric == "q":
         xb = [tf.broadcast_to(x[None], (n_int,) + tuple(x.shape)) for x in xs]
-        ys = [y for y in curvature.apply(_select(xb, group, size)) if y is not None]  # ys[l][j] = Q_l x_j
+        ys = [
+            y for y in curvature.apply(_select(xb, group, size)) if y is not None
+        ]  # ys[l][j] = Q_l x_j
         d2 = pairwise_sq_distances(xs, ys)  # (L, N, N): ||x_i - x_j||^2_{Q_l}
         # [l, j] = d2[l, j, l] = ||x_j - z_l||^2_{Q_l} (d2 is symmetric in its last two axes)
         to_anchor = tf.transpose(tf.linalg.diag_part(tf.transpose(d2, (1, 0, 2))))
@@ -168,7 +176,9 @@ def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
     return tf.nn.log_softmax(logits, axis=0), ys, d2
 
 
-def matrix_svgd_mixture_direction(particles, grads, kernel, curvature, groups, metric="q", beta=1.0):
+def matrix_svgd_mixture_direction(
+    particles, grads, kernel, curvature, groups, metric="q", beta=1.0
+):
     """Matrix-valued SVGD with the anchor-mixture kernel (Eqs. 16-18), anchors = particles.
 
     Args:
@@ -194,7 +204,10 @@ def matrix_svgd_mixture_direction(particles, grads, kernel, curvature, groups, m
         entropies.append(tf.reduce_mean(-tf.reduce_sum(w * log_w, axis=0)))
         if metric == "q":
             # t[l, j] = Q_l (x_j - z_l) = y[l, j] - y[l, l]
-            ts = [y - tf.transpose(tf.linalg.diag_part(tf.transpose(y, (2, 0, 1))))[:, None, :] for y in ys]
+            ts = [
+                y - tf.transpose(tf.linalg.diag_part(tf.transpose(y, (2, 0, 1))))[:, None, :]
+                for y in ys
+            ]
             grad_log_w = [beta * (-t + tf.einsum("lj,ljd->jd", w, t)[None]) for t in ts]
             k, rep = kernel.evaluate(xs, ys, weights=w)  # k (L, N, N), rep[v] (L, N, d_v)
         else:

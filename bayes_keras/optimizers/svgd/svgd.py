@@ -42,11 +42,17 @@ class SVGD(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.SVGD(1e-2, kernel="rbf", scope="joint"))
     """
 
-    pairwise_tensors = 16  # kernel matrix, its gradients, pairwise differences (results/size_guard_peaks.md)
+    pairwise_tensors = (
+        16  # kernel matrix, its gradients, pairwise differences (results/size_guard_peaks.md)
+    )
 
-    def __init__(self, learning_rate=1e-2, kernel=None, scope="joint", step_rule="rmsprop", **kwargs):
+    def __init__(
+        self, learning_rate=1e-2, kernel=None, scope="joint", step_rule="rmsprop", **kwargs
+    ):
         if scope not in _SCOPES:
-            raise ValueError(f"{type(self).__name__} scope must be one of {_SCOPES}; got {scope!r}.")
+            raise ValueError(
+                f"{type(self).__name__} scope must be one of {_SCOPES}; got {scope!r}."
+            )
         super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
         self.kernel = kernels_lib.get(kernel)
         self.scope = scope
@@ -63,9 +69,13 @@ class SVGD(ParticleOptimizer):
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
-        self.warn_if_one_particle(num_particles, "has no repulsion between particles and is a MAP fit")
+        self.warn_if_one_particle(
+            num_particles, "has no repulsion between particles and is a MAP fit"
+        )
 
     def get_config(self):
         config = super().get_config()
-        config.update({"kernel": keras.saving.serialize_keras_object(self.kernel), "scope": self.scope})
+        config.update(
+            {"kernel": keras.saving.serialize_keras_object(self.kernel), "scope": self.scope}
+        )
         return config
