@@ -157,19 +157,23 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
         # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().
         layers = [
-            l for l in self._flatten_layers(include_self=False) if isinstance(l, ParticleLayer)
+            layer
+            for layer in self._flatten_layers(include_self=False)
+            if isinstance(layer, ParticleLayer)
         ]
         position = {id(v): i for i, v in enumerate(self.weights)}
         return sorted(
             layers,
-            key=lambda l: min(
-                (position.get(id(v), len(position)) for v in l.weights), default=len(position)
+            key=lambda layer: min(
+                (position.get(id(v), len(position)) for v in layer.weights), default=len(position)
             ),
         )
 
     @property
     def num_particles(self):
-        ns = {l.num_particles for l in self.particle_layers if l.num_particles is not None}
+        ns = {
+            layer.num_particles for layer in self.particle_layers if layer.num_particles is not None
+        }
         if len(ns) > 1:
             raise ValueError(
                 f"The model's particle layers disagree on the number of particles: {sorted(ns)}."
@@ -180,7 +184,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
 
     @property
     def particle_variables(self):
-        return [v for l in self.particle_layers for v in l.particle_variables]
+        return [v for layer in self.particle_layers for v in layer.particle_variables]
 
     def _check_structure(self):
         outputs = getattr(self, "outputs", None)
@@ -287,7 +291,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
                 optimizer.inner_optimizer
             )  # the model scales the loss itself (mixed_float16)
         kwargs["auto_scale_loss"] = False
-        slow_under_xla = [l.name for l in self.particle_layers if not l.supports_jit]
+        slow_under_xla = [layer.name for layer in self.particle_layers if not layer.supports_jit]
         if kwargs.get("jit_compile") is True and slow_under_xla:
             warnings.warn(
                 f"jit_compile=True: layers {slow_under_xla} run grouped particle convolutions, which "

@@ -32,8 +32,8 @@ class ParticleTrainer:
     # -- the step ------------------------------------------------------------------------------
     def log_prior(self):
         """(N,) log prior of the particle weights and the scalar log prior of shared weights."""
-        particle = [l.log_prior() for l in self.particle_layers if not l.deterministic]
-        shared = [l.log_prior() for l in self.particle_layers if l.deterministic]
+        particle = [layer.log_prior() for layer in self.particle_layers if not layer.deterministic]
+        shared = [layer.log_prior() for layer in self.particle_layers if layer.deterministic]
         return tf.add_n(particle), (tf.add_n(shared) if shared else tf.zeros((), self.loss_dtype))
 
     @property
@@ -130,7 +130,7 @@ class ParticleTrainer:
             - (tf.reduce_sum(particle_prior) + n * shared_log_prior) / replicas
         )
         if self.losses:
-            loss += n * tf.add_n([tf.cast(l, loss.dtype) for l in self.losses]) / replicas
+            loss += n * tf.add_n([tf.cast(term, loss.dtype) for term in self.losses]) / replicas
         return loss, scaled_loglik, particle_prior
 
     def _gradients(self, x, y, sample_weight, optimizer, reduce_gradients=True):

@@ -136,8 +136,8 @@ def numeric_arguments(cls):
 
 
 def _outcome(build, argument):
-    """ "clear": a ValueError / TypeError whose message names the argument; "unclear": one that does not;
-    "obscure": any other exception; "silent": the bad value accepted."""
+    """The outcome: "clear", a ValueError / TypeError whose message names the argument; "unclear", one
+    that does not; "obscure", any other exception; "silent", the bad value accepted."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

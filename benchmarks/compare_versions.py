@@ -14,7 +14,6 @@ Writes benchmarks/results/compare_versions.{json,md}.
 """
 
 import argparse
-import json
 import os
 import random
 import re

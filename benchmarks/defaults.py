@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import step_time as st  # noqa: E402  (sets TF env / logging, puts the repo on sys.path)
+import step_time  # noqa: E402, F401  (sets TF env / logging, puts the repo on sys.path)
 import harness  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402

@@ -103,7 +103,7 @@ def activation_bytes_per_example(particles):
     """Bytes of every layer output of LeNet-5 (8x8x1) with `particles` particles, for one example (float32)."""
     keras.utils.set_random_seed(0)
     model = bk.zoo.lenet5((8, 8, 1), 10, num_particles=particles)
-    probe = keras.Model(model.inputs, [l.output for l in model.layers[1:]])
+    probe = keras.Model(model.inputs, [layer.output for layer in model.layers[1:]])
     return sum(int(np.prod(o.shape[1:])) * 4 for o in probe([np.zeros((1, 8, 8, 1), "float32")]))
 
 
@@ -227,10 +227,16 @@ def conv_multiply_adds(model, shape):
     total = 0
     probe = keras.Model(
         model.inputs,
-        [l.output for l in model.layers if isinstance(l, (bk.layers.Conv2D, bk.layers.Dense))],
+        [
+            layer.output
+            for layer in model.layers
+            if isinstance(layer, (bk.layers.Conv2D, bk.layers.Dense))
+        ],
     )
     outputs = probe([np.zeros((1,) + shape, "float32")])
-    layers = [l for l in model.layers if isinstance(l, (bk.layers.Conv2D, bk.layers.Dense))]
+    layers = [
+        layer for layer in model.layers if isinstance(layer, (bk.layers.Conv2D, bk.layers.Dense))
+    ]
     for layer, out in zip(layers, outputs):
         kernel = layer.kernel.shape[1:] if not layer.deterministic else layer.kernel.shape
         positions = (

@@ -28,7 +28,6 @@ Writes benchmarks/results/empirical_fisher_floor[_onednn_on|_onednn_off].{json,m
 import os
 import sys
 
-import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

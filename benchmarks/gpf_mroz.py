@@ -139,7 +139,7 @@ def main():
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "by_step"}), flush=True)
 
     lines = [
-        f"# GaussianParticleFlow on Mroz's logistic regression (full batch) against NUTS",
+        "# GaussianParticleFlow on Mroz's logistic regression (full batch) against NUTS",
         "",
         f"D = 8 (7 standardised covariates + intercept, 753 rows, prior N(0, 5 I)); N = 32 particles from "
         f'0.1 * N(0, I), `GaussianParticleFlow({args.learning_rate:g}, structure="full", step_rule=...)`, '

@@ -31,7 +31,6 @@ Writes benchmarks/results/particle_dense_floor[_onednn_on|_onednn_off].{json,md}
 import os
 import sys
 
-import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -31,7 +31,6 @@ import sys
 import time
 
 import numpy as np
-import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402

@@ -18,7 +18,6 @@ docstring), so these tables were measured, and reproduce, without it.
 """
 
 import argparse
-import json
 import os
 import platform
 import sys

@@ -53,7 +53,6 @@ docstring), so these tables were measured, and reproduce, without it.
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys

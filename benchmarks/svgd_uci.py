@@ -85,7 +85,6 @@ docstring), so these tables were measured, and reproduce, without it.
 
 import argparse
 import datetime
-import json
 import math
 import os
 import platform

@@ -6,5 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# format and lint first (seconds): `.venv/bin/ruff format .` and `.venv/bin/ruff check --fix .` repair most findings
+.venv/bin/ruff format --check --quiet . || { echo "ruff format: files above need formatting" >&2; exit 1; }
+.venv/bin/ruff check --quiet .
 export TF_CPP_MIN_LOG_LEVEL=3
 exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -60,7 +60,7 @@ def test_functional_model_with_deterministic_layers():
     out = keras.layers.Dense(1, name="head")(h)
     net = keras.Model(inputs, out)
     model = bk.bayesianize(net, num_particles=3, likelihood="normal", deterministic=["head"])
-    assert [l.name for l in model.particle_layers] == ["hidden", "head"]
+    assert [layer.name for layer in model.particle_layers] == ["hidden", "head"]
     assert model.get_layer("head").deterministic and not model.get_layer("hidden").deterministic
     np.testing.assert_allclose(
         model.get_layer("head").kernel.numpy(), net.get_layer("head").kernel.numpy()

@@ -367,7 +367,7 @@ def test_recurrent_factors_match_an_explicit_time_loop(cell, variant):
     model = bk.BayesianModel(inputs, out, likelihood=bk.likelihoods.Normal(scale=SIGMA))
     x = rng.standard_normal((b, steps, feats))
     y = rng.standard_normal((b, 2))
-    layers = {l.name: l for l in model.particle_layers}
+    layers = {layer.name: layer for layer in model.particle_layers}
     cells = {name: cell for name in rnns}
     if variant == "stacked":
         cells["rnn0"] = "simple_rnn"

@@ -1,6 +1,5 @@
 """Particle layers against per-particle loops of plain TensorFlow ops."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -144,14 +144,14 @@ def test_mixture_mode_matches_autodiff_of_the_mixture_kernel(metric, beta):
     w = _weights_fn(x, q, beta, metric)
     q_inv = tf.constant(np.linalg.inv(q))
     if metric == "q":
-        comps = [_rbf_q(q[l], _median_h(x, q[l])) for l in range(N)]
+        comps = [_rbf_q(q[k], _median_h(x, q[k])) for k in range(N)]
     else:
         shared = _rbf_q(np.eye(D), _median_h(x, np.eye(D)))
         comps = [shared] * N
 
     def kernel_fn(a, b):
         wa, wb = w(a), w(b)
-        return N * tf.add_n([wa[l] * wb[l] * q_inv[l] * comps[l](a, b) for l in range(N)])
+        return N * tf.add_n([wa[k] * wb[k] * q_inv[k] * comps[k](a, b) for k in range(N)])
 
     expected = _reference_direction(kernel_fn, x, g)
     got, entropy = matrix_svgd_mixture_direction(
@@ -171,7 +171,7 @@ def test_mixture_weights_are_normalised_gaussian_responsibilities():
     w = np.exp(log_w.numpy())
     np.testing.assert_allclose(w.sum(0), 1.0, atol=1e-12)
     dens = np.array(
-        [[multivariate_normal.pdf(xj, x[l], np.linalg.inv(q[l])) for xj in x] for l in range(N)]
+        [[multivariate_normal.pdf(xj, x[k], np.linalg.inv(q[k])) for xj in x] for k in range(N)]
     )
     np.testing.assert_allclose(w, dens / dens.sum(0), rtol=1e-9)
 

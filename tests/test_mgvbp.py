@@ -98,7 +98,10 @@ def test_transport_maps_the_base_point_and_keeps_symmetry():
 
 def test_step_halving_finds_a_valid_step_or_keeps_P():
     p = tf.constant(np.diag([1.0, 2.0, 3.0]))
-    first_order = lambda q, xi: q + xi  # a retraction that CAN leave the manifold
+
+    def first_order(q, xi):  # a retraction that CAN leave the manifold
+        return q + xi
+
     new, factor = core.retract_with_halving(
         p, -1.5 * p, first_order, core.is_positive_definite_full
     )

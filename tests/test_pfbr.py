@@ -419,10 +419,13 @@ def test_likelihood_value_operator_round_trips_and_reads_the_values(tmp_path):
         loaded.filter(problem, task, observations, seed=1),
     )
     particles = tf.constant(np.random.default_rng(3).normal(size=(1, 16, 2)), tf.float32)
-    linear = lambda x: tf.reduce_sum(x, -1)  # noqa: E731
-    bumped = lambda x: (
-        tf.reduce_sum(x, -1) + 3.0 * tf.cast(tf.range(16) < 8, tf.float32)
-    )  # same gradient  # noqa: E731
+
+    def linear(x):
+        return tf.reduce_sum(x, -1)
+
+    def bumped(x):  # the same gradient
+        return tf.reduce_sum(x, -1) + 3.0 * tf.cast(tf.range(16) < 8, tf.float32)
+
     moved_linear, _ = operator.update(particles, linear)
     moved_bumped, _ = operator.update(particles, bumped)
     assert np.abs(moved_linear.numpy() - moved_bumped.numpy()).max() > 1e-3

@@ -353,7 +353,7 @@ def test_particle_layers_follow_the_weight_order_inside_bidirectional():
     position = {id(v): i for i, v in enumerate(model.weights)}
     order = [position[id(v)] for layer in model.particle_layers for v in layer.weights]
     assert order == sorted(order)
-    names = [l.name for l in model.particle_layers]
+    names = [layer.name for layer in model.particle_layers]
     assert names.index(next(n for n in names if n.startswith("forward"))) < names.index(
         next(n for n in names if n.startswith("backward"))
     )

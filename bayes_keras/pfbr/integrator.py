@@ -68,7 +68,7 @@ def integrate_flow(field, x, log_density=None, *, time_length=1.0, steps=5):
         )
         return x, None
     _, x, log_density = tf.while_loop(
-        lambda step, x, l: step < steps,
+        lambda step, x, log_q: step < steps,
         rk4_step,
         (tf.constant(0), x, log_density),
         maximum_iterations=int(steps),

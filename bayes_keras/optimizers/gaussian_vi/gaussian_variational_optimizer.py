@@ -317,8 +317,8 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     def posterior_blocks(self):
         """q's state per block, [{name: variable}], in block order: the family's variables ("mean",
         "precision" or "rho", Kronecker factors, ...) and the method's own (momentum, control
-                variates, Adam's moments); see the block's family (`DiagonalGaussian`, `FullGaussian`,
-                `KroneckerGaussian`, `SoftplusGaussian` in this package) for their meaning."""
+        variates, Adam's moments); see the block's family (`DiagonalGaussian`, `FullGaussian`,
+        `KroneckerGaussian`, `SoftplusGaussian` in this package) for their meaning."""
         return [dict(block) for block in self._state]
 
     def get_config(self):
