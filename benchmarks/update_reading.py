@@ -5,10 +5,14 @@ One training step of a small model is run eagerly (run_eagerly=True) and every l
 the distinct lines it runs, and how often consecutive lines change file (a reader's jumps). The model's own
 forward and backward pass (layers, BayesianModel) are not part of the update and are not counted; what
 the optimizer calls during its update (step rules, preconditioners, curvature formulas, families) is.
+With --whole-step, the whole `train_on_batch` is traced instead: every package file the step executes, the
+layers' forward and backward pass and the trainer included (what a reader follows from model.fit to the
+weight write).
 
 Run on another checkout to compare versions (the counts are of that tree's files):
     python benchmarks/update_reading.py                       # this tree -> results/update_reading.{json,md}
     python benchmarks/update_reading.py --repo /tmp/before --stem update_reading_before
+    python benchmarks/update_reading.py --whole-step            # -> results/step_reading.{json,md}
 """
 
 import argparse
@@ -28,7 +32,7 @@ METHODS = {
 }
 
 
-def trace_update(bk, make, package_dir):
+def trace_update(bk, make, package_dir, whole_step=False):
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -48,17 +52,21 @@ def trace_update(bk, make, package_dir):
             return tracer
         return None
 
-    apply = optimizer.apply
+    def traced(call):
+        def run(*args, **kwargs):
+            sys.settrace(tracer)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                sys.settrace(None)
 
-    def traced_apply(*args, **kwargs):
-        sys.settrace(tracer)
-        try:
-            return apply(*args, **kwargs)
-        finally:
-            sys.settrace(None)
+        return run
 
-    optimizer.apply = traced_apply
-    model.train_on_batch(x, y)
+    if whole_step:
+        traced(model.train_on_batch)(x, y)
+    else:
+        optimizer.apply = traced(optimizer.apply)
+        model.train_on_batch(x, y)
     files = sorted({f for f, _ in events})
     lines = {f: sum(1 for _ in open(os.path.join(os.path.dirname(package_dir), f))) for f in files}
     executed = collections.Counter(f for f, _ in set(events))
@@ -78,8 +86,16 @@ def main():
     parser.add_argument(
         "--repo", default=os.path.dirname(HERE), help="checkout whose bayes_keras is measured"
     )
-    parser.add_argument("--stem", default="update_reading")
+    parser.add_argument("--stem", default=None, help="results file name (default: by the mode)")
+    parser.add_argument(
+        "--whole-step",
+        action="store_true",
+        help="trace the whole train_on_batch, not only the update",
+    )
     args = parser.parse_args()
+    stem = args.stem or ("step_reading" if args.whole_step else "update_reading")
+    what = "`model.train_on_batch`" if args.whole_step else "`optimizer.apply`"
+    command = "python benchmarks/update_reading.py" + (" --whole-step" if args.whole_step else "")
     sys.path.insert(0, os.path.abspath(args.repo))
     import bayes_keras as bk
 
@@ -87,12 +103,15 @@ def main():
     sys.path.insert(0, HERE)
     import harness
 
-    results = {name: trace_update(bk, make, package_dir) for name, make in METHODS.items()}
+    results = {
+        name: trace_update(bk, make, package_dir, args.whole_step) for name, make in METHODS.items()
+    }
     lines = [
-        f"# Files and lines a reader follows through one update ({os.path.abspath(args.repo)})",
+        f"# Files and lines a reader follows through one {'training step' if args.whole_step else 'update'}"
+        f" ({os.path.abspath(args.repo)})",
         "",
         "One eager training step of a 8-16-3 MLP with 4 particles; every bayes_keras line that "
-        "`optimizer.apply` executes (`python benchmarks/update_reading.py`).",
+        f"{what} executes (`{command}`).",
         "",
         "| method | files | their lines | lines executed | moves between files |",
         "|---|---|---|---|---|",
@@ -105,7 +124,7 @@ def main():
     for name, r in results.items():
         lines.append(f"- {name}: " + ", ".join(f"{f} ({r['file_lines'][f]})" for f in r["files"]))
     harness.save_results(
-        args.stem,
+        stem,
         {"repo": os.path.abspath(args.repo), "methods": results, "machine": harness.machine_info()},
         lines,
     )
