@@ -10,4 +10,4 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check --quiet . || { echo "ruff format: files above need formatting" >&2; exit 1; }
 .venv/bin/ruff check --quiet .
 export TF_CPP_MIN_LOG_LEVEL=3
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=25 "$@"

@@ -72,15 +72,18 @@ def _check_saves(tmp_path, kills):
     assert _versions(keras.saving.load_model(target).get_weights()) == 9.0
 
 
+@pytest.mark.subprocess
 def test_save_killed_at_random_moments_leaves_a_loadable_file(tmp_path):
     _check_saves(tmp_path, kills=4)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_save_killed_twenty_times_leaves_a_loadable_file(tmp_path):
     _check_saves(tmp_path, kills=20)
 
 
+@pytest.mark.subprocess
 def test_export_killed_at_random_moments_leaves_a_loadable_export(tmp_path):
     target = str(tmp_path / "served")
     for _ in _kill_during_saves("export", target, kills=3, seed=0):

@@ -88,6 +88,7 @@ def _kills(tmp_path, method, kills, seed):
         np.testing.assert_allclose(resumed, uninterrupted, atol=1e-6, rtol=0)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("method", ["mgvbp", pytest.param("gpf", marks=pytest.mark.slow)])
 def test_killed_jobs_resume_to_the_uninterrupted_weights(tmp_path, method):
     # 3 epochs of 12 batches; each kill lands 1-6 batches after a (re)start (counting the batches a resumed
@@ -96,11 +97,13 @@ def test_killed_jobs_resume_to_the_uninterrupted_weights(tmp_path, method):
     _kills(tmp_path, method, kills=3, seed={"gpf": 0, "mgvbp": 1}[method])
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_twenty_kills_resume_to_the_uninterrupted_weights(tmp_path):
     _kills(tmp_path, "mgvbp", kills=20, seed=2)
 
 
+@pytest.mark.subprocess
 def test_a_kill_after_an_epochs_last_checkpoint_resumes_at_the_next_epoch(tmp_path):
     """Killed during validation, after the checkpoint of the epoch's last batch: the resumed fit has no batch of
     that epoch left to run (Keras' compiled metrics, never updated, could not report); it starts the next epoch."""
@@ -214,6 +217,7 @@ def test_keras_own_callback_is_pointed_to_ours(tmp_path):
     assert any("bayes_keras.callbacks.BackupAndRestore" in str(w.message) for w in caught)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_mirrored_run_resumes_to_the_uninterrupted_weights(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "scripts", "resume_mirrored.py")

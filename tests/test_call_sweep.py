@@ -8,6 +8,8 @@ import collections
 import os
 import sys
 
+import pytest
+
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 )
@@ -15,6 +17,7 @@ sys.path.insert(
 import call_sweep  # noqa: E402
 
 
+@pytest.mark.subprocess
 def test_every_bad_call_argument_is_refused_or_warned_by_name():
     rows = call_sweep.run()
     assert len(rows) >= 300, len(rows)

@@ -11,6 +11,7 @@ import pytest
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "conv_gradient_check.py")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("onednn,implementation", [("0", "auto"), ("1", "auto"), ("1", "portable")])
 def test_particle_conv_trains_with_and_without_onednn(onednn, implementation):
     env = dict(

@@ -84,11 +84,13 @@ def _check(r):
     assert r["evaluate"] < tolerance["evaluate"] and r["predict"] < tolerance["predict"], r
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", FIT_RUNS)
 def test_two_replicas_equal_one_device_with_fit(fit_results, name):
     _check(fit_results[(name, "fit")])
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_two_replicas_equal_one_device_with_fit_for_the_other_runs():
     results = _run("--loop=fit", *SLOW_FIT_RUNS)
@@ -97,11 +99,13 @@ def test_two_replicas_equal_one_device_with_fit_for_the_other_runs():
         _check(results[key])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", CUSTOM_LOOP_RUNS)
 def test_two_replicas_equal_one_device_in_the_custom_loop(custom_loop_results, name):
     _check(custom_loop_results[(name, "custom")])
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_two_replicas_equal_one_device_in_the_custom_loop_for_every_run():
     results = _run("--loop=custom", *[n for n in RUNS if n != "keras_adam"])
@@ -119,6 +123,7 @@ def _free_ports(count):
     return ports
 
 
+@pytest.mark.subprocess
 def test_two_workers_on_localhost_equal_one_process(tmp_path):
     """MultiWorkerMirroredStrategy: two worker processes (TF_CONFIG on 127.0.0.1) train GPF, MGVBP (full, and
     diagonal with the empirical Fisher, which gathers curvature records) and MatrixSVGD (KFAC) one after the
@@ -163,6 +168,7 @@ def test_two_workers_on_localhost_equal_one_process(tmp_path):
         np.testing.assert_array_equal(first[key], second[key])  # the workers hold the same state
 
 
+@pytest.mark.subprocess
 def test_what_is_not_supported_is_refused_with_what_works():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
@@ -211,6 +217,7 @@ def test_what_is_not_supported_is_refused_with_what_works():
     )
 
 
+@pytest.mark.subprocess
 def test_refinement_under_two_replicas_equals_one_device():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run(
@@ -222,6 +229,7 @@ def test_refinement_under_two_replicas_equals_one_device():
     assert r["refined"] < TOLERANCE and r["predictive"] < TOLERANCE, r
 
 
+@pytest.mark.subprocess
 def test_evaluate_and_validation_with_batches_the_replicas_do_not_divide():
     """Global batches of 1 (one replica gets nothing) and 15 (8 + 7): evaluate's and the validation's numbers
     are those of one device (each metric over all replicas' examples, not an equal-weight mean of replicas)."""
@@ -234,6 +242,7 @@ def test_evaluate_and_validation_with_batches_the_replicas_do_not_divide():
     assert r["1"] < TOLERANCE and r["15"] < TOLERANCE, r
 
 
+@pytest.mark.subprocess
 def test_several_strategies_methods_and_models_in_one_process_each_equal_one_device():
     """GPF, MGVBP (empirical Fisher) and MatrixSVGD (KFAC) in one process, each under a new MirroredStrategy,
     in both orders, and all under one shared strategy, and the first ones trained again after the others: each

@@ -59,6 +59,7 @@ def test_every_example_is_covered():
     assert sorted(CASES) == sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".py"))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_example_runs(name):
     args, expected = CASES[name]

@@ -75,6 +75,7 @@ def _check(model, x, tmp_path):
     return served
 
 
+@pytest.mark.subprocess
 def test_export_classifier_lenet(tmp_path):
     (x, y), _ = bk.datasets.load_digits()
     keras.utils.set_random_seed(0)
@@ -84,6 +85,7 @@ def test_export_classifier_lenet(tmp_path):
     _check(model, x[:20], tmp_path)
 
 
+@pytest.mark.subprocess
 def test_export_bernoulli(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((40, 3)).astype(np.float32)
@@ -95,6 +97,7 @@ def test_export_bernoulli(tmp_path):
     assert served["predictive/probabilities"].shape == (40,)
 
 
+@pytest.mark.subprocess
 def test_export_regression_quantiles(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((50, 2)).astype(np.float32)

@@ -36,6 +36,7 @@ def test_saved_with_outputs(name):
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_at_tiny_size(name, monkeypatch):
     monkeypatch.setenv("BAYES_KERAS_NOTEBOOK_SMALL", "1")

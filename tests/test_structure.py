@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import bayes_keras as bk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +114,7 @@ def test_nothing_shipped_points_outside_the_repository():
     assert hits == []
 
 
+@pytest.mark.subprocess
 def test_import_does_not_need_keras_hub():
     """keras-hub is an optional extra: `import bayes_keras` works where importing it fails."""
     code = "import sys; sys.modules['keras_hub'] = None; import bayes_keras; print('ok')"
