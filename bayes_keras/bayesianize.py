@@ -123,24 +123,27 @@ def bayesianize(
     https://arxiv.org/abs/1906.05323; see `initialize_particles`), so a trained network's accuracy is
     where training starts and the particles still disagree; shared (`deterministic`) layers copy them.
 
+    Further arguments:
+
+    - kernel_prior, bias_prior: priors of every converted layer (default N(0, 1)).
+    - lora_rank, lora_alpha: Bayesian LoRA. The Bayesian layers keep their weights frozen and stored once, and
+      get rank-`lora_rank` factors per particle (`layers.LoRAEinsumDense` for Dense and EinsumDense,
+      `layers.LoRAEmbedding`, and MultiHeadAttention's query and value projections), the update scaled
+      by lora_alpha / rank (default alpha: the rank) as in Keras' `enable_lora`. By default (bayesian=None)
+      the attention layers are adapted (every Dense / EinsumDense / Embedding if the model has none) and
+      the output layer, a head without pretrained weights to adapt, gets full particles. A layer on which
+      Keras' `enable_lora` was called is adapted with its own rank, its factors the particles' centre.
+    - center, noise_std, seed: start the particles at the model's weights (see above).
+
     Args:
         model: a built keras.Sequential or functional keras.Model.
         num_particles: N.
         likelihood: for the BayesianModel; default from the output activation (softmax -> "categorical",
             sigmoid -> "bernoulli"), else required.
-        kernel_prior, bias_prior: priors of every converted layer (default N(0, 1)).
-        lora_rank, lora_alpha: Bayesian LoRA. The Bayesian layers keep their weights frozen and stored once, and
-            get rank-`lora_rank` factors per particle (`layers.LoRAEinsumDense` for Dense and EinsumDense,
-            `layers.LoRAEmbedding`, and MultiHeadAttention's query and value projections), the update scaled
-            by lora_alpha / rank (default alpha: the rank) as in Keras' `enable_lora`. By default (bayesian=None)
-            the attention layers are adapted (every Dense / EinsumDense / Embedding if the model has none) and
-            the output layer, a head without pretrained weights to adapt, gets full particles. A layer on which
-            Keras' `enable_lora` was called is adapted with its own rank, its factors the particles' centre.
         deterministic: names of layers to keep as shared point estimates (hybrid nets), or a callable
             layer -> bool.
         bayesian: which layers carry particles (see above): None, layer names, an int k or a callable.
             Unknown names are refused, for `deterministic` too.
-        center, noise_std, seed: start the particles at the model's weights (see above).
         batch_norm_momentum: momentum of the converted BatchNormalization layers' moving statistics
             (default 0.9; None keeps each Keras layer's own, usually 0.99). The statistics are
             what inference mode normalises with; a Bayesian optimizer keeps the particles moving through

@@ -7,4 +7,4 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test,hub]"
+.venv/bin/python -m pip install -q -e ".[test,hub,docs]"

@@ -9,5 +9,7 @@ bash scripts/setup.sh
 # format and lint first (seconds): `.venv/bin/ruff format .` and `.venv/bin/ruff check --fix .` repair most findings
 .venv/bin/ruff format --check --quiet . || { echo "ruff format: files above need formatting" >&2; exit 1; }
 .venv/bin/ruff check --quiet .
+# the documentation site, warnings as errors (a docstring griffe cannot parse, a broken link): build/site
+.venv/bin/mkdocs build --strict --quiet
 export TF_CPP_MIN_LOG_LEVEL=3
 exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=25 "$@"

@@ -161,6 +161,11 @@ def per_particle_shape(rank, num_particles, channels):
 class ParticleLayer(keras.layers.Layer):
     """Base class for layers whose weights carry a leading particle axis.
 
+    Further arguments:
+
+    - kernel_prior, bias_prior: `bayes_keras.priors.Prior` objects (or a float scale for a
+      zero-mean Normal). Default: Normal(0, 1) for kernels and biases (see priors.Normal).
+
     Args:
         num_particles: give this only on the layer where the particle axis begins (the first
             Bayesian layer): its input is an ordinary (batch, ...) tensor and its output is
@@ -168,8 +173,6 @@ class ParticleLayer(keras.layers.Layer):
             None on every later layer: they read N from their input's particle axis.
         deterministic: if True the layer's weights are shared by all particles (no particle axis
             on the weights), as in hybrid networks where only some layers are Bayesian.
-        kernel_prior, bias_prior: `bayes_keras.priors.Prior` objects (or a float scale for a
-            zero-mean Normal). Default: Normal(0, 1) for kernels and biases (see priors.Normal).
 
     A subclass that curvature-based methods (KFAC, MGVBP's Fisher curvatures) should support declares
     its formulas as the class attribute `curvature_rules` (a `bayes_keras.curvature.kinds.LayerCurvature`).

@@ -53,19 +53,24 @@ class BatchNormalization(ParticleLayer):
     formula). gamma and beta are particle weights with priors (deterministic=True shares them); the
     moving statistics are always per particle (each particle's activations have their own).
 
+    Further arguments:
+
+    - momentum, epsilon, center, scale, moving_mean_initializer, moving_variance_initializer: as in
+      `keras.layers.BatchNormalization`.
+    - gamma_initializer, beta_initializer: default ones / zeros for a deterministic layer, and per particle
+      plus N(0, 0.01^2) otherwise (particles equal on a coordinate would stay equal under GPF and SVGD).
+
     Args:
         axis: -1 (channels last; the only layout supported).
-        momentum, epsilon, center, scale, moving_mean_initializer, moving_variance_initializer: as in
-            `keras.layers.BatchNormalization`.
-        gamma_initializer, beta_initializer: default ones / zeros for a deterministic layer, and per particle
-            plus N(0, 0.01^2) otherwise (particles equal on a coordinate would stay equal under GPF and SVGD).
         gamma_prior: prior of the scale, default N(1, 1) (centred on the identity scale).
         beta_prior: prior of the offset, default N(0, 1).
-        deterministic: share gamma and beta between particles.
         synchronized: under tf.distribute, normalise with the statistics of the GLOBAL batch (summed over
             replicas each step, as `keras.layers.BatchNormalization(synchronized=True)`), so that training
             equals one device's; default False (as Keras): each replica uses its own examples' statistics.
             Either way the moving averages are averaged over replicas, so every replica keeps the same ones.
+
+    Other Parameters:
+        deterministic: share gamma and beta between particles.
 
     Example:
         >>> h = bayes_keras.layers.Conv2D(16, 3, padding="same", num_particles=8)(inputs)

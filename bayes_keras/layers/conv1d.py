@@ -27,11 +27,14 @@ class Conv1D(ParticleLayer):
     device). Input (batch, N, T, C) -> output (batch, N, T', filters); the first Bayesian layer
     (`num_particles=N`) takes an ordinary (batch, T, C) input.
 
+    Further arguments:
+
+    - filters, kernel_size, strides, padding ("valid" | "same" | "causal"), dilation_rate,
+      activation, use_bias, kernel_initializer: as in `keras.layers.Conv1D`.
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
     Args:
-        filters, kernel_size, strides, padding ("valid" | "same" | "causal"), dilation_rate,
-        activation, use_bias, kernel_initializer: as in `keras.layers.Conv1D`.
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
         >>> inputs = keras.Input((8, 8))                       # 8 steps of 8 features

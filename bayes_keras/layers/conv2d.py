@@ -47,13 +47,16 @@ class Conv2D(ParticleLayer):
     Input (batch, H, W, N, C) -> output (batch, H', W', N, filters); the first layer (num_particles=N)
     takes (batch, H, W, C).
 
+    Further arguments:
+
+    - filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
+      kernel_initializer, groups: as in `keras.layers.Conv2D` (groups > 1: a grouped convolution per
+      particle, without curvature formulas for KFAC / Fisher-based methods).
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
     Args:
-        filters, kernel_size, strides, padding, dilation_rate, activation, use_bias,
-        kernel_initializer, groups: as in `keras.layers.Conv2D` (groups > 1: a grouped convolution per
-            particle, without curvature formulas for KFAC / Fisher-based methods).
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise
             (see `bayes_keras.layers.Dense`).
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
         >>> inputs = keras.Input((8, 8, 1))

@@ -15,14 +15,17 @@ class Dense(ParticleLayer):
 
     All N weight sets are applied in one batched matmul: (batch, N, ..., in) -> (batch, N, ..., out).
 
+    Further arguments:
+
+    - activation, use_bias, kernel_initializer: as in `keras.layers.Dense` (each particle is
+      initialised independently).
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
     Args:
         units: output size.
-        activation, use_bias, kernel_initializer: as in `keras.layers.Dense` (each particle is
-            initialised independently).
         bias_initializer: default zeros for a deterministic layer and N(0, 0.01^2) per particle
             otherwise: particles that agree exactly on a coordinate stay equal under GPF's affine
             flow (and SVGD's kernel), so a zero bias for all particles would never spread.
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
         >>> inputs = keras.Input((30,))

@@ -123,12 +123,15 @@ class DepthwiseConv2D(ParticleLayer):
     gradients on every device. Output (batch, H', W', N, C * depth_multiplier); the first particle layer
     (num_particles=N) takes (batch, H, W, C).
 
+    Further arguments:
+
+    - kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
+      depthwise_initializer: as in `keras.layers.DepthwiseConv2D`.
+    - num_particles, deterministic, kernel_prior (the depthwise kernel's), bias_prior: see `ParticleLayer`.
+      The prior's fan-in is kh * kw (each output channel sees one input channel).
+
     Args:
-        kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
-        depthwise_initializer: as in `keras.layers.DepthwiseConv2D`.
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
-        num_particles, deterministic, kernel_prior (the depthwise kernel's), bias_prior: see `ParticleLayer`.
-            The prior's fan-in is kh * kw (each output channel sees one input channel).
 
     Example:
         >>> h = bayes_keras.layers.Conv2D(16, 3, padding="same", num_particles=8)(inputs)   # (batch, H, W, 8, 16)

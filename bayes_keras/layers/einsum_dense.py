@@ -186,10 +186,13 @@ class EinsumDense(ParticleLayer):
     a rank-5 output, such as attention's (batch, N, time, heads, dim) projections, is for layers that read it
     so (`MultiHeadAttention`).
 
+    Further arguments:
+
+    - equation, output_shape, activation, bias_axes, kernel_initializer: as in `keras.layers.EinsumDense`.
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+
     Args:
-        equation, output_shape, activation, bias_axes, kernel_initializer: as in `keras.layers.EinsumDense`.
         bias_initializer: default zeros for a deterministic layer, N(0, 0.01^2) per particle otherwise.
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
 
     Example:
         >>> tokens = keras.Input((16, 32))                     # (batch, time, features)

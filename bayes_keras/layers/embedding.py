@@ -36,9 +36,12 @@ class Embedding(ParticleLayer):
     recurrent layers and GlobalAveragePooling1D honour (as Keras' do); the table then needs
     input_dim = vocabulary size + 1, as in Keras.
 
+    Further arguments:
+
+    - input_dim, output_dim, embeddings_initializer, mask_zero: as in `keras.layers.Embedding`.
+    - num_particles, deterministic: see `ParticleLayer`.
+
     Args:
-        input_dim, output_dim, embeddings_initializer, mask_zero: as in `keras.layers.Embedding`.
-        num_particles, deterministic: see `ParticleLayer`.
         embeddings_prior: prior of the table entries (default N(0, 1)).
 
     Example:

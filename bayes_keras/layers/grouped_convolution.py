@@ -129,12 +129,15 @@ def _output_size_and_pads(size, k, s, d, padding):
 def grouped_conv2d(x, kernel, groups, strides, padding, dilations):
     """Grouped (or dilated) 2-D convolution (channels_last) with gradients on every device.
 
+    Further arguments:
+
+    - strides, dilations: pairs of ints (strides > 1 together with dilations > 1 is not supported,
+      as in Keras).
+
     Args:
         x: (B, H, W, groups * C) input.
         kernel: (kh, kw, C, groups * F) filters; output channel block g reads input block g.
         groups: number of groups.
-        strides, dilations: pairs of ints (strides > 1 together with dilations > 1 is not supported,
-            as in Keras).
         padding: "SAME" or "VALID".
     Returns:
         (B, H', W', groups * F).

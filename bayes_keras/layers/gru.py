@@ -21,17 +21,23 @@ class GRU(_ParticleRNN):
     (N, F, 3*units), recurrent_kernel (N, units, 3*units), bias (N, 2, 3*units) with reset_after
     (row 0 input bias, row 1 recurrent bias, as Keras) or (N, 3*units); no N axis when deterministic.
 
+    Further arguments:
+
+    - units, activation, recurrent_activation, use_bias, kernel_initializer,
+      recurrent_initializer, return_sequences, go_backwards, unroll, reset_after: as in
+      `keras.layers.GRU`.
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+    - dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+      at every step, one for all gates): variational RNN dropout, in training only.
+
+    Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+    values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
+
     Args:
-        units, activation, recurrent_activation, use_bias, kernel_initializer,
-            recurrent_initializer, return_sequences, go_backwards, unroll, reset_after: as in
-            `keras.layers.GRU`.
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
+
+    Other Parameters:
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
-            at every step, one for all gates): variational RNN dropout, in training only.
-        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
-        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))                       # digits: 8 rows of 8 pixels

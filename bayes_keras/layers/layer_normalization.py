@@ -15,10 +15,13 @@ class LayerNormalization(ParticleLayer):
     network with its own `keras.layers.LayerNormalization(axis=-1)` (tested). (Keras' own layer on the same
     tensors also acts per particle, with gamma and beta shared: the deterministic variant.)
 
+    Further arguments:
+
+    - epsilon, center, scale: as in `keras.layers.LayerNormalization` (axis -1).
+    - gamma_initializer, beta_initializer: default ones / zeros for a deterministic layer and per
+      particle plus N(0, 0.01^2) otherwise (particles equal on a coordinate stay equal under GPF).
+
     Args:
-        epsilon, center, scale: as in `keras.layers.LayerNormalization` (axis -1).
-        gamma_initializer, beta_initializer: default ones / zeros for a deterministic layer and per
-            particle plus N(0, 0.01^2) otherwise (particles equal on a coordinate stay equal under GPF).
         gamma_prior: default N(1, 1); beta_prior: default N(0, 1).
 
     Example:

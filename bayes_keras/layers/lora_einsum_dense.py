@@ -49,13 +49,16 @@ class LoRAEinsumDense(ParticleLayer):
 
     Reference: Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", https://arxiv.org/abs/2106.09685.
 
+    Further arguments:
+
+    - equation, output_shape, activation, bias_axes: as in `keras.layers.EinsumDense`.
+    - kernel_initializer, bias_initializer: of the frozen weights (normally set from a trained layer).
+    - a_initializer, b_initializer: of the factors (b default: N(0, 0.01^2) per particle, zeros when
+      deterministic).
+    - num_particles, deterministic, kernel_prior: see `ParticleLayer` (`kernel_prior` is the factors' prior).
+
     Args:
-        equation, output_shape, activation, bias_axes: as in `keras.layers.EinsumDense`.
         rank: the adapter's rank r. lora_alpha: the update's scale numerator (default: rank, as Keras).
-        kernel_initializer, bias_initializer: of the frozen weights (normally set from a trained layer).
-        a_initializer, b_initializer: of the factors (b default: N(0, 0.01^2) per particle, zeros when
-            deterministic).
-        num_particles, deterministic, kernel_prior: see `ParticleLayer` (`kernel_prior` is the factors' prior).
 
     Example:
         >>> h = keras.Input((16, 32))

@@ -18,10 +18,12 @@ class LoRAEmbedding(ParticleLayer):
     particle; Keras' zeros would make every particle's update zero). Reference: Hu et al., "LoRA: Low-Rank
     Adaptation of Large Language Models", https://arxiv.org/abs/2106.09685.
 
-    Args:
-        input_dim, output_dim, embeddings_initializer, mask_zero: as in `keras.layers.Embedding`.
-        rank, lora_alpha, a_initializer, b_initializer: as in `LoRAEinsumDense`.
-        num_particles, deterministic, kernel_prior: see `ParticleLayer` (`kernel_prior`: the factors' prior).
+    Further arguments:
+
+    - input_dim, output_dim, embeddings_initializer, mask_zero: as in `keras.layers.Embedding`.
+    - rank, lora_alpha, a_initializer, b_initializer: as in `LoRAEinsumDense`.
+    - num_particles, deterministic, kernel_prior: see `ParticleLayer` (`kernel_prior`: the factors' prior).
+
 
     Example:
         >>> tokens = keras.Input((None,), dtype="int32")

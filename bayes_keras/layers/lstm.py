@@ -19,20 +19,26 @@ class LSTM(_ParticleRNN):
     (N, F, 4*units), recurrent_kernel (N, units, 4*units), bias (N, 4*units); no N axis when
     deterministic.
 
+    Further arguments:
+
+    - units, activation, recurrent_activation, use_bias, kernel_initializer,
+      recurrent_initializer, return_sequences, go_backwards, unroll: as in `keras.layers.LSTM`.
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+    - dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+      at every step, one for all gates): variational RNN dropout, in training only.
+
+    Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+    values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
+
     Args:
-        units, activation, recurrent_activation, use_bias, kernel_initializer,
-            recurrent_initializer, return_sequences, go_backwards, unroll: as in `keras.layers.LSTM`.
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
         unit_forget_bias: add 1 to the forget-gate block of the initial bias. Keras sets that block
             to exactly 1; with the default initialisers this is the same for a deterministic layer
             (zeros + 1), and 1 + N(0, 0.01^2) per particle otherwise (so the particles are not
             identical on those coordinates, see `bayes_keras.layers.Dense`).
+
+    Other Parameters:
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
-            at every step, one for all gates): variational RNN dropout, in training only.
-        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
-        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))

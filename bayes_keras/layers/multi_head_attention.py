@@ -37,16 +37,19 @@ class MultiHeadAttention(keras.layers.Layer):
     example and head. With `num_particles` or `deterministic` as in `ParticleLayer`; the four projections are
     `query_dense`, `key_dense`, `value_dense` and `output_dense`, as in Keras.
 
+    Further arguments:
+
+    - num_heads, key_dim, value_dim, dropout, use_bias, output_shape, kernel_initializer, use_gate,
+      sliding_window, seed: as in `keras.layers.MultiHeadAttention` (attention over the time axis;
+      `output_shape` an int or a 1-tuple).
+    - num_particles, deterministic, kernel_prior, bias_prior: see `bayes_keras.layers.ParticleLayer`.
+    - lora_rank, lora_alpha, lora_projections: Bayesian LoRA (`LoRAEinsumDense`): the projections named in
+      `lora_projections` (default query and value, as KerasHub adapts) get rank-`lora_rank` factors per
+      particle on frozen shared kernels; the others are frozen and shared, and a projection of an input
+      without the particle axis then computes once (the keys: the particle axis starts inside the attention).
+
     Args:
-        num_heads, key_dim, value_dim, dropout, use_bias, output_shape, kernel_initializer, use_gate,
-            sliding_window, seed: as in `keras.layers.MultiHeadAttention` (attention over the time axis;
-            `output_shape` an int or a 1-tuple).
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
-        num_particles, deterministic, kernel_prior, bias_prior: see `bayes_keras.layers.ParticleLayer`.
-        lora_rank, lora_alpha, lora_projections: Bayesian LoRA (`LoRAEinsumDense`): the projections named in
-            `lora_projections` (default query and value, as KerasHub adapts) get rank-`lora_rank` factors per
-            particle on frozen shared kernels; the others are frozen and shared, and a projection of an input
-            without the particle axis then computes once (the keys: the particle axis starts inside the attention).
 
     Example:
         >>> tokens = keras.Input((16, 32))

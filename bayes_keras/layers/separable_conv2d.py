@@ -27,12 +27,15 @@ class SeparableConv2D(ParticleLayer):
     The depthwise step is one depthwise convolution of the (batch, H, W, N*C) view (see `DepthwiseConv2D`), the
     pointwise step one grouped 1x1 convolution with groups = N (see `Conv2D`). Output (batch, H', W', N, filters).
 
+    Further arguments:
+
+    - filters, kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
+      depthwise_initializer, pointwise_initializer: as in `keras.layers.SeparableConv2D`.
+    - num_particles, deterministic, kernel_prior (both kernels'), bias_prior: see `ParticleLayer`. Fan-ins:
+      kh * kw for the depthwise kernel, C * depth_multiplier for the pointwise kernel and the bias.
+
     Args:
-        filters, kernel_size, strides, padding, depth_multiplier, dilation_rate, activation, use_bias,
-        depthwise_initializer, pointwise_initializer: as in `keras.layers.SeparableConv2D`.
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise.
-        num_particles, deterministic, kernel_prior (both kernels'), bias_prior: see `ParticleLayer`. Fan-ins:
-            kh * kw for the depthwise kernel, C * depth_multiplier for the pointwise kernel and the bias.
 
     Example:
         >>> h = bayes_keras.layers.SeparableConv2D(32, 3, padding="same", activation="relu")(h)

@@ -15,18 +15,22 @@ class SimpleRNN(_ParticleRNN):
     (N, F, units), recurrent_kernel (N, units, units), bias (N, units); no N axis when deterministic.
     All particles and time steps share one input-projection matmul; the time loop is a graph loop.
 
+    Further arguments:
+
+    - units, activation, use_bias, kernel_initializer, recurrent_initializer, return_sequences,
+      go_backwards, unroll: as in `keras.layers.SimpleRNN` (each particle is initialised
+      independently; the recurrent kernel is orthogonal per particle by default).
+    - num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
+    - dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
+      at every step, one for all gates): variational RNN dropout, in training only.
+
+    Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
+    values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
+
     Args:
-        units, activation, use_bias, kernel_initializer, recurrent_initializer, return_sequences,
-            go_backwards, unroll: as in `keras.layers.SimpleRNN` (each particle is initialised
-            independently; the recurrent kernel is orthogonal per particle by default).
         bias_initializer: default zeros when deterministic, N(0, 0.01^2) per particle otherwise
             (see `bayes_keras.layers.Dense`).
         recurrent_prior: prior of the recurrent kernel (default: the kernel prior).
-        num_particles, deterministic, kernel_prior, bias_prior: see `ParticleLayer`.
-        dropout, recurrent_dropout, seed: as in Keras, with one mask per sequence and particle (the same
-            at every step, one for all gates): variational RNN dropout, in training only.
-        Keras' stateful, return_state, regularizers and constraints are not implemented: non-default
-        values raise ValueError. Masks (e.g. from Embedding(mask_zero=True)) are respected.
 
     Example:
         >>> inputs = keras.Input((8, 8))                       # (batch, time, features)

@@ -207,6 +207,8 @@ class GaussianParticleFlow(ParticleOptimizer):
             (`step_rules.SignalShare(DimWiseRMSProp())`) scales RMSProp's step by the share of the direction
             that persists between steps; from scratch, on minibatches, it trains much slower.
         mean_preconditioning: precondition the mean drift by the particle covariance.
+
+    Other Parameters:
         shared_learning_rate: Adam step size for deterministic (shared) weights.
 
     Example:

@@ -86,9 +86,12 @@ def refine(
     priors are the layers' own; the posterior temperature T is honoured (the tempered prior N(loc, T s^2)
     is the one split into auxiliary variables).
 
+    Further arguments:
+
+    - x, y: training data as for fit (arrays, or a tf.data.Dataset of (x, y) batches with y=None).
+
     Args:
         model: a compiled, trained `bayes_keras.BayesianModel`.
-        x, y: training data as for fit (arrays, or a tf.data.Dataset of (x, y) batches with y=None).
         num_samples: M, the model's number of particles (the default; another value raises).
         num_stages: K auxiliary variables (K = 1 samples the base posterior).
         variance_ratio: each a_k takes this fraction of the prior variance still left (paper: 0.7).
@@ -203,16 +206,20 @@ def refine_log_prob(
     The log joint is log N(w; prior_loc, prior_scale^2) + log_likelihood(w): any log density can be written
     so, with a Gaussian reference of one's choice and the rest in `log_likelihood` (the bound stays exact).
 
+    Further arguments:
+
+    - mean, stddev: (D,) the base diagonal Gaussian q_0 (e.g. from `fit_mean_field`).
+    - prior_loc, prior_scale: the Gaussian prior (scalars or (D,)).
+
     Args:
         log_likelihood: (M, D) -> (M,) tensor function, differentiable.
-        mean, stddev: (D,) the base diagonal Gaussian q_0 (e.g. from `fit_mean_field`).
-        prior_loc, prior_scale: the Gaussian prior (scalars or (D,)).
         num_samples: M refined samples, refined side by side.
         learning_rate: None (default): scale-free, each stage's Adam step is 0.5 x each coordinate's standard
             deviation under q at the stage's start (`RELATIVE_LEARNING_RATE`), so the default needs no
             knowledge of the posterior's scale; a number: as in `refine` (the paper's lr_0 0.3^(k/2)).
         eval_samples: draws per sample for each bound's expected log likelihood.
-        Others as in `refine`.
+
+    The other arguments are `refine`'s.
 
     Returns:
         (samples (M, D) numpy, `RefinementHistory`).

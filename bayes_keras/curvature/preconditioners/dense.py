@@ -259,9 +259,12 @@ class HessianPreconditioner(CallablePreconditioner):
     (log_prob_fn maps (N, D) -> (N,) row by row). When `log_prob_fn` is None the functional door
     (bayes_keras.run_particles) binds its log density.
 
+    Further arguments:
+
+    - min_eigenvalue, damping, eigenvalue_rule, shrinkage, dim: as CallablePreconditioner.
+
     Args:
         log_prob_fn: (N, D) -> (N,) log density, or None (bound by run_particles). Not serialized.
-        min_eigenvalue, damping, eigenvalue_rule, shrinkage, dim: as CallablePreconditioner.
 
     Example:
         >>> opt = bayes_keras.optimizers.MatrixSVGD(0.1, bayes_keras.preconditioners.HessianPreconditioner())

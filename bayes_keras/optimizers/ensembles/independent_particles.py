@@ -15,9 +15,12 @@ class IndependentParticles(ParticleOptimizer):
     as weight decay (MAP instead of the paper's proper scoring rule and adversarial training), run as
     one vectorised model instead of N separate ones. The particles do not interact.
 
+    Further arguments:
+
+    - beta_1, beta_2, epsilon: Adam's constants.
+
     Args:
         learning_rate: Adam step size.
-        beta_1, beta_2, epsilon: Adam's constants.
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.IndependentParticles(1e-3))

@@ -15,8 +15,11 @@ class DiagonalGaussian(GaussianFamily):
     The retraction p + xi + xi^2 / (2p) = ((p + xi)^2 + p^2) / (2p) is positive for any finite xi, so
     no step halving is needed (Magris et al., the diagonal case of the PD retraction).
 
+    Further arguments:
+
+    - dim, dtype: see GaussianFamily.
+
     Args:
-        dim, dtype: see GaussianFamily.
         initial_precision: p at the start, for every weight.
         control_variates: also keep the score estimators' control variates ("c_mean", "c_precision").
 

@@ -17,8 +17,11 @@ class FullGaussian(GaussianFamily):
     halved up to `max_halvings` times, then the precision step is dropped. The momentum of P lives in
     the tangent space at P and is carried to the new point by vector transport.
 
+    Further arguments:
+
+    - dim, dtype: see GaussianFamily.
+
     Args:
-        dim, dtype: see GaussianFamily.
         initial_precision: P at the start, times the identity.
         control_variates: also keep the score estimators' control variates ("c_mean", "c_precision").
         max_halvings: halvings of xi tried before a precision step is dropped.

@@ -19,8 +19,11 @@ class KroneckerGaussian(GaussianFamily):
     pair is rebalanced (A (x) G is unchanged by A c, G / c). An extension in the spirit of Noisy K-FAC
     (Zhang et al. 2018), not in the MGVBP paper.
 
+    Further arguments:
+
+    - rows, columns: the factors' sizes (dim = rows * columns).
+
     Args:
-        rows, columns: the factors' sizes (dim = rows * columns).
         dtype: the state's dtype.
         initial_precision: P = A (x) G at the start, times the identity (A = G = its square root times I).
         max_halvings: halvings tried per factor before its step is dropped.

@@ -24,15 +24,20 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     The baseline that MGVBP's natural-gradient updates are compared with, on the same machinery:
     the same samples, the same posterior() / sample() / "elbo" metric.
 
+    Further arguments:
+
+    - beta_1, beta_2, epsilon: Adam's constants.
+
     Args:
         learning_rate: Adam step size on (mu, rho).
         initial_std: sigma at the start (mu starts at the first particle's initial weights).
-        beta_1, beta_2, epsilon: Adam's constants.
+        seed: seed of the sample stream.
+
+    Other Parameters:
         antithetic: draw the samples of q in mirrored pairs mu +- a (None / True, the default, with
             an even number of samples; odd counts draw independently): half the random numbers,
             which dominated the cost of a step on CPU, and exact cancellation of the gradient's odd
             part in the draw.
-        seed: seed of the sample stream.
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.MeanFieldVI(1e-3))

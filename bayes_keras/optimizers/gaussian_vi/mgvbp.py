@@ -107,16 +107,18 @@ class MGVBP(GaussianVariationalOptimizer):
             default in the authors' code is off): "same" (default) as `gradient_clip`, None (no clipping at
             the first step) or a positive number.
         max_block_size: a full block larger than this raises an error (O(D^3) per step).
-        antithetic: draw the samples of q in mirrored pairs mu +- a (even sample counts; odd counts
-            draw independently): half the random numbers, which dominated the cost of a step on
-            CPU, and exact cancellation of the mean gradient's odd part; but a second moment of the
-            draws (the Stein and score curvatures) then sees only S / 2 independent draws. None
-            (default): True for the Fisher curvatures, False for "stein" and the score estimators.
         seed: seed of the sample stream (draws are keyed by (seed, counter), so a resumed run
             samples what an uninterrupted one would).
         signal_share: True (default): the full blocks (structure "full" / "layer") scale their mean and
             precision steps by their signal shares (see "Defaults"; an extension, not in the paper). False:
             they step by beta m alone, as the paper does. Diagonal and Kronecker blocks never rescale.
+
+    Other Parameters:
+        antithetic: draw the samples of q in mirrored pairs mu +- a (even sample counts; odd counts
+            draw independently): half the random numbers, which dominated the cost of a step on
+            CPU, and exact cancellation of the mean gradient's odd part; but a second moment of the
+            draws (the Stein and score curvatures) then sees only S / 2 independent draws. None
+            (default): True for the Fisher curvatures, False for "stein" and the score estimators.
 
     Defaults: chosen so that MGVBP() trains the zoo's MLP, LeNet-5 and GRU and a logistic regression
     without tuning (benchmarks/defaults.py): for networks (structure "diagonal" / "kronecker") a precision

@@ -20,8 +20,11 @@ class SoftplusGaussian(GaussianFamily):
     another coordinate system: that family steps the precision by natural gradients (MGVBP); this one is
     the Euclidean baseline (MeanFieldVI).
 
+    Further arguments:
+
+    - dim, dtype: see GaussianFamily.
+
     Args:
-        dim, dtype: see GaussianFamily.
         initial_std: sigma at the start.
         adam: the `bayes_keras.step_rules.Adam` applied to (mu, rho).
 

@@ -92,8 +92,11 @@ def matrix_svgd_average_direction(
 ):
     """Matrix-valued SVGD with the constant ("average") preconditioner Q_bar: -phi for every particle.
 
+    Further arguments:
+
+    - particles, grads, kernel, groups: as `svgd_direction`.
+
     Args:
-        particles, grads, kernel, groups: as `svgd_direction`.
         curvature: a bayes_keras.preconditioners.Curvature (its mean Q_bar is used).
         metric: "q" (Eq. 13: kernel on Q_bar-distances) or "euclidean" (Q_bar^{-1} times vanilla SVGD).
         rescale: None, or a function (k, score, drift, curvature_drift) -> scalar called for the k-th group
@@ -181,8 +184,11 @@ def matrix_svgd_mixture_direction(
 ):
     """Matrix-valued SVGD with the anchor-mixture kernel (Eqs. 16-18), anchors = particles.
 
+    Further arguments:
+
+    - particles, grads, kernel, groups: as `svgd_direction` (one mixture kernel per group).
+
     Args:
-        particles, grads, kernel, groups: as `svgd_direction` (one mixture kernel per group).
         curvature: a bayes_keras.preconditioners.Curvature (per-particle Q_l).
         metric: "q" (Eq. 16 with Eq. 13 components) or "euclidean" (the authors' separable shortcut).
         beta: exponent on the anchor densities in the weights (1: Eq. 17; 0: uniform weights).

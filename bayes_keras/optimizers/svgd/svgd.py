@@ -36,6 +36,8 @@ class SVGD(ParticleOptimizer):
             per-layer kernels are closer to K = I, i.e. less repulsion, but a joint kernel is
             dominated by the largest layer).
         step_rule: "rmsprop" (default), "adam" (dimension-wise), "sgd" or a StepRule.
+
+    Other Parameters:
         shared_learning_rate: Adam step size for deterministic (shared) weights.
 
     Example:
