@@ -11,20 +11,21 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
+from optimizer_registry import configured
 
-OPTIMIZERS = {
-    "gpf": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
-    "gpf_layer": lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
-    "svgd": lambda: bk.optimizers.SVGD(1e-2),
-    "ensemble": lambda: bk.optimizers.IndependentParticles(1e-2),
-    "matrix_svgd_kfac": lambda: bk.optimizers.MatrixSVGD(
-        0.1, bk.preconditioners.KFACPreconditioner()
-    ),
-    "newton_kfac": lambda: bk.optimizers.PreconditionedParticles(
+OPTIMIZERS = configured(  # every method, and below the variants the contract is checked on too
+    GaussianParticleFlow={"learning_rate": 1e-2},
+    SVGD={"learning_rate": 1e-2},
+    IndependentParticles={"learning_rate": 1e-2},
+    MatrixSVGD=lambda: bk.optimizers.MatrixSVGD(0.1, bk.preconditioners.KFACPreconditioner()),
+    PreconditionedParticles=lambda: bk.optimizers.PreconditionedParticles(
         0.01, bk.preconditioners.KFACPreconditioner(fisher="true")
     ),
-    "mean_field_vi": lambda: bk.optimizers.MeanFieldVI(1e-2, seed=1),
-    "mgvbp": lambda: bk.optimizers.MGVBP(1e-2, seed=1),
+    MeanFieldVI={"learning_rate": 1e-2, "seed": 1},
+    MGVBP={"learning_rate": 1e-2, "seed": 1},
+)
+OPTIMIZERS |= {
+    "gpf_layer": lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
     "mgvbp_fisher": lambda: bk.optimizers.MGVBP(1e-2, curvature="fisher", seed=1),
     "mgvbp_full": lambda: bk.optimizers.MGVBP(1e-2, structure="full", seed=1),
     "mgvbp_kronecker": lambda: bk.optimizers.MGVBP(
@@ -66,7 +67,7 @@ class SubclassedNet(bk.BayesianModel):
         return self.head(self.hidden(x))
 
 
-@pytest.mark.parametrize("name", ["gpf_layer", "mgvbp", "matrix_svgd_kfac"])
+@pytest.mark.parametrize("name", ["gpf_layer", "MGVBP", "MatrixSVGD"])
 def test_subclassed_model_fits_without_a_prior_call(name):
     """A subclassed BayesianModel, compiled and fitted with no call before (and after a functional one was
     built in the same process), trains exactly as the functional model of the same layers does."""
@@ -117,7 +118,7 @@ def test_custom_loop_equals_fit_bit_for_bit(name):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("name", ["gpf", "mgvbp", "mean_field_vi", "matrix_svgd_kfac"])
+@pytest.mark.parametrize("name", ["GaussianParticleFlow", "MGVBP", "MeanFieldVI", "MatrixSVGD"])
 def test_keras_file_holds_each_weight_once(name, tmp_path):
     x, y = _data()
     model = _functional()

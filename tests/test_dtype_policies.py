@@ -6,25 +6,26 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
+from optimizer_registry import configured
 from targets import exact_linear_posterior, linear_data, linear_model, linear_particles, paper_mgvbp
 
 KFAC = bk.preconditioners.KFACPreconditioner
-OPTIMIZERS = {
-    "GPF": lambda: bk.optimizers.GaussianParticleFlow(1e-2, structure="layer"),
-    "IndependentParticles": lambda: bk.optimizers.IndependentParticles(3e-3),
-    "SVGD": lambda: bk.optimizers.SVGD(1e-2),
-    "MatrixSVGD+KFAC": lambda: bk.optimizers.MatrixSVGD(1e-2, preconditioner=KFAC()),
-    "PreconditionedParticles+KFAC": lambda: bk.optimizers.PreconditionedParticles(
+OPTIMIZERS = configured(
+    GaussianParticleFlow={"learning_rate": 1e-2, "structure": "layer"},
+    IndependentParticles={"learning_rate": 3e-3},
+    SVGD={"learning_rate": 1e-2},
+    MatrixSVGD=lambda: bk.optimizers.MatrixSVGD(1e-2, preconditioner=KFAC()),
+    PreconditionedParticles=lambda: bk.optimizers.PreconditionedParticles(
         1e-2, preconditioner=KFAC()
     ),
-    "MGVBP diagonal, empirical Fisher": lambda: paper_mgvbp(
+    MGVBP=lambda: paper_mgvbp(  # diagonal, empirical Fisher
         2e-3, structure="diagonal", curvature="empirical_fisher", mean_learning_rate=3e-2, seed=0
     ),
-    "MGVBP kronecker, true Fisher": lambda: paper_mgvbp(
-        2e-3, structure="kronecker", curvature="fisher", mean_learning_rate=3e-2, seed=0
-    ),
-    "MeanFieldVI": lambda: bk.optimizers.MeanFieldVI(1e-2, seed=0),
-}
+    MeanFieldVI={"learning_rate": 1e-2, "seed": 0},
+)
+OPTIMIZERS["MGVBP kronecker, true Fisher"] = lambda: paper_mgvbp(
+    2e-3, structure="kronecker", curvature="fisher", mean_learning_rate=3e-2, seed=0
+)
 
 
 @pytest.fixture

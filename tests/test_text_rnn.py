@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import bayes_keras as bk
+from optimizer_registry import configured
 
 N = 3
 
@@ -58,15 +59,12 @@ def test_particles_are_independent(tokens):
     assert not np.allclose(after[:, 1], before[:, 1])
 
 
-OPTIMIZERS = {
-    "GaussianParticleFlow": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
-    "IndependentParticles": lambda: bk.optimizers.IndependentParticles(1e-2),
-    "SVGD": lambda: bk.optimizers.SVGD(1e-2),
-    "MatrixSVGD": lambda: bk.optimizers.MatrixSVGD(),  # KFAC on the embedding table too
-    "PreconditionedParticles": lambda: bk.optimizers.PreconditionedParticles(),
-    "MeanFieldVI": lambda: bk.optimizers.MeanFieldVI(1e-2),
-    "MGVBP": lambda: bk.optimizers.MGVBP(),
-}
+OPTIMIZERS = configured(  # MatrixSVGD's default KFAC covers the embedding table too
+    GaussianParticleFlow={"learning_rate": 1e-2},
+    IndependentParticles={"learning_rate": 1e-2},
+    SVGD={"learning_rate": 1e-2},
+    MeanFieldVI={"learning_rate": 1e-2},
+)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

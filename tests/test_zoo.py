@@ -8,16 +8,9 @@ import pytest
 import tensorflow as tf
 
 import bayes_keras as bk
+from optimizer_registry import configured
 
-OPTIMIZERS = {
-    "GaussianParticleFlow": lambda: bk.optimizers.GaussianParticleFlow(),
-    "IndependentParticles": lambda: bk.optimizers.IndependentParticles(),
-    "SVGD": lambda: bk.optimizers.SVGD(),
-    "MatrixSVGD": lambda: bk.optimizers.MatrixSVGD(),
-    "PreconditionedParticles": lambda: bk.optimizers.PreconditionedParticles(),
-    "MeanFieldVI": lambda: bk.optimizers.MeanFieldVI(),
-    "MGVBP": lambda: bk.optimizers.MGVBP(),
-}
+OPTIMIZERS = configured()  # every method with its defaults
 MODELS = {
     "lenet5": lambda: bk.zoo.lenet5(num_particles=3),
     "mlp": lambda: bk.zoo.mlp(64, 10, (32,), num_particles=3, likelihood="categorical"),
