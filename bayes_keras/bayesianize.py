@@ -5,10 +5,10 @@ import warnings
 
 import keras
 import numpy as np
-from keras.src.models.functional import (
-    Functional,
-)  # no public name for "a graph model" (Sequential is not one)
-from keras.src.backend import get_keras_mask
+
+# keras.src: no public name for a graph (functional) model; Sequential is not one
+from keras.src.models.functional import Functional
+from keras.src.backend import get_keras_mask  # keras.src: masks have no public accessor
 
 from bayes_keras import layers as particle_layers
 from bayes_keras import likelihoods as likelihoods_lib

@@ -4,9 +4,9 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-from keras.src.models.functional import (
-    Functional,
-)  # no public name for "a graph model" (Sequential is not one)
+
+# keras.src: no public name for a graph (functional) model; Sequential is not one
+from keras.src.models.functional import Functional
 
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.converted import Batchless, Converted

@@ -18,6 +18,8 @@ Endpoints (each takes the model's input batch `inputs`; documented in `export_pr
 
 import keras
 import tensorflow as tf
+
+# keras.src: Keras' message printer, which follows keras.config.disable_interactive_logging (no public one)
 from keras.src.utils import io_utils
 
 from bayes_keras import atomic_files

@@ -9,6 +9,8 @@ import warnings
 import keras
 import numpy as np
 import tensorflow as tf
+
+# keras.src: no public name for a graph (functional) model; Sequential is not one
 from keras.src.models.functional import Functional
 
 from bayes_keras import call_checks, distribute

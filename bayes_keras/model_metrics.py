@@ -1,6 +1,8 @@
 """ModelMetrics: the metrics a BayesianModel reports besides Keras' loss and compiled metrics."""
 
 import keras
+
+# keras.src: Keras' callbacks find a monitored metric only in its own MetricsList class (see below)
 from keras.src.trainers.compile_utils import MetricsList
 
 from bayes_keras.metrics.particle_metric import ParticleMetric

@@ -11,6 +11,9 @@ import sys
 import keras
 import numpy as np
 
+# keras.src: how Keras rebuilds a functional model from its config (Functional.from_config's body; no public name)
+from keras.src.models.functional import functional_from_config
+
 from bayes_keras import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
@@ -47,8 +50,6 @@ class ModelSerialization:
         if own["likelihood"] is not None:
             own["likelihood"] = likelihoods_lib.get(own["likelihood"])
         if "layers" in config and "input_layers" in config:
-            from keras.src.models.functional import functional_from_config
-
             model = functional_from_config(cls, config, custom_objects=custom_objects)
             model.likelihood = own["likelihood"]
             model._expected_num_particles = own["num_particles"]

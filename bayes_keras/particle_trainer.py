@@ -12,6 +12,8 @@ import weakref
 import keras
 import numpy as np
 import tensorflow as tf
+
+# keras.src: fit's own iteration over arrays, datasets and generators (no public data-adapter API)
 from keras.src.trainers import data_adapters
 
 from bayes_keras import call_checks, distribute

@@ -5,6 +5,8 @@ import math
 
 import keras
 import numpy as np
+
+# keras.src: Keras' message printer, which follows keras.config.disable_interactive_logging (no public one)
 from keras.src.utils import io_utils
 
 

@@ -2,6 +2,8 @@
 
 import keras
 import tensorflow as tf
+
+# keras.src: the tensors' Keras masks have no public accessors
 from keras.src.backend import get_keras_mask, set_keras_mask
 
 from bayes_keras.layers.base import particle_axis

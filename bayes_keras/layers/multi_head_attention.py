@@ -4,6 +4,8 @@ import math
 
 import keras
 import tensorflow as tf
+
+# keras.src: the tensors' Keras masks have no public accessors
 from keras.src.backend import get_keras_mask, set_keras_mask
 
 from bayes_keras import priors as priors_lib

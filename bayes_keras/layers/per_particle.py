@@ -4,6 +4,8 @@ import inspect
 
 import keras
 import tensorflow as tf
+
+# keras.src: the tensors' Keras masks have no public accessors
 from keras.src.backend import set_keras_mask
 
 from bayes_keras.layers.base import IMAGE_RANK, all_known, particle_axis
