@@ -297,7 +297,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         if kwargs.get("jit_compile") is True and slow_under_xla:
             warnings.warn(
                 f"jit_compile=True: layers {slow_under_xla} run grouped particle convolutions, which "
-                "XLA compiles 40x slower than TensorFlow's own kernels on CPU; training without XLA "
+                "XLA runs many times slower than TensorFlow's own kernels on CPU; training without XLA "
                 "(on a GPU, XLA is used).",
                 UserWarning,
                 stacklevel=2,

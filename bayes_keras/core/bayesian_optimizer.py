@@ -89,7 +89,7 @@ class StateWrites:
             ok = ok & c
         # One reduction per value, its sum of squares (tf.nn.l2_loss: NaN / inf if any square is; XLA
         # compiles it, unlike EuclideanNorm), then the largest per dtype: the check costs about as many
-        # ops as values written (measured: 4 ops per value made a 3 ms MLP step 20% slower).
+        # ops as values written (a few ops per value slowed a small MLP's step measurably).
         squares = {}
         for value in self._values.values():
             if value.dtype.is_floating:
@@ -221,8 +221,8 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         self.skipped_updates = self.add_variable((), dtype="int64", name="skipped_updates")
 
     # Peak memory of a training step per byte of particle weights: the weights, the optimizer's state, the gradients
-    # and the update's temporaries (measured 4.3-7.2x for the methods but MatrixSVGD, on a layer whose activations
-    # are small: benchmarks/results/size_guard_peaks.md). Activations come on top, with the batch.
+    # and the update's temporaries, on a layer whose activations are small (benchmarks/size_guard_peaks.py measures
+    # it per method). Activations come on top, with the batch.
     step_headroom = 10
     # N x N float tensors a step of this method holds at once (kernel matrices): 0 for methods without them
     pairwise_tensors = 0

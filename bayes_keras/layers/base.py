@@ -75,7 +75,9 @@ def _particle_initializer(initializer, num_particles):
     return init
 
 
-DRAW_HEADROOM = 3.5  # bytes held while a particle weight is drawn, per byte (measured 2.9-3.2: size_guard_peaks.md)
+DRAW_HEADROOM = (
+    3.5  # bytes held while a particle weight is drawn, per byte (benchmarks/size_guard_peaks.py)
+)
 _LOOP_LIMIT = (
     4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
 )

@@ -238,9 +238,9 @@ def _kernel_gradient(x, dy, kernel_shape, groups, strides, padding, dilations):
 # -- strided layers: the input gradient as one stride-1 convolution per phase ----------------------
 # With stride s, row u = q s + r of the padded input only meets kernel rows p = r + j s, so
 # dx_pad[q s + r] = sum_j dy[q - j] k[r + j s]: s_h s_w stride-1 convolutions of dy with the phases'
-# sub-kernels instead of one on an s^2-times larger zero-upsampled gradient (measured on a stride-2
-# ResNet layer: 9.7 vs 24.7 ms without oneDNN). The same split of the kernel gradient into phases was
-# slower than one dilated convolution (23 vs 15.5 ms), so dk keeps `_kernel_gradient`.
+# sub-kernels instead of one on an s^2-times larger zero-upsampled gradient (faster on a stride-2
+# ResNet layer). The same split of the kernel gradient into phases was slower than one dilated
+# convolution, so dk keeps `_kernel_gradient` (both measured by benchmarks/grouped_conv.py).
 
 
 def _input_gradient_by_phases(dy, kernel, x_shape, groups, strides, padding):

@@ -156,7 +156,7 @@ def gaussian_entropy(particles, groups, cloud=None):
 
         # The Gram in the particles' dtype resolves eigenvalues down to ~eps * lambda_max; a cloud whose
         # spreads differ by more (1e5 along rotated axes: the log-determinant fell to the 1e-300 floor,
-        # free energy -360 instead of -23) is redone in float64, which costs 6x on CPU (this runs every
+        # free energy -360 instead of -23) is redone in float64, several times costlier on CPU (this runs every
         # step for the free-energy metric), so only then.
         logdet, eig = log_det(particles[0].dtype)
         if particles[0].dtype != tf.float64:

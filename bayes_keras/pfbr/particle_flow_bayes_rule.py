@@ -258,7 +258,7 @@ class ParticleFlowBayesRule(keras.Model):
 
         Called eagerly with log densities, the automatic-differentiation Hessian is traced anew at each
         of the 4 x steps field evaluations (seconds per update): for a loop of updates, wrap the loop
-        body in one `tf.function` of your own (about 100x faster), or give `log_likelihood_hessian`;
+        body in one `tf.function` of your own (far faster), or give `log_likelihood_hessian`;
         `filter` compiles a problem's stages itself.
 
         Example:

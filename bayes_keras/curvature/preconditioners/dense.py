@@ -152,9 +152,8 @@ class CallablePreconditioner(Preconditioner):
         eigenvalue_rule: "clip" (max(lambda, floor), default) or "abs" (max(|lambda|, floor)).
         shrinkage: in [0, 1]; Q_l <- (1 - s) Q_l + s Q_bar (default 0.5, as the authors' toy code). Only
             the mixture mode sees it (the average Q_bar is unchanged): it keeps anchors with extreme
-            point-wise curvature from dominating. On the 2-D toys it lowers the mixture's final MMD^2
-            2-10x, and without it the mixture loses to vanilla SVGD on the double banana
-            (benchmarks/results/svgd_toys.json); 0 is the paper's plain Eq. 17.
+            point-wise curvature from dominating (on the 2-D toys, without it the mixture loses to vanilla
+            SVGD on the double banana: benchmarks/svgd_toys.py); 0 is the paper's plain Eq. 17.
         dim: optional expected D, checked against the particles at build time.
     """
 

@@ -45,7 +45,7 @@ class MatrixSVGD(ParticleOptimizer):
       collapsed to one-hot and the method became independent per-particle Newton steps with little
       repulsion; expect that in high dimension). It stays 0 in the average mode. The dense
       preconditioners shrink each Q_l halfway to the average by default (shrinkage=0.5, as the
-      authors' code; on the 2-D toys it lowers the mixture's final MMD^2 2-10x).
+      authors' code; on the 2-D toys it lowers the mixture's final MMD^2: docs/results.md).
 
     Defaults and why: mode="average" (the cheap and robust variant; the mixture's weights collapse
     in high dimension); kernel_metric="q" (the paper's Eq. 13: the kernel measures distances in the
@@ -105,9 +105,7 @@ class MatrixSVGD(ParticleOptimizer):
         >>> run = bayes_keras.run_particles(log_prob, x0, opt, 300)
     """
 
-    step_headroom = (
-        18  # its preconditioner's state and products (measured 15.4x: results/size_guard_peaks.md)
-    )
+    step_headroom = 18  # its preconditioner's state and products (benchmarks/size_guard_peaks.py)
     pairwise_tensors = (
         16  # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
     )
