@@ -263,9 +263,12 @@ class GaussianParticleFlow(ParticleOptimizer):
             return [sorted(i for g in groups for i in g)]
         return groups
 
-    def direction(self, particles, grads, groups):
+    def direction(self, particles, grads, groups, cloud=None):
+        """GPF's flow direction for the particles and the gradients of the negative log joint (lists of
+        (N, d_v) tensors) over the view's layer groups; `cloud`: the particles' `ParticleCloud` if already
+        computed (`prepare_step`)."""
         return gpf_direction(
-            particles, grads, self._structure_groups(groups), self.mean_preconditioning
+            particles, grads, self._structure_groups(groups), self.mean_preconditioning, cloud
         )
 
     def prepare_step(self):
@@ -290,13 +293,8 @@ class GaussianParticleFlow(ParticleOptimizer):
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         prepared = None if step is None else step.prepared
         cloud = self._cloud() if prepared is None else prepared.cloud
-        flat_grads = self.view.flat_gradients(grads)
-        directions = gpf_direction(
-            cloud.particles,
-            flat_grads,
-            self._structure_groups(self.view.layer_groups),
-            self.mean_preconditioning,
-            cloud,
+        directions = self.direction(
+            cloud.particles, self.view.flat_gradients(grads), self.view.layer_groups, cloud
         )
         self.step_particles(directions, learning_rate, iteration, writes)
 
