@@ -39,14 +39,21 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     """
 
     reported_metrics = ("elbo",)
-    _diagonal_posterior = False  # subclasses: True when q's precision is diagonal
+    # Diagonal posteriors (MeanFieldVI, MGVBP diagonal) are elementwise: they step each particle variable on
+    # its slice of the flat (D,) state (`_update_elementwise`) and sample it from its slice, instead of
+    # concatenating the (N, D) particles and gradients and splitting the samples (three full copies of a
+    # step's largest tensors); their state keeps the weights' dtype.
+    _elementwise = False
+    # Mirrored pairs make first-moment estimates (mean gradients) exact in their odd part, but an even
+    # function of the draw (a a^T in a Stein or score curvature) sees only S / 2 independent draws.
+    _antithetic_by_default = True
 
     @property
     def posterior_dtype(self):
         """Full and block precisions need float64 (inverses, Cholesky factors, log-determinants);
         diagonal posteriors are elementwise and keep the weights' dtype (float32, or float64 under
         that policy: half the memory traffic of a step, no casts of (N, D) tensors)."""
-        return getattr(self, "_weight_dtype", "float32") if self._diagonal_posterior else "float64"
+        return getattr(self, "_weight_dtype", "float32") if self._elementwise else "float64"
 
     def __init__(
         self, learning_rate, seed=None, antithetic=None, shared_learning_rate=None, **kwargs
@@ -142,26 +149,15 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         pieces = tf.split(z, list(widths) + cut, axis=1) if len(widths) > 1 or cut else [z]
         return pieces[: len(widths)]
 
-    # Mirrored pairs make first-moment estimates (mean gradients) exact in their odd part, but an
-    # even function of the draw (a a^T in a Stein or score curvature) sees only S / 2 independent
-    # draws: subclasses whose curvature is such a second moment default to independent draws.
-    _antithetic_by_default = True
-
-    # Diagonal posteriors (MeanFieldVI, MGVBP diagonal) are elementwise: they step each particle
-    # variable on its slice of the flat (D,) state (`_update_elementwise`) and sample it from its
-    # slice, instead of concatenating the (N, D) particles and gradients and splitting the samples
-    # (three full copies of a step's largest tensors, a tenth of an MLP step on CPU).
-    _elementwise = False
-
     def _antithetic_for(self, num_samples):
         antithetic = self._antithetic_by_default if self.antithetic is None else self.antithetic
         return antithetic and num_samples % 2 == 0
 
     def _draw(self, num_samples):
         """The standard normals of the next sample of q, keyed by the current draw counter: one
-        (num_samples, w) tensor per particle variable (elementwise optimizers) or per block; with
-        `antithetic` (and an even count) the second half mirrors the first."""
-        widths = self.view.sizes if self._elementwise else self._block_dims
+        (num_samples, D_b) tensor per block; with `antithetic` (and an even count) the second half
+        mirrors the first."""
+        widths = self._block_dims
         if self._antithetic_for(num_samples):
             return [tf.concat([e, -e], axis=0) for e in self._normal(num_samples // 2, widths)]
         return self._normal(num_samples, widths)
@@ -189,9 +185,9 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         if eps is None:
             eps = self._draw(num_samples)
         view = self.view
-        if (
-            self._elementwise
-        ):  # (D,) moments split into per-variable pieces that broadcast over rows
+        if self._elementwise:  # (D,) moments and normals split into per-variable pieces
+            if len(view) > 1:
+                eps = tf.split(eps[0], view.sizes, axis=1)
             mean, std = (
                 tf.split(t, view.sizes) for t in self._families[0].moments(self._state[0], read)
             )

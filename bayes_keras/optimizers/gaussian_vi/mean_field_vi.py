@@ -64,7 +64,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._adam = step_rules.Adam(self.beta_1, self.beta_2, self.epsilon)
 
-    _diagonal_posterior = True
+    _elementwise = True
 
     def _default_shared_learning_rate(self, learning_rate):
         return learning_rate  # an Adam learning rate already
@@ -74,8 +74,6 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     def _family(self, j, dim):
         return SoftplusGaussian(dim, self.posterior_dtype, self.initial_std, self._adam)
-
-    _elementwise = True
 
     def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
         # loss_grads g are gradients of -log p(y, w) at w = mu + sigma eps: d(-ELBO)/d mu = E[g],

@@ -1,32 +1,24 @@
-"""MGVBP: natural-gradient Gaussian VI on the precision matrix (Magris, Shabani, Iosifidis,
-"Manifold Gaussian Variational Bayes on the Precision Matrix", https://arxiv.org/abs/2210.14598).
+"""MGVBP: natural-gradient Gaussian VI on the precision matrix (Magris, Shabani & Iosifidis, "Manifold
+Gaussian Variational Bayes on the Precision Matrix", https://arxiv.org/abs/2210.14598).
 
-Estimators (`estimator=`):
-  "gradient": reparameterisation / Price-Stein estimator from the per-sample gradients of the
-      log joint (nat_mu = Sigma E[g], nat_P = -sym(P E[a g^T]) - P). An extension for networks,
-      not in the paper; the only practical one beyond a few hundred weights. Default.
-  "score": the paper's default estimator: score function of the log LIKELIHOOD with the Gaussian
-      prior (the layers' Normal priors) and the entropy in closed form, with
-      per-coordinate control variates from the previous step's samples.
-  "score_h": the paper's fully black-box form on h = log p(y, w) - log q(w).
-The score-function forms need O(S D^2) memory per step with full P: tens of weights.
+`MGVBP(structure=...)` is the one class users construct; it builds the class of its structure, each in its
+own file with its posterior family and its estimators:
 
-Curvature of the "gradient" estimator (`curvature=`), the target that P is moved toward:
-  "stein": -E_q[hess] = -P Cov(theta, g) (Stein's lemma), unbiased; exact on conjugate models.
-      Noisy and indefinite on networks with few samples: a large negative estimate makes the
-      retraction's xi^2 / (2p) term inflate p, and with the paper's step sizes the run diverged on
-      LeNet-5. The defaults (a tight initial precision that moves at 1e-3, see "Defaults" below) average
-      that noise over ~1,000 steps: MGVBP() trains the zoo's networks with it (the defaults table).
-  "empirical_fisher": the diagonal of the per-example empirical Fisher, sum_i (d log p(y_i|w) / dw)^2,
-      averaged over the N samples, plus the Normal prior's precision exactly: the curvature of
-      VOGN (Khan et al. 2018; Osawa et al. 2019), computed from the layers' inputs and
-      pre-activation gradients captured in the same backward pass (bayes_keras.curvature).
-      Never negative: the safer choice for deep networks with larger precision steps. structure="diagonal" or "kronecker"; needs
-      Normal priors (the default) and Dense / Conv2D particle layers.
-  "fisher": as "empirical_fisher" but with labels sampled from the model's own predictive (one
-      per example and sample of q): a Monte Carlo estimate of the true Fisher (the generalised
-      Gauss-Newton for these likelihoods) diagonal. Costs a second backward pass to the
-      pre-activations; unlike the empirical Fisher it does not shrink with the residuals.
+- structure="diagonal" (networks, the default): `mgvbp_diagonal.MGVBPDiagonal`
+- structure="full" / "layer" (small models: one D x D precision, or one per layer): `mgvbp_full.MGVBPFull`
+- structure="kronecker" (per Dense / Conv layer P = A (x) G): `mgvbp_kronecker.MGVBPKronecker`
+
+This file holds what they share: the arguments, the step sizes, the clipping of the natural gradient, the
+curvature request and the priors' closed forms. The sampling and the lower bound are the base's
+(gaussian_variational_optimizer.py). Every step, from the model's N particles (samples of q):
+
+    m <- omega T(m) + (1 - omega) natgrad          (momentum, carried by the vector transport T)
+    mu <- mu + beta_mu m_mu ;  P <- P + xi + 1/2 xi P^-1 xi,  xi = beta m_P     (the paper's Eq. 1 and its
+                                                                                 retraction, Sec. 3)
+
+and N new samples of q are written into the particle variables. Which natural gradient (`estimator`,
+`curvature`) and which P (`structure`) is the structure file's docstring; the user guide's
+"MGVBP's options" explains the choices and the defaults.
 """
 
 import warnings
@@ -38,113 +30,80 @@ import tensorflow as tf
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.curvature.capture import CurvatureRequest
-from bayes_keras.loaded_state import check_bounded_entry, check_positive_definite_entry
-from bayes_keras.optimizers.gaussian_vi import curvature_targets
-from bayes_keras.optimizers.gaussian_vi import natural_gradients as ng
-from bayes_keras.optimizers.gaussian_vi.diagonal_gaussian import DiagonalGaussian
-from bayes_keras.optimizers.gaussian_vi.full_gaussian import FullGaussian
 from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
     GaussianVariationalOptimizer,
 )
-from bayes_keras.optimizers.gaussian_vi.kronecker_gaussian import KroneckerGaussian
+from bayes_keras.priors import Normal
 from bayes_keras.schedules import ConstantThenInverseTime
 
 _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
 _ESTIMATORS = ("gradient", "score", "score_h")
 _CURVATURES = ("stein", "empirical_fisher", "fisher")
-_FISHERS = ("empirical_fisher", "fisher")
+FISHERS = ("empirical_fisher", "fisher")
 _SCORE_WEIGHTS = 1000  # above this many weights the score estimators warn
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class MGVBP(GaussianVariationalOptimizer):
     """Manifold Gaussian Variational Bayes on the Precision matrix (Magris, Shabani & Iosifidis,
-    https://arxiv.org/abs/2210.14598): q = N(mu, P^-1) moved by natural gradients (the paper's Eq. 1 with
-    the Fisher of q), P retracted on the positive-definite manifold, momentum carried by vector transport
-    (its Sec. 3; the update below follows the authors' MATLAB code, mmagris/MGVBP).
+    https://arxiv.org/abs/2210.14598): q = N(mu, P^-1) moved by natural gradients, P retracted on the
+    positive-definite manifold, momentum carried by vector transport; the model's particles are samples of q.
 
-    Each step: the model's N particles are samples from q; from their gradients (or log likelihoods)
-    the natural gradients of the lower bound are estimated, then
-
-        m <- omega T(m) + (1 - omega) natgrad ;  mu <- mu + beta m_mu ;  P <- P + xi + 1/2 xi P^-1 xi,
-        xi = beta m_P  (halved up to `max_halvings` times if round-off broke positive definiteness),
-
-    and N new samples are written into the particle variables.
-
-    Estimators (`estimator=`: "gradient", the default, "score", "score_h") and the curvatures of the
-    gradient estimator (`curvature=`: "stein", "empirical_fisher", "fisher") are described in the
-    module docstring.
+        m <- omega T(m) + (1 - omega) natgrad ;  mu <- mu + beta_mu m_mu ;  P <- P + xi + 1/2 xi P^-1 xi,
+        xi = beta m_P  (halved up to `max_halvings` times if round-off broke positive definiteness).
 
     Args:
-        learning_rate: beta, the precision's step size (float or schedule; the paper's schedule is
-            `bayes_keras.schedules.ConstantThenInverseTime(beta, tau)`). None (default): 0.1 for the full
-            blocks of structure="full" / "layer", whose steps (precision and mean) are further scaled by their
-            signal shares unless signal_share=False (see "Defaults"), 1e-3 for "diagonal" / "kronecker"
-            (networks).
-        mean_learning_rate: step size of mu (float or schedule), default 0.3; None uses `learning_rate`
-            for both, as the paper does. An extension for networks, after VOGN's separate mean and
-            precision rates: a precision that moves slower than the mean keeps the noise of q small
-            while the network is still untrained (docs/architecture.md, "Defaults").
-        structure: "full" (one D x D precision), "layer" (one full block per layer), "kronecker" (per
-            Dense / Conv2D layer P = A (x) G over its [kernel; bias] matrix, KFAC's factors from
-            bayes_keras.curvature: the mean steps by P^-1 E[g] through the factors, each factor is
-            retracted toward the batch's factors damped by the prior precision / T (the nearest
-            Kronecker product of A (x) G + D (x) I, natural_gradients.damped_kronecker_factors), no
-            momentum on the factors; needs curvature "empirical_fisher" or "fisher"; an extension in
-            the spirit of Noisy K-FAC, not in the paper) or "diagonal".
-        estimator: "gradient" | "score" | "score_h" (see above).
-        curvature: "stein" | "empirical_fisher" | "fisher", for estimator="gradient" (see above).
-        momentum: omega in m <- omega T(m) + (1 - omega) natgrad (default 0.8; paper: 0.4). The first
-            step sets m to the natural gradient.
-        initial_precision: P at the start, times the identity (default 1e3; paper: 1 / s0 = 10). mu starts at
-            the first particle's initial weights (or at `model.initialize_particles` values).
+        learning_rate: beta, the precision's step size (float or schedule). None (default): 0.1 for
+            structure "full" / "layer", 1e-3 for "diagonal" / "kronecker".
+        structure: "diagonal" (default), "full" (one D x D precision), "layer" (one full block per layer) or
+            "kronecker" (per Dense / Conv layer P = A (x) G; needs a Fisher curvature).
+        estimator: "gradient" (default: the reparameterisation / Price-Stein estimator, an extension for
+            networks), "score" (the paper's estimator B) or "score_h" (its black-box form).
+        curvature: the target P moves toward under estimator="gradient": "stein" (default, -E_q[hess] by
+            Stein's lemma), "empirical_fisher" or "fisher" (diagonal / kronecker: the layers' captured
+            Fisher plus the prior precision).
+        momentum: omega (default 0.8; the paper: 0.4). The first step sets m to the natural gradient.
+        initial_precision: P at the start, times the identity (default 1e3; the paper: 10). mu starts at
+            the first particle's initial weights.
         max_halvings: retraction step halvings tried before a step of P is dropped.
-        gradient_clip: if set, the stacked natural gradient (mu, P) of each block is scaled to at
-            most this norm (the paper's GradientMax = 100); not for structure="kronecker". "auto"
-            (default): 100 for the score estimators (without it MGVBP(estimator="score") took a
-            digits MLP's training loss to 8e6 in its first epoch), None for "gradient".
-        initial_gradient_clip: the bound for the first step's estimate (the paper's separate clip0, whose
-            default in the authors' code is off): "same" (default) as `gradient_clip`, None (no clipping at
-            the first step) or a positive number.
-        max_block_size: a full block larger than this raises an error (O(D^3) per step).
-        seed: seed of the sample stream (draws are keyed by (seed, counter), so a resumed run
-            samples what an uninterrupted one would).
-        signal_share: True (default): the full blocks (structure "full" / "layer") scale their mean and
-            precision steps by their signal shares (see "Defaults"; an extension, not in the paper). False:
-            they step by beta m alone, as the paper does. Diagonal and Kronecker blocks never rescale.
+        gradient_clip: scale each block's stacked natural gradient (mu, P) to at most this norm (the paper's
+            GradientMax); "auto" (default): 100 for the score estimators, None for "gradient".
+        initial_gradient_clip: the first step's bound: "same" (default), None or a number.
+        max_block_size: a full block or Kronecker factor larger than this raises an error (O(D^3) per step).
+        seed: seed of the sample stream (keyed by (seed, counter): a resumed run draws what an
+            uninterrupted one would).
+        mean_learning_rate: beta_mu, the mean's step size (default 0.3); None: `learning_rate`, as the paper.
+        signal_share: full blocks scale both steps by their signal shares (default True, an extension);
+            False steps by beta m alone, as the paper.
 
     Other Parameters:
-        antithetic: draw the samples of q in mirrored pairs mu +- a (even sample counts; odd counts
-            draw independently): half the random numbers, which dominated the cost of a step on
-            CPU, and exact cancellation of the mean gradient's odd part; but a second moment of the
-            draws (the Stein and score curvatures) then sees only S / 2 independent draws. None
-            (default): True for the Fisher curvatures, False for "stein" and the score estimators.
+        antithetic: draw q's samples in mirrored pairs mu +- a. None (default): True for the Fisher
+            curvatures, False for the second-moment ones ("stein", the score estimators).
 
-    Defaults: chosen so that MGVBP() trains the zoo's MLP, LeNet-5 and GRU and a logistic regression
-    without tuning (benchmarks/defaults.py): for networks (structure "diagonal" / "kronecker") a precision
-    that starts tight (sd 0.03) and moves slowly (1e-3, a running average of the curvature over ~1,000
-    steps, as VOGN's) while the mean takes natural-gradient steps of 0.3 with momentum 0.8. Full blocks
-    (structure "full" / "layer", at most `max_block_size` weights each: small models, often fitted full
-    batch) step their precision at 0.1 times its signal share, and their mean at 0.3 times its own
-    (`bayes_keras.step_rules.signal_fraction`, i.e. bayes_keras.core.step_rules: the share of the
-    momentum-averaged natural gradient that persists from step to step), so P leaves its
-    tight start within a few hundred steps and then averages the Monte Carlo noise of its curvature: on the
-    breast_cancer logistic regression (full batch, 100 samples, 3,000 steps) MGVBP(structure="full")
-    reaches the exact optimal Gaussian's sds (0.96-1.00 of NUTS'), where the network defaults left them at
-    0.15-0.31 (tests/test_defaults_nuts.py). The same scaled step on diagonal precisions sent LeNet-5 to
-    chance accuracy: per weight, the curvature of a 10-sample minibatch step is mostly noise, and a
-    precision that follows it within tens of steps lets q's noise swamp a mean that is still untrained.
-    The paper's own iteration (its estimator B, one step size beta for mu and P with its schedule, omega =
-    0.4, P0 = 10 I, gradient clipping at 100, no signal-share scaling) is `MGVBP.paper()`, i.e.
-    MGVBP(ConstantThenInverseTime(1e-3, 2500), structure="full", estimator="score", momentum=0.4,
-    initial_precision=10.0, mean_learning_rate=None, gradient_clip=100.0, initial_gradient_clip=None,
-    signal_share=False); tested step by step against a NumPy transcription of the algorithm
-    (tests/test_mgvbp_paper_mode.py).
+    `MGVBP.paper()` runs the paper's own iteration and settings. The user guide's "MGVBP's options"
+    compares the estimators, curvatures and structures and explains the defaults.
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.MGVBP(1e-2, structure="diagonal"))
         >>> q = model.optimizer.posterior()   # tfd distribution over the flattened weights
     """
+
+    _classes = {}  # structure -> the class that implements it (filled by the subclasses)
+    structures = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for structure in cls.structures:
+            MGVBP._classes[structure] = cls
+
+    def __new__(cls, learning_rate=None, structure="diagonal", *args, **kwargs):
+        if cls is MGVBP:
+            if structure not in _STRUCTURES:
+                raise ValueError(
+                    f"MGVBP structure must be one of {_STRUCTURES}; got {structure!r}."
+                )
+            cls = MGVBP._classes[structure]
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -163,6 +122,11 @@ class MGVBP(GaussianVariationalOptimizer):
         initial_gradient_clip="same",
         **kwargs,
     ):
+        if structure not in type(self).structures:
+            raise ValueError(
+                f"{type(self).__name__} implements structure {type(self).structures}; got "
+                f"structure={structure!r}. Construct MGVBP(structure=...)."
+            )
         if isinstance(gradient_clip, str) and gradient_clip == "auto":
             gradient_clip = 100.0 if estimator in ("score", "score_h") else None
         _check_arguments(
@@ -183,6 +147,7 @@ class MGVBP(GaussianVariationalOptimizer):
             raise ValueError(f"MGVBP signal_share must be True or False; got {signal_share!r}.")
         if learning_rate is None:
             learning_rate = 0.1 if structure in ("full", "layer") else 1e-3
+        kwargs["name"] = kwargs.get("name") or "MGVBP"
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.structure, self.estimator, self.curvature = structure, estimator, curvature
         self.momentum = float(momentum)
@@ -200,6 +165,9 @@ class MGVBP(GaussianVariationalOptimizer):
             )
         self.mean_learning_rate = mean_learning_rate
         self.signal_share, self.initial_gradient_clip = signal_share, initial_gradient_clip
+        # Stein and score curvatures are second moments of the draws: mirrored pairs would halve their
+        # effective sample size, so they draw independently unless `antithetic` says otherwise.
+        self._antithetic_by_default = curvature in FISHERS
 
     @classmethod
     def paper(cls, learning_rate=1e-3, tau=2500, structure="full", estimator="score", **kwargs):
@@ -266,25 +234,6 @@ class MGVBP(GaussianVariationalOptimizer):
         settings.update(kwargs)
         return cls(learning_rate, structure=structure, estimator=estimator, **settings)
 
-    @property
-    def _diagonal_posterior(self):
-        return self.structure == "diagonal"
-
-    @property
-    def _antithetic_by_default(self):
-        # Stein and score curvatures are second moments of the draws: mirrored pairs would halve
-        # their effective sample size (measured: 2x the precision error on a conjugate model).
-        return self.curvature in _FISHERS
-
-    @property
-    def _elementwise(self):
-        return self.structure == "diagonal" and self.estimator == "gradient"
-
-    # -- blocks: one Gaussian family object each -----------------------------------------------
-    def _block_groups(self, view):
-        # full: one block; layer / kronecker: one per layer; diagonal: one flat block (elementwise anyway)
-        return view.partition("layer" if self.structure in ("layer", "kronecker") else "joint")
-
     def build(self, variables):
         if self.built:
             return
@@ -298,60 +247,15 @@ class MGVBP(GaussianVariationalOptimizer):
                 UserWarning,
                 stacklevel=2,
             )
-        blocks = self._block_groups(view)
-        if self.structure == "kronecker":
-            self._kron_shapes = curvature_targets.kronecker_shapes(
-                view, blocks, self.max_block_size
-            )
-            self._kron_index = {
-                g[0]: j for j, g in enumerate(blocks)
-            }  # the view index of each layer's kernel
-        elif self.structure != "diagonal":
-            _check_block_sizes(view, blocks, self.structure, self.max_block_size)
+        self.check_structure(view)
         super().build(variables)
 
-    def _family(self, j, dim):
-        if self.structure == "kronecker":
-            return KroneckerGaussian(
-                *self._kron_shapes[j],
-                self.posterior_dtype,
-                self.initial_precision,
-                self.max_halvings,
-            )
-        control_variates = self.estimator != "gradient"
-        if self.structure == "diagonal":
-            return DiagonalGaussian(
-                dim, self.posterior_dtype, self.initial_precision, control_variates
-            )
-        return FullGaussian(
-            dim,
-            self.posterior_dtype,
-            self.initial_precision,
-            control_variates,
-            self.max_halvings,
-            self.signal_share,
-        )
-
-    def check_loaded_state(self):
-        for block in self._state:
-            for name in ("precision", "factor_a", "factor_g"):
-                if name not in block:
-                    continue
-                if self.structure == "diagonal":
-                    check_bounded_entry(
-                        self.name, block[name], "optimizer", "a diagonal precision", positive=True
-                    )
-                else:
-                    check_positive_definite_entry(
-                        self.name,
-                        block[name],
-                        "optimizer",
-                        "a precision" if name == "precision" else "a Kronecker factor",
-                    )
+    def check_structure(self, view):
+        """Raise a ValueError, before any variable is built, when the structure cannot hold this model."""
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
-        if num_particles < 2 and self.curvature not in _FISHERS:
+        if num_particles < 2 and self.curvature not in FISHERS:
             what = (
                 "the Stein curvature (a sample covariance)"
                 if self.estimator == "gradient"
@@ -366,15 +270,15 @@ class MGVBP(GaussianVariationalOptimizer):
     @property
     def curvature_request(self):
         """What BayesianModel must capture for this optimizer (None: nothing)."""
-        if self.curvature not in _FISHERS:
+        if self.curvature not in FISHERS:
             return None
         return CurvatureRequest(
             "kronecker_factors" if self.structure == "kronecker" else "squared_gradients",
             "sampled" if self.curvature == "fisher" else "observed",
         )
 
-    # -- the update ----------------------------------------------------------------------------
-    def _step_sizes(self, learning_rate, iteration):
+    # -- what the structures share in their update ---------------------------------------------
+    def step_sizes(self, learning_rate, iteration):
         """(beta for P, beta for mu, omega): the first step sets the momentum to the natural gradient."""
         mean_lr = self.mean_learning_rate
         if mean_lr is None:
@@ -390,119 +294,33 @@ class MGVBP(GaussianVariationalOptimizer):
         )
         return learning_rate, mean_lr, omega
 
-    def _step(self, j, nat_mu, nat_p, sizes, iteration, writes):
+    def clip(self, nat_mu, nat_p, iteration):
+        """The natural gradient scaled to norm at most `gradient_clip` (`initial_gradient_clip` at step 1)."""
         later = self.gradient_clip
         first = later if isinstance(self.initial_gradient_clip, str) else self.initial_gradient_clip
         if first == later:
-            if later is not None:
-                nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, later)
-        else:  # another bound (or none: an infinite one) at the first step
-            bounds = [float("inf") if bound is None else bound for bound in (first, later)]
-            bound = tf.where(
-                tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds)
-            )
-            nat_mu, nat_p = ng.clip_by_norm(nat_mu, nat_p, bound)
-        self._families[j].step(self._state[j], nat_mu, nat_p, *sizes, writes)
+            return (nat_mu, nat_p) if later is None else clip_by_norm(nat_mu, nat_p, later)
+        bounds = [float("inf") if bound is None else bound for bound in (first, later)]
+        bound = tf.where(tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds))
+        return clip_by_norm(nat_mu, nat_p, bound)
 
-    def _update_elementwise(self, thetas, loss_grads, learning_rate, iteration, step, writes):
-        """Diagonal structure with the gradient estimator, per particle variable on slices of the flat
-        state. loss_grads are gradients of -log p(y, theta): E[g_logjoint] = -E[g], and
-        nat_P = -p Cov(a, g_logjoint) - p = p Cov(a, g) - p."""
-        n = self.view.num_particles
-        mean, prec = self._state[0]["mean"].value, self._state[0]["precision"].value
-        if self.curvature in _FISHERS:
-            mean_loss_grad = tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(n)
-            block = self._blocks[0]
-            nat_p = (
-                curvature_targets.fisher_diagonal(
-                    self.view, block, self._records(step), self.curvature, self.posterior_dtype
-                )
-                + curvature_targets.tempered_prior_precision(
-                    self.view, block, step, self.curvature, self.posterior_dtype
-                )
-                - prec
-            )
-        else:  # per-variable sums, then the moments once on the concatenated (D,) sums
-            sums = [], [], []
-            for m, theta, g in zip(tf.split(mean, self.view.sizes), thetas, loss_grads):
-                a = theta - m
-                for out, t in zip(sums, (a, g, a * g)):
-                    out.append(tf.reduce_sum(t, axis=0))
-            mean_loss_grad, cov = ng.diagonal_moments_from_sums(
-                *(tf.concat(t, 0) for t in sums), n, self._antithetic_for(n)
-            )
-            nat_p = prec * cov - prec
-        self._step(
-            0,
-            -mean_loss_grad / prec,
-            nat_p,
-            self._step_sizes(learning_rate, iteration),
-            iteration,
-            writes,
-        )
-
-    def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
-        sizes = self._step_sizes(learning_rate, iteration)
-        if self.structure == "kronecker":
-            targets = curvature_targets.kronecker_targets(
-                self.view,
-                self._blocks,
-                self._kron_index,
-                self._records(step),
-                self.curvature,
-                step.temperature,
-                self.posterior_dtype,
-            )
-            for j, (grad, target) in enumerate(zip(grads, targets)):
-                self._families[j].step(
-                    self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes
-                )
-            return
-        for j, (theta, grad) in enumerate(zip(thetas, grads)):
-            self._step(
-                j, *self._natural_gradient(j, theta, grad, step, writes), sizes, iteration, writes
-            )
-
-    def _natural_gradient(self, j, theta, grad, step, writes):
-        """(nat_mu, nat_P) of a diagonal or full block from the step's samples and gradients (or values)."""
-        state = self._state[j]
-        mean, prec = state["mean"].value, state["precision"].value
-        diag = self.structure == "diagonal"
-        if self.estimator == "gradient":  # full or layer blocks (diagonal: _update_elementwise)
-            return ng.reparam_natural_gradient_full(
-                theta, mean, prec, grad, antithetic=self._antithetic_for(self.view.num_particles)
-            )
-        if step is None:
-            raise ValueError(
-                f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
-                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
-            )
-        log_lik = tf.cast(step.log_likelihood, self.posterior_dtype)
-        fn = ng.score_natural_gradient_diag if diag else ng.score_natural_gradient_full
-        c_mu, c_p = state["c_mean"].value, state["c_precision"].value
-        if self.estimator == "score":
-            prior_mean, prior_prec = curvature_targets.prior_vectors(
-                self.view, self._blocks[j], self.posterior_dtype, "estimator='score'"
-            )
-            nat_mu, nat_p, new_c_mu, new_c_p = fn(
-                theta, mean, prec, log_lik, c_mu, c_p, prior_mean, prior_prec / step.temperature
-            )
-        else:
-            log_q = ng.log_q_diag(theta, mean, prec) if diag else ng.log_q_full(theta, mean, prec)
-            h = log_lik + tf.cast(step.log_prior, self.posterior_dtype) - log_q
-            nat_mu, nat_p, new_c_mu, new_c_p = fn(theta, mean, prec, h, c_mu, c_p)
-        writes.assign(state["c_mean"], new_c_mu)
-        writes.assign(state["c_precision"], new_c_p)
-        return nat_mu, nat_p
-
-    # -- curvature="empirical_fisher" | "fisher" -------------------------------------------------
-    def _records(self, step):
+    def records(self, step):
+        """The step's captured curvature (curvature="empirical_fisher" / "fisher")."""
         if step is None or not step.curvature:
             raise ValueError(
                 f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
                 "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
             )
         return step.curvature
+
+    def log_likelihood(self, step):
+        """The step's per-sample log likelihoods (the score estimators)."""
+        if step is None:
+            raise ValueError(
+                f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
+                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
+            )
+        return tf.cast(step.log_likelihood, self.posterior_dtype)
 
     def get_config(self):
         config = super().get_config()
@@ -524,6 +342,45 @@ class MGVBP(GaussianVariationalOptimizer):
         return config
 
 
+def clip_by_norm(nat_mu, nat_p, max_norm):
+    """Scale the stacked estimate (nat_mu, nat_P) down to norm max_norm (the paper's GradientMax)."""
+    norm = tf.sqrt(tf.reduce_sum(tf.square(nat_mu)) + tf.reduce_sum(tf.square(nat_p)))
+    scale = tf.minimum(tf.constant(1.0, nat_mu.dtype), max_norm / tf.maximum(norm, 1e-30))
+    return nat_mu * scale, nat_p * scale
+
+
+def control_variate(score, f):
+    """Per-coordinate optimal baseline c_i = Cov(score_i f, score_i) / Var(score_i) for score (S, ...) and
+    f (S,), both moments over the S samples with the same normalisation (the paper's control variates,
+    from the previous step's samples)."""
+    f = tf.reshape(f, [-1] + [1] * (len(score.shape) - 1))
+    sf = score * f
+    cov = tf.reduce_mean((sf - tf.reduce_mean(sf, 0)) * (score - tf.reduce_mean(score, 0)), axis=0)
+    var = tf.reduce_mean(tf.square(score - tf.reduce_mean(score, 0)), axis=0)
+    return tf.math.divide_no_nan(cov, var)
+
+
+def prior_vectors(view, block, dtype, user):
+    """(mean, precision) vectors of the layers' Normal priors over a block's coordinates."""
+    means, precisions = [], []
+    for i in block:
+        if view.priors[i] is None:
+            raise ValueError(
+                f"MGVBP {user} needs the layers' priors; {view.variables[i].path} belongs to no "
+                "bayes_keras particle layer."
+            )
+        prior, fan_in = view.priors[i]
+        if not isinstance(prior, Normal):
+            raise ValueError(
+                f"MGVBP {user} handles Normal priors in closed form; {view.variables[i].path} has "
+                f"{prior!r}. Use estimator='score_h', or estimator='gradient' with curvature='stein'."
+            )
+        sd = prior.stddev(fan_in)
+        means.append(tf.fill((view.sizes[i],), tf.constant(prior.loc, dtype)))
+        precisions.append(tf.fill((view.sizes[i],), tf.constant(1.0 / sd**2, dtype)))
+    return tf.concat(means, 0), tf.concat(precisions, 0)
+
+
 def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, initial_precision):
     if structure not in _STRUCTURES:
         raise ValueError(f"MGVBP structure must be one of {_STRUCTURES}; got {structure!r}.")
@@ -531,12 +388,12 @@ def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, i
         raise ValueError(f"MGVBP estimator must be one of {_ESTIMATORS}; got {estimator!r}.")
     if curvature not in _CURVATURES:
         raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
-    if curvature in _FISHERS and structure not in ("diagonal", "kronecker"):
+    if curvature in FISHERS and structure not in ("diagonal", "kronecker"):
         raise ValueError(
             f"MGVBP curvature={curvature!r} is implemented for structure='diagonal' and "
             f"'kronecker'; got structure={structure!r}."
         )
-    if structure == "kronecker" and curvature not in _FISHERS:
+    if structure == "kronecker" and curvature not in FISHERS:
         raise ValueError(
             "MGVBP structure='kronecker' moves P toward KFAC factors: it needs "
             f"curvature='empirical_fisher' or 'fisher'; got curvature={curvature!r}."
@@ -564,20 +421,6 @@ def _count(value, what, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"MGVBP {what} must be an integer >= {minimum}; got {value!r}.")
     return int(value)
-
-
-def _check_block_sizes(view, blocks, structure, max_block_size):
-    for g in blocks:
-        dim = sum(view.sizes[i] for i in g)
-        if dim > max_block_size:
-            names = ", ".join(view.variables[i].path for i in g)
-            raise ValueError(
-                f"MGVBP structure='{structure}' needs a {dim} x {dim} precision block for [{names}], above "
-                f"max_block_size={max_block_size} (O(D^3) per step). Use "
-                + ("structure='layer' (one block per layer), " if structure == "full" else "")
-                + "structure='kronecker' (Dense and Conv2D layers) or structure='diagonal' for a model this large, "
-                "or raise max_block_size."
-            )
 
 
 def _serialize_rate(rate):
