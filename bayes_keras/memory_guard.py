@@ -35,3 +35,28 @@ def check_fits(nbytes, what, remedy, limit=None):
 
 def tensor_bytes(shape, dtype="float32"):
     return float(np.prod([float(d) for d in shape])) * np.dtype(dtype).itemsize
+
+
+def check_training_step_fits(method, particle_variables, step_headroom, pairwise_tensors):
+    """Refuse a training step of `method` on these (N, ...) particle variables that cannot fit this machine's
+    memory: `step_headroom` times the particle weights (the weights, the optimizer's state, the gradients
+    and the update's temporaries) plus `pairwise_tensors` N x N tensors. Activations come on top."""
+    if not particle_variables:
+        return
+    n, dtype = int(particle_variables[0].shape[0]), particle_variables[0].dtype
+    weights = sum(tensor_bytes(v.shape, v.dtype) for v in particle_variables)
+    pairwise = pairwise_tensors * tensor_bytes((n, n), dtype)
+    check_fits(
+        step_headroom * weights + pairwise,
+        f"{method}: a training step with {n} particles ({format_bytes(weights)} of particle "
+        f"weights; {step_headroom}x for the optimizer state, gradients and the update"
+        + (
+            f", and {pairwise_tensors} N x N tensors of {format_bytes(tensor_bytes((n, n), dtype))}"
+            if pairwise
+            else ""
+        )
+        + ")",
+        "Use fewer particles"
+        + (" (this method's kernel grows as N^2)" if pairwise else "")
+        + " or a smaller network.",
+    )

@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras.src.trainers import data_adapters
 
 from bayes_keras import call_checks, distribute
-from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo, step_is_finite
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
 from bayes_keras.curvature import capture
 
 
@@ -279,9 +279,7 @@ class ParticleTrainer:
         if optimizer is not None and self._loss_scale is None:
             # The optimizer's guard refuses a step whose loss, curvature records or new values are not
             # finite; the model counts the steps refused for their loss or records (skipped_steps).
-            self._skipped.assign_add(
-                tf.cast(tf.logical_not(step_is_finite(step)), self._skipped.dtype)
-            )
+            self._skipped.assign_add(tf.cast(tf.logical_not(step.finite), self._skipped.dtype))
             optimizer.apply(grads, trainable, step)
             return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
         # A plain Keras optimizer (no guard of its own), or float16 loss scaling, where a finite loss with
@@ -292,7 +290,7 @@ class ParticleTrainer:
             if g is not None:
                 finite = finite & tf.reduce_all(tf.math.is_finite(g))
         if optimizer is not None:
-            finite = finite & step_is_finite(step)
+            finite = finite & step.finite
         # One decision for all replicas (a Keras optimizer's gradients are this replica's own).
         finite = distribute.all_replicas_agree(finite)
         present = [i for i, g in enumerate(grads) if g is not None]

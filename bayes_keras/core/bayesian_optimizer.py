@@ -10,6 +10,7 @@ only when every one of them is finite; otherwise nothing changes, and the skip i
 """
 
 import dataclasses
+import functools
 import math
 import re
 import warnings
@@ -22,7 +23,7 @@ from bayes_keras import distribute
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
 from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries, remembered_refusal
-from bayes_keras.memory_guard import check_fits, format_bytes, tensor_bytes
+from bayes_keras.memory_guard import check_training_step_fits
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
 
@@ -53,6 +54,17 @@ class StepInfo:
     def log_joint(self):
         """(N,) tempered log joint, the quantity whose negative gradient the optimizer is handed."""
         return self.log_likelihood + self.log_prior
+
+    @functools.cached_property
+    def finite(self):
+        """Whether the log joint and the curvature records (per-example output gradients) are finite:
+        computed once per step, for the optimizer's guard and the model's count of skipped steps."""
+        finite = tf.reduce_all(tf.math.is_finite(self.log_joint))
+        for r in self.curvature:
+            for g in (r.output_gradients, r.sampled_output_gradients):
+                if g is not None:
+                    finite = finite & tf.reduce_all(tf.math.is_finite(g))
+        return finite
 
 
 class StateWrites:
@@ -230,24 +242,8 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def check_step_fits(self):
         """Refuse, with the estimate, a method and particle count whose training step cannot fit this machine's
         memory, before its state is built (a step otherwise fails in TensorFlow's allocator, or in numpy)."""
-        if not self.view.variables:
-            return
-        n, dtype = self.view.num_particles, self.view.variables[0].dtype
-        weights = sum(tensor_bytes(v.shape, v.dtype) for v in self.view.variables)
-        pairwise = self.pairwise_tensors * tensor_bytes((n, n), dtype)
-        check_fits(
-            self.step_headroom * weights + pairwise,
-            f"{type(self).__name__}: a training step with {n} particles ({format_bytes(weights)} of particle "
-            f"weights; {self.step_headroom}x for the optimizer state, gradients and the update"
-            + (
-                f", and {self.pairwise_tensors} N x N tensors of {format_bytes(tensor_bytes((n, n), dtype))}"
-                if pairwise
-                else ""
-            )
-            + ")",
-            "Use fewer particles"
-            + (" (this method's kernel grows as N^2)" if pairwise else "")
-            + " or a smaller network.",
+        check_training_step_fits(
+            type(self).__name__, self.view.variables, self.step_headroom, self.pairwise_tensors
         )
 
     def position(self, variable):
@@ -290,7 +286,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             if (
                 step is not None
             ):  # a non-finite loss or curvature record (the model counts it in skipped_steps)
-                writes.require(step_is_finite(step))
+                writes.require(step.finite)
             finite = writes.finite()
             if tf.distribute.has_strategy():
                 # Every replica computed the same values from the reduced gradients; the decision is taken for
@@ -310,13 +306,11 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
             return finite
 
     def load_own_variables(self, store):
-        """Keras' loading, then checks of the loaded state: every variable finite, and what a subclass
-        declares in `check_loaded_state` (e.g. MGVBP's precisions positive)."""
+        """Keras' loading, then checks of the loaded state: every variable finite, the step counters
+        bounded, and what a subclass declares in `check_loaded_state` (e.g. MGVBP's precisions positive)."""
         with remembered_refusal(self, store):
             super().load_own_variables(store)
-            if len(store.keys()) == len(
-                self.variables
-            ):  # Keras skips (with a warning) a state of another size
+            if len(store.keys()) == len(self.variables):  # Keras skips a state of another size
                 check_finite_entries(self.name, self.variables, "optimizer")
                 for counter in (self.iterations, self.skipped_updates):
                     check_bounded_entry(self.name, counter, "optimizer", "a step count")
@@ -350,16 +344,6 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if self.global_clipnorm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
         return list(grads)
-
-
-def step_is_finite(step):
-    """Whether a step's log joint and curvature records (per-example output gradients) are finite."""
-    finite = tf.reduce_all(tf.math.is_finite(step.log_joint))
-    for r in step.curvature:
-        for g in (r.output_gradients, r.sampled_output_gradients):
-            if g is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(g))
-    return finite
 
 
 def _check_schedule(schedule, what):

@@ -1,8 +1,9 @@
 """Step rules: turn a direction (per-particle pseudo-gradient) into the step that is subtracted.
 
 optax-style pure pieces: `slots(shape)` names the state a rule needs for a variable of that shape
-and `apply(direction, state, learning_rate, step)` returns (step, new_state). State is a dict of
-tensors; the Keras optimizer stores it in optimizer variables so it is saved with the model.
+and `apply(direction, state, learning_rate, iteration)` returns (update, new_state), `iteration` the step
+count 1, 2, ... State is a dict of tensors; the Keras optimizer stores it in optimizer variables so it is
+saved with the model.
 
 Dimension-wise rules (the GPF paper, Sec. 4.4 / App. H) keep ONE second-moment statistic per coordinate,
 shared by all particles, so the step is x <- x - P * Delta with the same diagonal P for every particle:

@@ -26,10 +26,10 @@ class Adam(StepRule):
     def _squared(self, direction):
         return tf.square(direction)
 
-    def apply(self, direction, state, learning_rate, step):
+    def apply(self, direction, state, learning_rate, iteration):
         m = self.beta_1 * state["m"] + (1.0 - self.beta_1) * direction
         v = self.beta_2 * state["v"] + (1.0 - self.beta_2) * self._squared(direction)
-        t = tf.cast(step, direction.dtype)
+        t = tf.cast(iteration, direction.dtype)
         # m_hat / (sqrt(v_hat) + eps) with m_hat = m / c1, v_hat = v / c2^2 is (c2 / c1) m / (sqrt(v) + eps c2):
         # the bias corrections become scalars instead of two passes over every (N, ...) slot.
         c1 = 1.0 - tf.pow(tf.constant(self.beta_1, t.dtype), t)

@@ -43,7 +43,7 @@ class StepRule(Configurable):
     def slots(self, shape):
         return {}
 
-    def apply(self, direction, state, learning_rate, step):
+    def apply(self, direction, state, learning_rate, iteration):
         raise NotImplementedError
 
     def __repr__(self):

@@ -18,7 +18,7 @@ class DimWiseRMSProp(StepRule):
     def slots(self, shape):
         return {"v": tuple(shape[1:])}
 
-    def apply(self, direction, state, learning_rate, step):
+    def apply(self, direction, state, learning_rate, iteration):
         v = self.rho * state["v"] + (1.0 - self.rho) * tf.reduce_mean(tf.square(direction), axis=0)
         return direction * (learning_rate / (tf.sqrt(v) + self.epsilon)), {
             "v": v

@@ -10,5 +10,5 @@ from bayes_keras.core.step_rules.base import StepRule, register
 class SGD(StepRule):
     """step = learning_rate * direction."""
 
-    def apply(self, direction, state, learning_rate, step):
+    def apply(self, direction, state, learning_rate, iteration):
         return learning_rate * direction, state

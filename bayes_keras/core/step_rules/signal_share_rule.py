@@ -35,15 +35,15 @@ class SignalShare(StepRule):
             "signal_square": (),
         }
 
-    def apply(self, direction, state, learning_rate, step):
+    def apply(self, direction, state, learning_rate, iteration):
         inner = {k[len("inner_") :]: v for k, v in state.items() if k.startswith("inner_")}
-        update, inner = self.rule.apply(direction, inner, learning_rate, step)
+        update, inner = self.rule.apply(direction, inner, learning_rate, iteration)
         mean = self.decay * state["signal_mean"] + (1.0 - self.decay) * direction
         square = self.decay * state["signal_square"] + (1.0 - self.decay) * tf.reduce_sum(
             tf.square(direction)
         )
         correction = 1.0 - tf.pow(
-            tf.constant(self.decay, direction.dtype), tf.cast(step, direction.dtype)
+            tf.constant(self.decay, direction.dtype), tf.cast(iteration, direction.dtype)
         )
         share = signal_share(tf.reduce_sum(tf.square(mean)), square, correction)
         return update * share, {

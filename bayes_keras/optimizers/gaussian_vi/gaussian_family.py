@@ -18,9 +18,10 @@ class GaussianFamily:
             a contiguous range of coordinates as TFP distributions.
     Families used elementwise (the diagonal ones, stepped per variable on slices of one flat block) also
     implement moments(state, read) -> (mean, standard deviation) as (D,) tensors.
-    And a `step`, whose arguments are what the method's estimator gives that family (natural gradients
-    and step sizes for MGVBP's families, Euclidean gradients for SoftplusGaussian): deliberately not one
-    signature, since a family's update is defined in its own coordinates.
+    And an `update(state, ..., writes)`, whose arguments are what the method's estimator gives that
+    family (natural gradients and step sizes for MGVBP's families, Euclidean gradients for
+    SoftplusGaussian): deliberately not one signature, since a family's update is defined in its own
+    coordinates.
     `read(variable)` gives the value a method should use: the current one, or one an update has just
     computed (StateWrites.read), so that the new particles are samples of the new q.
 

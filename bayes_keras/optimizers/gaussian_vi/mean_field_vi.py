@@ -87,7 +87,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         n = float(self.view.num_particles)
         d_mean = tf.concat(sum_g, 0) / n
         d_sigma = (tf.concat(sum_ga, 0) / n - 1.0) / sigma
-        family.step(state, d_mean, d_sigma, learning_rate, iteration, writes)
+        family.update(state, d_mean, d_sigma, learning_rate, iteration, writes)
 
     def get_config(self):
         config = super().get_config()

@@ -12,8 +12,8 @@ particles), the paper's equations map to:
     estimator="score" (the paper's estimator B) / "score_h" (its black-box form A)
         nat_mu = mean_s a_s (f_s - c_mu) [- lambda_0 (mu - mu_0) / p]
         nat_p = mean_s (p - p^2 a_s^2)(f_s - c_p) [+ lambda_0 - p]   `score_natural_gradient_diag`
-    momentum        m <- omega T(m) + (1 - omega) nat                 `DiagonalGaussian.step`
-    mean            mu <- mu + beta_mu m_mu                           `DiagonalGaussian.step`
+    momentum        m <- omega T(m) + (1 - omega) nat                 `DiagonalGaussian.update`
+    mean            mu <- mu + beta_mu m_mu                           `DiagonalGaussian.update`
     retraction      p <- p + xi + xi^2 / (2 p),  xi = beta m_p        `retract_diag`
     transport       T(m_p) = m_p p_new / p_old                        `transport_diag`
 
@@ -195,7 +195,7 @@ class DiagonalGaussian(GaussianFamily):
             tfd.Normal(mean[offset : offset + size], sd[offset : offset + size]), 1
         )
 
-    def step(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
+    def update(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
         """Momentum, the mean step, the retraction of p and the transport of its momentum."""
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
@@ -260,7 +260,7 @@ class MGVBPDiagonal(MGVBP):
                 thetas, mean, p, loss_grads, self._antithetic_for(n), ascent=False
             )
         nat_mu, nat_p = self.clip(nat_mu, nat_p, iteration)
-        self._families[0].step(
+        self._families[0].update(
             state, nat_mu, nat_p, *self.step_sizes(learning_rate, iteration), writes
         )
 

@@ -11,8 +11,8 @@ theta_s = mu + L^-T eps_s (P = L L^T), a_s = theta_s - mu, g_s = grad log p(y, t
     estimator="score" (the paper's estimator B) / "score_h" (its black-box form A)
         nat_mu = mean_s a_s (f_s - c) [- Sigma Lambda_0 (mu - mu_0)]
         nat_P = mean_s (P - P a_s a_s^T P)(f_s - c) [+ Lambda_0 - P]       `score_natural_gradient_full`
-    momentum, mean step, retraction with halving, transport                `FullGaussian.step`
-    signal shares of the two steps (signal_share=True, an extension)      `FullGaussian.step`
+    momentum, mean step, retraction with halving, transport                `FullGaussian.update`
+    signal shares of the two steps (signal_share=True, an extension)      `FullGaussian.update`
 """
 
 import math
@@ -180,7 +180,7 @@ class FullGaussian(GaussianFamily):
             state["mean"].value[offset : offset + size], tf.linalg.cholesky(cov)
         )
 
-    def step(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
+    def update(self, state, nat_mu, nat_p, learning_rate, mean_learning_rate, omega, writes):
         """Momentum, the mean step and the retraction of P (with halving) for natural gradients."""
         m_mu = self.momentum(state, "m_mean", nat_mu, omega)
         m_p = self.momentum(state, "m_precision", nat_p, omega)
@@ -272,7 +272,7 @@ class MGVBPFull(MGVBP):
             else:
                 nat_mu, nat_p = self._score(j, theta, mean, precision, step, writes)
             nat_mu, nat_p = self.clip(nat_mu, nat_p, iteration)
-            self._families[j].step(state, nat_mu, nat_p, *sizes, writes)
+            self._families[j].update(state, nat_mu, nat_p, *sizes, writes)
 
     def _score(self, j, theta, mean, precision, step, writes):
         state = self._state[j]

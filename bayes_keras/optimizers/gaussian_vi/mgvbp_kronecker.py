@@ -9,9 +9,9 @@ whose retraction and momentum it uses. Read with `MGVBP` (mgvbp.py), the samplin
     the target: this batch's KFAC factors (A_hat, G_hat) (E_q by the mean over the samples), damped by each
         row's prior precision / T as the Kronecker product nearest A_hat (x) G_hat + D (x) I
                                                                   `kronecker_targets`, `damped_kronecker_factors`
-    mean        m <- omega m + (1 - omega) P^-1 E[g] ;  mu <- mu + beta_mu m      `KroneckerGaussian.step`
+    mean        m <- omega m + (1 - omega) P^-1 E[g] ;  mu <- mu + beta_mu m      `KroneckerGaussian.update`
     factors     A <- R_A(beta (A_hat - A)), G <- R_G(beta (G_hat - G)), then rebalanced (no momentum)
-                                                                  `KroneckerGaussian.step`, `balance_factors`
+                                                                  `KroneckerGaussian.update`, `balance_factors`
     sampling    theta = mu + vec(L_A^-T E L_G^-1)                                  `sample_kronecker`
 """
 
@@ -278,7 +278,9 @@ class KroneckerGaussian(GaussianFamily):
             tf.linalg.LinearOperatorKronecker(list(self._scales(state, rows))),
         )
 
-    def step(self, state, mean_gradient, targets, learning_rate, mean_learning_rate, omega, writes):
+    def update(
+        self, state, mean_gradient, targets, learning_rate, mean_learning_rate, omega, writes
+    ):
         """Mean: mu <- mu + beta_mu m, m <- omega m + (1 - omega) P^-1 E[g] with E[g] the mean gradient of the
         log joint (`mean_gradient`, (dim,)); factors: each retracted toward its target in `targets`
         = (A_hat, G_hat), then rebalanced."""
@@ -350,6 +352,6 @@ class MGVBPKronecker(MGVBP):
             self.posterior_dtype,
         )
         for j, (grad, target) in enumerate(zip(grads, targets)):
-            self._families[j].step(
+            self._families[j].update(
                 self._state[j], tf.reduce_mean(grad, axis=0), target, *sizes, writes
             )

@@ -70,7 +70,7 @@ class SoftplusGaussian(GaussianFamily):
             tfd.Normal(mean[offset : offset + size], std[offset : offset + size]), 1
         )
 
-    def step(self, state, d_mean, d_sigma, learning_rate, iteration, writes):
+    def update(self, state, d_mean, d_sigma, learning_rate, iteration, writes):
         """Adam on (mu, rho) for the gradients of the negative ELBO with respect to mu and sigma."""
         d_rho = d_sigma * tf.sigmoid(state["rho"].value)
         for name, d in (("mean", d_mean), ("rho", d_rho)):
