@@ -47,16 +47,19 @@ __all__ = [
     "curvature",
 ]
 
-from bayes_keras import export, kernels, plots, refinement  # noqa: E402
+from bayes_keras import kernels, plots, refinement  # noqa: E402
+from bayes_keras.saving import export  # noqa: E402
 from bayes_keras.curvature import preconditioners  # noqa: E402
 from bayes_keras import pfbr  # noqa: E402
-from bayes_keras.bayesianize import bayesianize  # noqa: E402
-from bayes_keras.conversion_report import ConversionReport, conversion_report  # noqa: E402
-from bayes_keras.adapters import load_adapters, save_adapters  # noqa: E402
-from bayes_keras import wrappers  # noqa: E402
+from bayes_keras.conversion.bayesianize import bayesianize  # noqa: E402
+from bayes_keras.conversion.conversion_report import ConversionReport, conversion_report  # noqa: E402
+from bayes_keras.saving.adapters import load_adapters, save_adapters  # noqa: E402
+from bayes_keras.conversion import wrappers  # noqa: E402
 from bayes_keras.refinement import refine  # noqa: E402
-from bayes_keras import loading  # noqa: E402
-from bayes_keras.loading import load_model  # noqa: E402
+from bayes_keras.saving import loading  # noqa: E402
+from bayes_keras.saving.loading import load_model  # noqa: E402
+from bayes_keras.training import distribute  # noqa: E402
+from bayes_keras import conversion, saving, training  # noqa: E402
 
 __all__ += [
     "bayesianize",
@@ -74,4 +77,8 @@ __all__ += [
     "refine",
     "load_model",
     "loading",
+    "distribute",
+    "conversion",
+    "saving",
+    "training",
 ]

@@ -13,10 +13,11 @@ import tensorflow as tf
 # keras.src: no public name for a graph (functional) model; Sequential is not one
 from keras.src.models.functional import Functional
 
-from bayes_keras import call_checks, distribute
+from bayes_keras.training import call_checks
+from bayes_keras.training import distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
-from bayes_keras.batch_norm_refresh import (
+from bayes_keras.training.batch_norm_refresh import (
     DEFAULT_MAX_EXAMPLES,
     batch_norm_layers,
     refresh_batch_norm,
@@ -24,11 +25,11 @@ from bayes_keras.batch_norm_refresh import (
 from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.mixing_guard import check_layers_keep_particles
 from bayes_keras.likelihoods.likelihood import check_output_activation
-from bayes_keras.model_metrics import ModelMetrics, split_metrics
-from bayes_keras.model_serialization import ModelSerialization
-from bayes_keras.particle_initialization import initialize_particles
-from bayes_keras.particle_parallel import ParticleSlices
-from bayes_keras.particle_trainer import ParticleTrainer
+from bayes_keras.training.model_metrics import ModelMetrics, split_metrics
+from bayes_keras.saving.model_serialization import ModelSerialization
+from bayes_keras.training.particle_initialization import initialize_particles
+from bayes_keras.training.particle_parallel import ParticleSlices
+from bayes_keras.training.particle_trainer import ParticleTrainer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -489,7 +490,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         the moving averages are not updated by the pass). `layerwise=True`: exact for inference, one
         inference pass per BatchNormalization layer, layer k's inputs computed with the layers before it
         already using their refreshed statistics (what inference feeds it), at a cost that grows with the
-        number of layers. See bayes_keras.batch_norm_refresh.refresh_batch_norm. Returns the number of
+        number of layers. See bayes_keras.training.batch_norm_refresh.refresh_batch_norm. Returns the number of
         examples used."""
         return refresh_batch_norm(self, x, batch_size, max_examples, layerwise=layerwise)
 
@@ -544,7 +545,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
         `center` is a Keras model of the same architecture with ordinary layers (e.g. a trained
         deterministic network) or a list of arrays in layer order (kernel, bias per layer).
         Shared (deterministic) weights are set to the center exactly. See
-        `bayes_keras.particle_initialization.initialize_particles`.
+        `bayes_keras.training.particle_initialization.initialize_particles`.
         """
         initialize_particles(self.particle_layers, center, noise_std, seed, noise_floor)
 

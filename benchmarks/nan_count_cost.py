@@ -31,7 +31,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
-from bayes_keras import call_checks, particle_trainer  # noqa: E402
+from bayes_keras.training import call_checks  # noqa: E402
+from bayes_keras.training import particle_trainer  # noqa: E402
 
 import harness  # noqa: E402
 

@@ -30,7 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
-from bayes_keras import distribute  # noqa: E402
+from bayes_keras.training import distribute  # noqa: E402
 
 import harness  # noqa: E402
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_keras import atomic_files
+from bayes_keras.saving import atomic_files
 import bayes_keras as bk
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "save_loop.py")

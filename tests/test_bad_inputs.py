@@ -455,7 +455,7 @@ def test_the_size_guard_counts_the_whole_layer_and_the_draw():
     then ran for minutes: the guard now counts the layer's weights together and the initial draw's headroom
     (3x), so it is refused at once on any machine with less than ~100 GB."""
     net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    memory = bk.memory_guard.physical_memory_bytes()
+    memory = bk.training.memory_guard.physical_memory_bytes()
     if memory is not None and memory > 90 * 2**30:
         pytest.skip("a machine with more than 90 GiB can hold this layer")
     with pytest.raises(
@@ -483,7 +483,7 @@ def test_the_step_guard_counts_optimizer_state_and_n_squared_kernels():
     """SVGD and GaussianParticleFlow hold N x N tensors in a step: at 10^5 particles a tiny layer's step failed in
     numpy ("Unable to allocate 37.3 GiB") or TensorFlow's allocator (OOM, shape [100000,100000]); the optimizer
     now refuses at build, naming the estimate."""
-    memory = bk.memory_guard.physical_memory_bytes()
+    memory = bk.training.memory_guard.physical_memory_bytes()
     if memory is not None and memory > 500 * 2**30:
         pytest.skip("a machine with more than 500 GiB can hold this step")
     inputs = keras.Input((1,))

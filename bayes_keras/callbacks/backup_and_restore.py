@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bayes_keras import atomic_files
+from bayes_keras.saving import atomic_files
 
 _WEIGHTS = "latest.weights.h5"
 _STATE = "bayes_keras_resume"  # attribute of the weights file: where in training it was written

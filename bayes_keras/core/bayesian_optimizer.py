@@ -19,11 +19,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
-from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries, remembered_refusal
-from bayes_keras.memory_guard import check_training_step_fits
+from bayes_keras.saving.loaded_state import (
+    check_bounded_entry,
+    check_finite_entries,
+    remembered_refusal,
+)
+from bayes_keras.training.memory_guard import check_training_step_fits
 
 _UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
 

@@ -11,7 +11,7 @@ Adam) and the Gaussian-VI methods (the shared weights' Adam only).
 import tensorflow as tf
 
 from bayes_keras.core import step_rules
-from bayes_keras.loaded_state import check_bounded_entry
+from bayes_keras.saving.loaded_state import check_bounded_entry
 
 
 class RuleState:

@@ -8,7 +8,7 @@ the generator's state one device would use, and keep this replica's part (bayes_
 
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras.layers.base import particle_axis
 
 

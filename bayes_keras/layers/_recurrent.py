@@ -44,7 +44,7 @@ import numbers
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture
 from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
@@ -122,7 +122,7 @@ class _ParticleRNN(ParticleLayer):
     """Base of the particle RNN layers; subclasses define the gates (`_gates`) and the cell step."""
 
     _gates = 1
-    draws_as_one_device = True  # its dropout masks (bayes_keras.call_checks.random_layers)
+    draws_as_one_device = True  # its dropout masks (bayes_keras.training.call_checks.random_layers)
 
     def __init__(
         self,

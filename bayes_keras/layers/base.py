@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
-from bayes_keras.loaded_state import check_finite_entries, remembered_refusal
-from bayes_keras.memory_guard import check_fits, tensor_bytes
+from bayes_keras.saving.loaded_state import check_finite_entries, remembered_refusal
+from bayes_keras.training.memory_guard import check_fits, tensor_bytes
 
 
 class ParticleTerm(NamedTuple):

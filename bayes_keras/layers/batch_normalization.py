@@ -6,10 +6,10 @@ import threading
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras._config import check_number
-from bayes_keras.loaded_state import check_bounded_entry, remembered_refusal
+from bayes_keras.saving.loaded_state import check_bounded_entry, remembered_refusal
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers.base import (
     IMAGE_RANK,
@@ -28,7 +28,7 @@ def batch_statistics_pass(layers):
     """Inside the context (while a forward pass is traced or run eagerly), each of `layers` normalises
     with its batch's statistics whatever `training` says, leaves its moving statistics unchanged, and
     records its input x itself (not the normalised input) in the curvature capture: the one pass of
-    `bayes_keras.batch_norm_refresh.refresh_batch_norm`. Other layers are unaffected."""
+    `bayes_keras.training.batch_norm_refresh.refresh_batch_norm`. Other layers are unaffected."""
     previous = getattr(_BATCH_STATISTICS_PASS, "layers", None)
     _BATCH_STATISTICS_PASS.layers = {id(layer) for layer in layers}
     try:

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras._config import check_number
 from bayes_keras.layers._random import draw_as_one_device
 
@@ -21,7 +21,9 @@ class Dropout(keras.layers.Dropout):
     """
 
     receives_particles = True  # set by BayesianModel from the model's graph
-    draws_as_one_device = True  # under tf.distribute (bayes_keras.call_checks.random_layers)
+    draws_as_one_device = (
+        True  # under tf.distribute (bayes_keras.training.call_checks.random_layers)
+    )
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         rate = check_number(rate, "Dropout rate", positive=False)

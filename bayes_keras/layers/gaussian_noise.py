@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 from bayes_keras._config import check_number
 from bayes_keras.layers._random import draw_as_one_device
 
@@ -19,7 +19,9 @@ class GaussianNoise(keras.layers.GaussianNoise):
     """
 
     receives_particles = True  # set by BayesianModel from the model's graph
-    draws_as_one_device = True  # under tf.distribute (bayes_keras.call_checks.random_layers)
+    draws_as_one_device = (
+        True  # under tf.distribute (bayes_keras.training.call_checks.random_layers)
+    )
 
     def __init__(self, stddev, seed=None, **kwargs):
         stddev = check_number(stddev, "GaussianNoise stddev", allow_zero=True)

@@ -10,7 +10,7 @@ import tensorflow_probability as tfp
 from bayes_keras._config import check_number
 from bayes_keras.likelihoods.likelihood import LOG_2PI, Likelihood, shape_text, target_matrix
 from bayes_keras.likelihoods.particle_mixture import ParticleMixture
-from bayes_keras.loaded_state import check_bounded_entry, check_finite_entries
+from bayes_keras.saving.loaded_state import check_bounded_entry, check_finite_entries
 
 tfd = tfp.distributions
 

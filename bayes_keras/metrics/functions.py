@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras import call_checks
+from bayes_keras.training import call_checks
 
 _TINY = 1e-300  # log(0) guard in float64: keeps a zero probability finite without moving any other
 

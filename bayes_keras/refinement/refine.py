@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bayes_keras import call_checks
+from bayes_keras.training import call_checks
 from bayes_keras.model import BayesianModel
 from bayes_keras.refinement import auxiliary
 from bayes_keras.refinement.conditional_gaussians import ConditionalGaussians

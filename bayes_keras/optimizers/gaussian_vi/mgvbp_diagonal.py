@@ -27,7 +27,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_keras.curvature.diagonal import per_example_squared_gradients
-from bayes_keras.loaded_state import check_bounded_entry
+from bayes_keras.saving.loaded_state import check_bounded_entry
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 from bayes_keras.optimizers.gaussian_vi.mgvbp import (
     FISHERS,

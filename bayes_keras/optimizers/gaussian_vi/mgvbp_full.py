@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_keras.core.step_rules import signal_fraction
-from bayes_keras.loaded_state import check_positive_definite_entry
+from bayes_keras.saving.loaded_state import check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_vi import precision_manifold as manifold
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
 from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP, control_variate, prior_vectors

@@ -8,7 +8,7 @@ from bayes_keras.curvature import preconditioners
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.step_rules import signal_share
-from bayes_keras.memory_guard import check_fits, tensor_bytes
+from bayes_keras.training.memory_guard import check_fits, tensor_bytes
 from bayes_keras.optimizers.svgd.stein import (
     matrix_svgd_average_direction,
     matrix_svgd_mixture_direction,

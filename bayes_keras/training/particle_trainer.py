@@ -16,7 +16,8 @@ import tensorflow as tf
 # keras.src: fit's own iteration over arrays, datasets and generators (no public data-adapter API)
 from keras.src.trainers import data_adapters
 
-from bayes_keras import call_checks, distribute
+from bayes_keras.training import call_checks
+from bayes_keras.training import distribute
 from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
 from bayes_keras.curvature import capture
 

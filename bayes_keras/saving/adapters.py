@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from bayes_keras import atomic_files
+from bayes_keras.saving import atomic_files
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 from bayes_keras.layers.lora_embedding import LoRAEmbedding
 

@@ -15,7 +15,7 @@ memory, not weight memory.
 import keras
 import tensorflow as tf
 
-from bayes_keras import distribute
+from bayes_keras.training import distribute
 
 
 class ParticleSlices:

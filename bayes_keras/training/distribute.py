@@ -12,7 +12,7 @@ of the prior, so that the sum is the single-device value), and curvature records
 inputs and output gradients) are gathered along the batch axis. After that every replica holds the
 same inputs, computes the same update, and the guard (`BayesianOptimizer.apply`) decides for all
 replicas at once (`all_replicas_agree`), so the replicas stay identical. Particle parallel
-(`compile(parallel="particles")`, bayes_keras/particle_parallel.py) splits the particles instead.
+(`compile(parallel="particles")`, bayes_keras/training/particle_parallel.py) splits the particles instead.
 
 Random draws inside a step are keyed by (seed, step), never by replica; a draw per example (dropout
 masks, the true Fisher's sampled labels) is made for the global batch and each replica takes its

@@ -14,11 +14,11 @@ import numpy as np
 # keras.src: how Keras rebuilds a functional model from its config (Functional.from_config's body; no public name)
 from keras.src.models.functional import functional_from_config
 
-from bayes_keras import atomic_files
+from bayes_keras.saving import atomic_files
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
-from bayes_keras.export import export_predictive
-from bayes_keras.loaded_state import check_bounded_entry, remembered_refusal
+from bayes_keras.saving.export import export_predictive
+from bayes_keras.saving.loaded_state import check_bounded_entry, remembered_refusal
 
 
 class ModelSerialization:
@@ -139,7 +139,7 @@ class ModelSerialization:
             return super().save(filepath, **kwargs)  # Keras asks whether to overwrite
         kwargs["overwrite"] = True  # the temporary file is new; the rename replaces the target
         # Written beside the target, then renamed over it: a crash or a full disk leaves the old file or the
-        # new one, never a partial one (bayes_keras/atomic_files.py).
+        # new one, never a partial one (bayes_keras/saving/atomic_files.py).
         atomic_files.replace_file(
             filepath,
             lambda temporary: super(ModelSerialization, self).save(temporary, **kwargs),

@@ -14,15 +14,15 @@ from bayes_keras import layers as particle_layers
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras import priors
 from bayes_keras._config import is_real
-from bayes_keras.conversion_report import conversion_report
+from bayes_keras.conversion.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
 from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis
 from bayes_keras.layers.converted import get_sublayer, set_sublayer
 from bayes_keras.layers.get_item import encode_key
 from bayes_keras.layers.per_particle import PerParticle
 from bayes_keras.model import BayesianModel
-from bayes_keras.model_serialization import freeze
-from bayes_keras.particle_initialization import initialize_particles
+from bayes_keras.saving.model_serialization import freeze
+from bayes_keras.training.particle_initialization import initialize_particles
 
 _L = keras.layers
 # Keras layers with weights -> the particle layer with the same constructor arguments (always converted).

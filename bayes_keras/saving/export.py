@@ -5,7 +5,7 @@ computations as TensorFlow graphs, so `tf.saved_model.load(path)` (or TF-Serving
 where bayes_keras is not installed.
 
 An export over an existing one is written beside it and swapped in: after a crash the path holds the old
-or the new export, or, if it is missing, `bayes_keras.atomic_files.backups(path)[0]` holds the old one. An
+or the new export, or, if it is missing, `bayes_keras.saving.atomic_files.backups(path)[0]` holds the old one. An
 existing directory that is not an export (a SavedModel) is refused, not replaced.
 
 Endpoints (each takes the model's input batch `inputs`; documented in `export_predictive`):
@@ -22,7 +22,7 @@ import tensorflow as tf
 # keras.src: Keras' message printer, which follows keras.config.disable_interactive_logging (no public one)
 from keras.src.utils import io_utils
 
-from bayes_keras import atomic_files
+from bayes_keras.saving import atomic_files
 
 
 def export_predictive(model, filepath, input_signature=None, verbose=True):
@@ -91,7 +91,7 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
             input_signature=signature + [tf.TensorSpec((None,), dtype, name="levels")],
         )
     # Written beside the target, then swapped in: after a crash `filepath` holds the old or the new export, or
-    # (if it is missing) its hidden backup holds the old one (bayes_keras/atomic_files.py).
+    # (if it is missing) its hidden backup holds the old one (bayes_keras/saving/atomic_files.py).
     # Keras' own message would name the temporary directory, so it is ours that names the target.
     result = atomic_files.replace_directory(
         str(filepath), lambda temporary: archive.write_out(temporary, verbose=False)
