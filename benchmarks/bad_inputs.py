@@ -5,7 +5,7 @@ preconditioners, step rules) and every constructor argument whose default is a n
 -inf, a string and a bool is passed, once to the constructor and once through `from_config` (a saved
 config). Expected ("clear"): a ValueError or TypeError at once whose message names the argument; "unclear"
 (one that does not), "obscure" (any other exception) and "silent" (the bad value kept, to fail or be
-skipped later) are defects. tests/test_bad_input_sweep.py
+skipped later) are defects. tests/training/test_bad_input_sweep.py
 runs the same sweep. Per-step data built by the model itself (StepInfo) and curvature operators (built
 by preconditioners from tensors) are not user inputs and are left out.
 

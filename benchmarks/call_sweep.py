@@ -12,7 +12,7 @@ range, an infinite dataset without steps, a file that is not what it should be..
   after the timeout.
 
 Every case runs under a timeout in a worker subprocess: a case that hangs is recorded, the worker killed,
-and a new one goes on from the next case. tests/test_call_sweep.py runs the same sweep.
+and a new one goes on from the next case. tests/training/test_call_sweep.py runs the same sweep.
 
 Usage:
     python benchmarks/call_sweep.py

@@ -4,7 +4,7 @@ Proposition 1: ELBO_aux >= ELBO of the base q, IF no stage ends below its warm-s
 start of every stage is the exact conditional of q (closed form), so a stage that optimised its
 conditional ELBO exactly could not lose; stochastic Adam steps can, per sample. This script measures how
 often: M = 400 samples of the optimal mean-field q of a 3-D correlated Bayesian linear regression (the
-model of tests/test_refinement.py), K = 4 stages of 300 Adam steps. Reported: the fraction of samples whose
+model of tests/refinement/test_refinement.py), K = 4 stages of 300 Adam steps. Reported: the fraction of samples whose
 bound after each stage is at least the bound before it, and at the end at least the base ELBO; the mean
 bounds against the exact log evidence. With `--steps 0` (warm starts only) every stage is exactly neutral.
 

@@ -1,6 +1,6 @@
 """Every public optimizer, for the tests that train each one: the one place a new method is added.
 
-`METHODS` maps each public method's name to its class (tests/test_optimizer_registry.py checks it against
+`METHODS` maps each public method's name to its class (tests/optimizers/test_optimizer_registry.py checks it against
 `bayes_keras.optimizers`); `configured(...)` gives {name: factory} for EVERY method, each built with the
 settings a test chooses, so a test of "every optimizer" cannot leave a new one out.
 """

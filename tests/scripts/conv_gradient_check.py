@@ -1,6 +1,6 @@
 """Gradients of every particle-conv configuration (Conv2D, Conv1D) against per-particle Keras layers.
 
-Run in a subprocess by tests/test_conv_portability.py with TF_ENABLE_ONEDNN_OPTS=0 and =1 (the
+Run in a subprocess by tests/layers/test_conv_portability.py with TF_ENABLE_ONEDNN_OPTS=0 and =1 (the
 variable only acts before TensorFlow is imported). Prints one line per case and "ALL OK" at the end;
 exits non-zero on the first mismatch or error. The per-particle Keras references run in float64, whose
 CPU kernels are TensorFlow's own under either setting: with oneDNN on, its float32 filter gradient of a

@@ -30,7 +30,7 @@ Its Stein direction ([D], derived from Theorem 1 with the product rule on w_l(x'
     phi(x_i) = N sum_l w_l(x_i) phi_l(x_i).
 Each anchor's bandwidth h_l is the median rule on squared Q_l-distances.
 
-Markers: [D] a form derived here (and checked by tests/test_matrix_svgd.py against its definition), [C]
+Markers: [D] a form derived here (and checked by tests/optimizers/test_matrix_svgd.py against its definition), [C]
 the authors' public code (https://github.com/dilinwang820/matrix_svgd).
 
 metric="euclidean" is the separable shortcut of the authors' code [C]: the scalar kernel uses the

@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from bayes_keras.saving import atomic_files
 import bayes_keras as bk
+from paths import SCRIPTS
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "save_loop.py")
+SCRIPT = os.path.join(SCRIPTS, "save_loop.py")
 
 
 def _kill_during_saves(mode, target, kills, seed):

@@ -19,7 +19,7 @@ def digits():
 @pytest.fixture
 def op_determinism():
     """Deterministic kernels for one test: the switch is process-wide, and while it is on Keras compiles every
-    later model with jit_compile=False (tests/test_jit_compile.py failed when it ran after this file in the
+    later model with jit_compile=False (tests/training/test_jit_compile.py failed when it ran after this file in the
     same pytest-xdist worker). TensorFlow has no public switch back."""
     tf.config.experimental.enable_op_determinism()
     yield

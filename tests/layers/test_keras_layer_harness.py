@@ -383,7 +383,7 @@ ATTENTION_CASES = [  # (id, init kwargs, {query_shape, value_shape[, key_shape]}
 @pytest.mark.parametrize("case", ATTENTION_CASES, ids=[c[0] for c in ATTENTION_CASES])
 def test_keras_layer_harness_attention(case):
     _, kwargs, shapes, expected = case
-    # the harness' training check calls the layer on one (dict) argument; tests/test_attention trains it
+    # the harness' training check calls the layer on one (dict) argument; tests/layers/test_attention.py trains it
     LayerHarness().run_layer_test(
         L.MultiHeadAttention,
         init_kwargs=kwargs,

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from paths import SCRIPTS
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "conv_gradient_check.py")
+SCRIPT = os.path.join(SCRIPTS, "conv_gradient_check.py")
 
 
 @pytest.mark.subprocess

@@ -3,7 +3,7 @@ images (batch, H, W, N, C): either the BayesianModel accepts it and the particle
 particle's weights moved, every other particle's output bit-identical), or it is refused with the layer
 named, or Keras itself cannot call it on that tensor. No fourth outcome.
 
-`python tests/test_keras_layer_sweep.py` rewrites the table in docs/keras_layers.md; the test checks that the
+`python tests/layers/test_keras_layer_sweep.py` rewrites the table in docs/keras_layers.md; the test checks that the
 table there is the one the sweep gives.
 """
 
@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 
 import bayes_keras as bk
+from paths import ROOT
 
 L = keras.layers
 N = 3
-DOCS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "keras_layers.md"
-)
+DOCS = os.path.join(ROOT, "docs", "keras_layers.md")
 
 # the obvious minimal arguments of classes without defaults
 ARGUMENTS = {
@@ -265,7 +264,9 @@ def test_every_keras_layer_is_accepted_and_independent_or_refused_by_name(result
 
 
 def test_the_docs_table_is_the_sweep(results):
-    assert _docs_table() == _table(results), "regenerate it: python tests/test_keras_layer_sweep.py"
+    assert _docs_table() == _table(results), (
+        "regenerate it: python tests/layers/test_keras_layer_sweep.py"
+    )
 
 
 if __name__ == "__main__":

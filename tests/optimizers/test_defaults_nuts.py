@@ -10,7 +10,7 @@ Measured (seed 0, this file's configurations):
   sits between the MAP, up to 0.33 sd from the posterior mean, and the mean). The unscaled MatrixSVGD(0.1)
   of earlier releases was at 2.24 and 2.08.
 - MGVBP(structure="full") (100 samples per step): worst mean error 0.024 and sd ratios 0.960-1.000 after 3,000
-  steps, the exact optimal Gaussian's 0.025 / 0.959-1.000 (quadrature + L-BFGS, tests/test_gpf_nuts.py); the
+  steps, the exact optimal Gaussian's 0.025 / 0.959-1.000 (quadrature + L-BFGS, tests/optimizers/test_gpf_nuts.py); the
   earlier defaults (precision step 1e-3 from 1e3) left the sds at 0.15-0.31 of NUTS'.
 - GaussianParticleFlow() (N = 512): worst mean error 0.011 after 3,000 steps (sd ratios 0.999-1.022); the
   error floor is set by N, not by the step (docs/gpf_finite_n.md: N = 100 stays at 0.06).
@@ -77,7 +77,7 @@ def test_matrix_svgd_default_is_ahead_of_svgd(reference):
     )  # measured 0.32 vs 0.32: both at the finite-N fixed point
 
 
-@pytest.mark.slow  # 21 s; the default suite's tests/test_gpf_nuts.py checks GPF against the same NUTS run
+@pytest.mark.slow  # 21 s; the default suite's tests/optimizers/test_gpf_nuts.py checks GPF against the same NUTS run
 def test_gaussian_particle_flow_default_reaches_the_gaussian_optimum(reference):
     mean_error, sd_ratio = worst_errors(
         fit_breast_cancer(bk.optimizers.GaussianParticleFlow(), 512, (3000,))[3000], reference

@@ -8,11 +8,11 @@ import collections
 import os
 import sys
 
+from paths import ROOT
+
 import pytest
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import call_sweep  # noqa: E402
 

@@ -5,10 +5,10 @@ is refused at once with a ValueError or TypeError that names the argument (800 c
 import os
 import sys
 
+from paths import ROOT
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import bad_inputs  # noqa: E402
 

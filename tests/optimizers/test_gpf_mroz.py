@@ -24,8 +24,9 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+from paths import FIXTURES
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mroz_nuts.json")
+FIXTURE = os.path.join(FIXTURES, "mroz_nuts.json")
 MEAN_TOL, SD_TOL = 0.02, 0.05
 
 

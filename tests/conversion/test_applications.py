@@ -76,7 +76,7 @@ def _float64_twin(name, model):
 
 # Families whose default run also makes the .keras round trip: DepthwiseConv2D, Conv2D with groups, Dense on
 # images, BatchNormalization's axis read in the Keras rank, re-created keras.ops nodes, LayerScale kept shared
-# (every particle layer's own round trip, SeparableConv2D's included, is in tests/test_keras_layer_harness.py).
+# (every particle layer's own round trip, SeparableConv2D's included, is in tests/layers/test_keras_layer_harness.py).
 # Under -m slow every constructor makes it.
 ROUND_TRIP = {"ConvNeXtTiny", "MobileNetV3Small", "ResNet50"}
 

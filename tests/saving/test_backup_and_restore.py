@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import bayes_keras as bk
+from paths import SCRIPTS
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "resume_train.py")
+SCRIPT = os.path.join(SCRIPTS, "resume_train.py")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
 
@@ -220,7 +221,7 @@ def test_keras_own_callback_is_pointed_to_ours(tmp_path):
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_mirrored_run_resumes_to_the_uninterrupted_weights(tmp_path):
-    script = os.path.join(os.path.dirname(__file__), "scripts", "resume_mirrored.py")
+    script = os.path.join(SCRIPTS, "resume_mirrored.py")
 
     def run(backup, *stop):
         out = subprocess.run(

@@ -12,7 +12,9 @@ import tensorflow as tf
 
 import bayes_keras as bk
 
-sys.path.insert(0, os.path.dirname(__file__))
+from paths import TESTS
+
+sys.path.insert(0, os.path.join(TESTS, "layers"))
 from test_attention import _keras_io_transformer, _keras_transformer, _tokens  # noqa: E402
 
 N = 3

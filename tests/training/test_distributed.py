@@ -18,7 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "distributed_check.py")
+from paths import SCRIPTS
+
+SCRIPT = os.path.join(SCRIPTS, "distributed_check.py")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 from distributed_check import RUNS  # noqa: E402
 
@@ -128,7 +130,7 @@ def test_two_workers_on_localhost_equal_one_process(tmp_path):
     """MultiWorkerMirroredStrategy: two worker processes (TF_CONFIG on 127.0.0.1) train GPF, MGVBP (full, and
     diagonal with the empirical Fisher, which gathers curvature records) and MatrixSVGD (KFAC) one after the
     other with fit; both end with the single process's weights, optimizer state, loss history and step count."""
-    script = os.path.join(os.path.dirname(__file__), "scripts", "multi_worker_check.py")
+    script = os.path.join(SCRIPTS, "multi_worker_check.py")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     ports = ",".join(str(p) for p in _free_ports(2))
     workers = [

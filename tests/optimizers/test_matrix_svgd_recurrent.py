@@ -1,6 +1,6 @@
 """MatrixSVGD + KFAC on a recurrent classifier through model.fit (issue #3: the GRU experiment).
 
-tests/test_kfac.py checks the recurrent factors against an explicit time loop with a recording optimizer,
+tests/curvature/test_kfac.py checks the recurrent factors against an explicit time loop with a recording optimizer,
 and MatrixSVGD + KFAC through fit on an MLP; here the whole path of the GRU experiment
 (bk.zoo.gru_classifier, reset_after=True, categorical likelihood, digit rows as time steps) runs through
 model.fit with the preconditioner's own running state: exact input factor after the first step (time steps

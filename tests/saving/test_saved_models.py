@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import bayes_keras as bk  # noqa: F401  (registers the serializable classes)
+from paths import FIXTURES
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "saved_models")
+HERE = os.path.join(FIXTURES, "saved_models")
 NAMES = sorted(f[: -len(".keras")] for f in os.listdir(HERE) if f.endswith(".keras"))
 
 
