@@ -25,4 +25,4 @@ def draw_as_one_device(layer, x, draw, noise_shape=None):
         dims = [d if n is None else n for d, n in zip(dims, noise_shape)]
         axis = None if axis is None or noise_shape[axis] == 1 else axis
     rows = noise_shape is None or noise_shape[0] != 1
-    return distribute.global_draw(draw, dims, particle_axis=axis, rows=rows)
+    return distribute.global_draw(layer, draw, dims, particle_axis=axis, rows=rows)

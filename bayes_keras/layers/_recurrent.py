@@ -416,17 +416,15 @@ class _ParticleRNN(ParticleLayer):
             # Under tf.distribute: drawn for the global batch (and every particle), this replica's rows (or
             # particles) kept, as one device draws.
             def draw(batch):
-                particles = distribute.particles_drawn(self.num_particles)
+                particles = distribute.particles_drawn(self, self.num_particles)
                 mask = keras.random.dropout(
                     tf.ones(tf.stack([batch, particles, width]), x.dtype),
                     rate,
                     seed=self.seed_generator,
                 )
-                return distribute.particle_columns(mask, self.num_particles)
+                return distribute.particle_columns(self, mask, self.num_particles)
 
-            if (
-                distribute.in_particle_slice()
-            ):  # particle parallel: every replica has the whole batch
+            if distribute.particle_slice_of(self) is not None:  # particle parallel: the whole batch
                 return draw(shape[0])
             return distribute.replica_rows(draw, shape[0])
 

@@ -263,7 +263,7 @@ class BatchNormalization(ParticleLayer):
             training
             and self.synchronized
             and distribute.num_replicas() > 1
-            and not distribute.in_particle_slice()
+            and distribute.particle_slice_of(self) is None
             and not refresh
         )
         if (

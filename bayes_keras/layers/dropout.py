@@ -30,7 +30,7 @@ class Dropout(keras.layers.Dropout):
         super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and distribute.distributed()):
+        if not (training and self.rate > 0 and distribute.distributed(self)):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
         keep = draw_as_one_device(

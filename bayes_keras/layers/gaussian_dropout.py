@@ -32,7 +32,7 @@ class GaussianDropout(keras.layers.GaussianDropout):
         super().__init__(rate, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and distribute.distributed()):
+        if not (training and self.rate > 0 and distribute.distributed(self)):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
         return x * draw_as_one_device(

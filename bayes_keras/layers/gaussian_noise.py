@@ -28,7 +28,7 @@ class GaussianNoise(keras.layers.GaussianNoise):
         super().__init__(stddev, seed=seed, **kwargs)
 
     def call(self, inputs, training=False):
-        if not (training and self.stddev > 0 and distribute.distributed()):
+        if not (training and self.stddev > 0 and distribute.distributed(self)):
             return super().call(inputs, training=training)
         x = tf.convert_to_tensor(inputs)
         return x + draw_as_one_device(

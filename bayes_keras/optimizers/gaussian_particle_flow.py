@@ -92,8 +92,8 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
     out = [None] * len(particles)
     for group, gram in zip(groups, cloud.grams):  # gram: (N, N)
         if not mean_preconditioning:
-            # g_bar = (1/N) 1 1^T G, so Delta = ((K + 1 1^T) / N) G - Z: one matmul by an N x N matrix and one
-            # subtraction per variable, no separate passes for the mean, the 1/N and the sum.
+            # 1 g_bar^T = (1/N) 1 1^T G, so Delta = ((K + 1 1^T) / N) G - Z (`gram + 1.0` adds the all-ones
+            # matrix): one matmul by an N x N matrix and one subtraction per variable.
             mixing = (gram + 1.0) / n
             for v in group:
                 out[v] = tf.matmul(mixing, grads[v]) - zs[v]
@@ -194,7 +194,8 @@ class GaussianParticleFlow(ParticleOptimizer):
     Args:
         learning_rate: step size (the paper's BNNs: 1e-2 with dimension-wise RMSProp).
         structure: "full" (one flow over all weights: a rank N-1 Gaussian), "layer" (block-diagonal,
-            one block per layer: "GPF (Layers)", best on the paper's MNIST net), or "mean_field".
+            one block per layer, its kernel and bias together: "GPF (Layers)", best on the paper's MNIST
+            net), or "mean_field".
         step_rule: "adam" (dimension-wise Adam, the default), "rmsprop" (dimension-wise RMSProp, the
             paper's BNN setting), "sgd", or a StepRule. Dimension-wise: one second moment per coordinate
             shared by all particles, which keeps the flow affine (an element-wise rule would not); the

@@ -19,16 +19,10 @@ masks, the true Fisher's sampled labels) is made for the global batch and each r
 rows (`replica_rows`), so the draws equal those of one device on the same global batch.
 """
 
-import contextlib
 import itertools
-import threading
 import weakref
 
 import tensorflow as tf
-
-_STATE = (
-    threading.local()
-)  # the particle slice of the replica running in this thread (particle parallel)
 
 # Strategies whose replicas each run the whole model on their share of the batch, with mirrored
 # variables: what this module's reductions assume.
@@ -172,36 +166,27 @@ def gather_batch(data):
     return tf.nest.map_structure(lambda t: None if t is None else gather_examples(t), data)
 
 
-@contextlib.contextmanager
-def particle_slice(start, total):
-    """Inside: this thread's replica computes particles [start, start + its count) of `total` (particle
-    parallel); per-particle draws are made for all `total` particles and sliced (`particle_columns`)."""
-    previous = getattr(_STATE, "slice", None)
-    _STATE.slice = (start, total)
-    try:
-        yield
-    finally:
-        _STATE.slice = previous
+def particle_slice_of(layer):
+    """N, the model's particle count, when `layer` computes a replica's slice of the particles (particle
+    parallel: `ParticleSlices` marks every layer of its copy with `particle_slice_of = N`), else None."""
+    return getattr(layer, "particle_slice_of", None)
 
 
-def in_particle_slice():
-    return getattr(_STATE, "slice", None) is not None
+def particles_drawn(layer, count):
+    """How many particles a per-particle draw of `layer` covers: all N in a particle slice, else `count`."""
+    total = particle_slice_of(layer)
+    return count if total is None else total
 
 
-def particles_drawn(count):
-    """How many particles a per-particle draw covers: all of them inside `particle_slice`, else `count`."""
-    current = getattr(_STATE, "slice", None)
-    return count if current is None else current[1]
-
-
-def particle_columns(draw, count, axis=1):
-    """This replica's `count` particles of `draw`, a per-particle draw made for `particles_drawn(count)`."""
-    current = getattr(_STATE, "slice", None)
-    if current is None:
+def particle_columns(layer, draw, count, axis=1):
+    """This replica's `count` particles of `draw`, a per-particle draw of `layer` made for
+    `particles_drawn(layer, count)`: particles [r count, (r + 1) count) on replica r."""
+    if particle_slice_of(layer) is None:
         return draw
+    start = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32) * count
     begin = [0] * len(draw.shape)
     size = [-1] * len(draw.shape)
-    begin[axis], size[axis] = current[0], count
+    begin[axis], size[axis] = start, count
     return tf.slice(draw, tf.stack([tf.cast(b, tf.int32) for b in begin]), size)
 
 
@@ -215,12 +200,12 @@ def replica_rows(draw, local_batch):
     return draw(total)[offset : offset + local_batch]
 
 
-def distributed():
-    """Whether this step runs split: in a replica of several (data parallel), or on a slice of the particles."""
-    return replica_context() is not None or in_particle_slice()
+def distributed(layer):
+    """Whether `layer` runs split: in a replica of several (data parallel), or on a slice of the particles."""
+    return replica_context() is not None or particle_slice_of(layer) is not None
 
 
-def global_draw(draw, shape, particle_axis=1, rows=True):
+def global_draw(layer, draw, shape, particle_axis=1, rows=True):
     """A random draw made as one device makes it, this replica's part returned. `draw(full_shape)` (keyed by the
     layer's seed generator, whose state every replica shares) is called with the global batch in axis 0 (`rows`:
     False for a draw shared by the whole batch) and every particle in `particle_axis` (None: no particle axis, a
@@ -234,11 +219,15 @@ def global_draw(draw, shape, particle_axis=1, rows=True):
         if rows:
             drawn[0] = batch
         if particle_axis is not None:
-            drawn[particle_axis] = particles_drawn(count)
+            drawn[particle_axis] = particles_drawn(layer, count)
         out = draw(tf.stack([tf.cast(d, tf.int32) for d in drawn]))
-        return out if particle_axis is None else particle_columns(out, count, axis=particle_axis)
+        return (
+            out
+            if particle_axis is None
+            else particle_columns(layer, out, count, axis=particle_axis)
+        )
 
-    if in_particle_slice() or not rows:
+    if particle_slice_of(layer) is not None or not rows:
         return full(shape[0])
     return replica_rows(full, shape[0])
 

@@ -58,6 +58,12 @@ class ParticleSlices:
                     f"{mine.path} {tuple(mine.shape)} of the model rebuilt with {self.size} particles."
                 )
             self.pairs.append((mine, full, sliced))
+        # Its layers compute replica r's particles [r N / R, (r + 1) N / R) of N: per-particle random draws
+        # are made for all N and sliced (bayes_keras.distribute.particle_columns). Nested layers included
+        # (an attention's dropout, a Bidirectional's directions): Keras has no public recursive walk, and
+        # BayesianModel.particle_layers uses the same one.
+        for layer in self.model._flatten_layers(include_self=False):
+            layer.particle_slice_of = n
 
     def __call__(self, x, training=True):
         """This replica's particles' outputs (batch, N / R, ...) on the whole batch `x`."""
@@ -73,10 +79,7 @@ class ParticleSlices:
                     [self.size] + list(full.shape[1:]),
                 )
             mapping.append((mine, value))
-        with (
-            keras.StatelessScope(mapping) as scope,
-            distribute.particle_slice(start, self.num_particles),
-        ):
+        with keras.StatelessScope(mapping) as scope:
             for mine, value in mapping:
                 given[id(mine)] = scope.get_current_value(mine)
             outputs = self.model(x, training=training)

@@ -37,7 +37,8 @@ class GaussianFamily:
 
     @staticmethod
     def momentum(state, name, natural_gradient, omega):
-        """m <- omega T(m) + (1 - omega) natgrad, before the transport of m (MGVBP's Eq. for the momentum)."""
+        """m <- omega T(m) + (1 - omega) natgrad (MGVBP's momentum): state[name] already holds T(m), since a
+        family's `update` transports m when it writes it."""
         return omega * state[name].value + (1.0 - omega) * natural_gradient
 
     def variables(self, add_variable, prefix):

@@ -199,7 +199,7 @@ class MGVBP(GaussianVariationalOptimizer):
             tau: steps of constant beta before the 1 / t decay (default 2500, the paper's t_max / 2 for its
                 5,000 iterations); None: `learning_rate` as given (a constant or a schedule).
             structure: "full" (the paper's main case, default), "layer" or "diagonal" (the paper's diagonal
-                case: p <- p + beta xi + beta^2 xi^2 / (2 p), transport m p_new / p_old).
+                case: p <- p + beta m_p + beta^2 m_p^2 / (2 p), transport m_p p_new / p_old).
             estimator: "score" (estimator B, default) or "score_h" (the fully black-box h-function form).
             **kwargs: other MGVBP arguments (seed, max_block_size, ...), or overrides of the settings above.
 

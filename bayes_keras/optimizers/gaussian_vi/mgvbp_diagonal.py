@@ -3,12 +3,13 @@
 
 Magris, Shabani & Iosifidis, "Manifold Gaussian Variational Bayes on the Precision Matrix",
 https://arxiv.org/abs/2210.14598. Every operation is elementwise, O(S D) per step. With the step's samples
-theta_s = mu + eps_s / sqrt(p), a_s = theta_s - mu and g_s = grad log p(y, theta_s) (S = the model's
-particles), the paper's equations map to:
+theta_s = mu + eps_s / sqrt(p), a_s = theta_s - mu and g_s the gradient at theta_s of the tempered log joint
+(log p(y | theta) + log p(theta)) / temperature (S = N, the model's particles; lambda_0 and mu_0 the layers'
+Normal priors' precision and mean; F the captured Fisher diagonal), the paper's equations map to:
 
     natural gradient, estimator="gradient" (Price / Stein; an extension for networks)
         nat_mu = E[g] / p ;  nat_p = -p Cov(a, g) - p               `reparam_natural_gradient_diag`
-    ... curvature="empirical_fisher" / "fisher": nat_p = F + lambda_0 / T - p        `fisher_diagonal`
+    ... curvature="empirical_fisher" / "fisher": nat_p = F + lambda_0 / temperature - p   `fisher_diagonal`
     estimator="score" (the paper's estimator B) / "score_h" (its black-box form A)
         nat_mu = mean_s a_s (f_s - c_mu) [- lambda_0 (mu - mu_0) / p]
         nat_p = mean_s (p - p^2 a_s^2)(f_s - c_p) [+ lambda_0 - p]   `score_natural_gradient_diag`

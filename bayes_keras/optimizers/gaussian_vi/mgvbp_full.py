@@ -4,7 +4,9 @@ case) or one per layer (structure="layer"), for small models: O(D^3) per step, i
 Magris, Shabani & Iosifidis, "Manifold Gaussian Variational Bayes on the Precision Matrix",
 https://arxiv.org/abs/2210.14598. Read with `MGVBP` (mgvbp.py: arguments, step sizes, clipping), the
 sampling base (gaussian_variational_optimizer.py) and the manifold (precision_manifold.py). With samples
-theta_s = mu + L^-T eps_s (P = L L^T), a_s = theta_s - mu, g_s = grad log p(y, theta_s), per block:
+theta_s = mu + L^-T eps_s (P = L L^T), a_s = theta_s - mu, g_s the gradient at theta_s of the tempered log
+joint (log p(y | theta) + log p(theta)) / temperature (S = N, the model's particles), sym(X) = (X + X^T) / 2 and
+Cov(a, g) = sum_s (a_s - a_bar)(g_s - g_bar)^T / (S - 1) (D x D, rows indexed by a), per block:
 
     natural gradient, estimator="gradient" (Price / Stein; an extension for networks)
         nat_mu = P^-1 E[g] ;  nat_P = -sym(P Cov(a, g)) - P                `reparam_natural_gradient_full`
