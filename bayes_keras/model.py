@@ -29,11 +29,12 @@ from bayes_keras.training.model_metrics import ModelMetrics, split_metrics
 from bayes_keras.saving.model_serialization import ModelSerialization
 from bayes_keras.training.particle_initialization import initialize_particles
 from bayes_keras.training.particle_parallel import ParticleSlices
+from bayes_keras.training.particle_predictor import ParticlePredictor
 from bayes_keras.training.particle_trainer import ParticleTrainer
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
-class BayesianModel(ModelSerialization, ParticleTrainer, keras.Model):
+class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, keras.Model):
     """A Keras model over N weight sets (particles), trained by a Bayesian optimizer.
 
     Outputs are (batch, N, ...). `fit` maximises, for every particle n, the tempered log joint

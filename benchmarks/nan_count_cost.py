@@ -32,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
 from bayes_keras.training import call_checks  # noqa: E402
-from bayes_keras.training import particle_trainer  # noqa: E402
+from bayes_keras.training import particle_predictor  # noqa: E402
 
 import harness  # noqa: E402
 
@@ -74,8 +74,8 @@ def main():
     rows, rng = [], np.random.default_rng(0)
     for name, (model, x) in _models().items():
         batch = tf.constant(x[:BATCH])
-        plain = particle_trainer.particle_function(model)
-        counted = particle_trainer.particle_function(model, count_non_finite=True)
+        plain = particle_predictor.particle_function(model)
+        counted = particle_predictor.particle_function(model, count_non_finite=True)
         for f in (plain, counted):
             _block(f, batch)
         order = [("counted", counted), ("not counted", plain), ("counted again", counted)]

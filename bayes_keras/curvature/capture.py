@@ -120,3 +120,28 @@ def record(layer, inputs, preactivations):
     r = LayerRecord(layer, inputs, preactivations)
     records.append(r)
     return r
+
+
+def finish_records(
+    records, preactivation_grads, batch, dtype, dataset_size, temperature, sampled_grads=None
+):
+    """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n), in place.
+
+    loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
+    `sampled_grads` (true Fisher) are already per-example gradients of -log p(y~_bn | x_b, w_n).
+    """
+    scale = float(dataset_size) / (tf.cast(batch, dtype) * temperature)
+    for i, (r, g) in enumerate(zip(records, preactivation_grads)):
+        if g is None:
+            raise ValueError(
+                f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
+                "computed for it."
+            )
+        # Curvature statistics in the variables' dtype (float16 sums of a a^T would overflow).
+        r.inputs = tf.cast(r.inputs, dtype)
+        r.extras = None if r.extras is None else {k: tf.cast(v, dtype) for k, v in r.extras.items()}
+        r.output_gradients = tf.cast(g, dtype) / scale
+        r.dataset_scale = scale
+        r.temperature = temperature
+        if sampled_grads is not None:
+            r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)

@@ -1,20 +1,14 @@
-"""The training half of BayesianModel: its step, metrics and predictions (as keras.Model takes its
-fit / evaluate / predict machinery from keras' Trainer).
+"""The training half of BayesianModel: its train and test steps and their metrics (as keras.Model takes its
+fit / evaluate machinery from keras' Trainer); predictions are particle_predictor.py's.
 
 `ParticleTrainer` is a mixin of `BayesianModel` only: it reads the model's likelihood, dataset size,
 temperature, loss scale and optimizer, which BayesianModel (bayes_keras/model.py) owns and documents.
 """
 
 import contextlib
-import threading
-import weakref
 
 import keras
-import numpy as np
 import tensorflow as tf
-
-# keras.src: fit's own iteration over arrays, datasets and generators (no public data-adapter API)
-from keras.src.trainers import data_adapters
 
 from bayes_keras.training import call_checks
 from bayes_keras.training import distribute
@@ -23,7 +17,7 @@ from bayes_keras.curvature import capture
 
 
 class ParticleTrainer:
-    """train_step / test_step / predict_step of a model over N weight sets (see BayesianModel)."""
+    """train_step and test_step of a model over N weight sets (see BayesianModel)."""
 
     @property
     def _bayesian_optimizer(self):
@@ -198,7 +192,7 @@ class ParticleTrainer:
                 sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
                 if scale is not None:
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
-            finish_records(
+            capture.finish_records(
                 records,
                 preactivation_grads,
                 global_batch,
@@ -439,87 +433,6 @@ class ParticleTrainer:
             names += [m.name for m in compiled.metrics]
         return names + self._bayesian_metrics.evaluation_names()
 
-    def predict_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        outputs = tf.cast(self(x, training=False), self.loss_dtype)
-        self._build_likelihood(outputs.shape)
-        return self.likelihood.summary(outputs)
-
-    # -- posterior predictive ------------------------------------------------------------------
-    def predict_particles(self, x, batch_size=None, verbose=0, steps=None):
-        """Per-particle outputs (batch, N, ...) as a numpy array, for the inputs `predict` takes (arrays, a
-        tf.data.Dataset, a PyDataset or generator; `steps` as in predict). It keeps no per-call state on the
-        model, so threads may call it, `predict`, `predictive` and `uncertainty` on one model at once."""
-        if x is None:
-            raise ValueError(
-                "predict_particles needs inputs x (arrays, a tf.data.Dataset, a PyDataset or a "
-                "generator); got None."
-            )
-        call_checks.batch_size(batch_size)
-        call_checks.not_empty(x, "predict_particles")
-        call_checks.inputs(self, x, "predict_particles")
-        call_checks.steps(x, steps, "predict_particles")
-        adapter = data_adapters.get_data_adapter(
-            x,
-            batch_size=batch_size or (None if _is_batched(x) else 32),
-            steps_per_epoch=steps,
-            shuffle=False,
-        )
-        function = particle_function(self, count_non_finite=True)
-        outputs, non_finite = [], 0
-        for step, batch in enumerate(adapter.get_tf_dataset()):
-            if steps is not None and step >= steps:
-                break
-            inputs, _, _ = keras.utils.unpack_x_y_sample_weight(batch)
-            batch_outputs, batch_non_finite = function(inputs)
-            outputs.append(batch_outputs.numpy())
-            non_finite += int(batch_non_finite)
-        if not outputs:
-            raise ValueError("predict_particles got no examples (an empty x or dataset).")
-        call_checks.warn_non_finite(non_finite, "predict_particles")
-        return np.concatenate(outputs, axis=0)
-
-    def predictive(self, x, batch_size=None):
-        """The posterior predictive p(y | x, D) as a TFP distribution with batch shape (batch,)."""
-        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
-        self._build_likelihood(outputs.shape)
-        return self.likelihood.predictive(outputs)
-
-    def uncertainty(self, x, batch_size=None):
-        """Uncertainty decomposition per example (numpy arrays).
-
-        Classification: total_entropy = expected_entropy (aleatoric) + mutual_information (epistemic).
-        Regression: total_variance = aleatoric_variance + epistemic_variance.
-        """
-        outputs = tf.convert_to_tensor(self.predict_particles(x, batch_size=batch_size))
-        self._build_likelihood(outputs.shape)
-        return {k: v.numpy() for k, v in self.likelihood.uncertainty(outputs).items()}
-
-
-def finish_records(
-    records, preactivation_grads, batch, dtype, dataset_size, temperature, sampled_grads=None
-):
-    """Turn d loss / d preactivation into per-example gradients of -log p(y_b | x_b, w_n), in place.
-
-    loss = -sum_n log_joint_n has d loss / d z_bn = -(n_train / (batch T)) d log p(y_b | w_n) / d z_bn.
-    `sampled_grads` (true Fisher) are already per-example gradients of -log p(y~_bn | x_b, w_n).
-    """
-    scale = float(dataset_size) / (tf.cast(batch, dtype) * temperature)
-    for i, (r, g) in enumerate(zip(records, preactivation_grads)):
-        if g is None:
-            raise ValueError(
-                f"Layer '{r.layer.name}' does not influence the loss; curvature cannot be "
-                "computed for it."
-            )
-        # Curvature statistics in the variables' dtype (float16 sums of a a^T would overflow).
-        r.inputs = tf.cast(r.inputs, dtype)
-        r.extras = None if r.extras is None else {k: tf.cast(v, dtype) for k, v in r.extras.items()}
-        r.output_gradients = tf.cast(g, dtype) / scale
-        r.dataset_scale = scale
-        r.temperature = temperature
-        if sampled_grads is not None:
-            r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
-
 
 def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
     """(batch, N) negative log likelihood of labels sampled from the model, keyed by `seed`. Under
@@ -557,41 +470,6 @@ def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
         if r.extras is not None:
             r.extras = {k: distribute.gather_examples(v) for k, v in r.extras.items()}
     return grads, scaled_loglik, loss
-
-
-_PARTICLE_FUNCTIONS = (
-    weakref.WeakKeyDictionary()
-)  # model -> {training: its compiled per-particle forward pass}
-_PARTICLE_FUNCTIONS_LOCK = threading.Lock()
-
-
-def particle_function(model, training=False, count_non_finite=False):
-    """The model's compiled forward pass (batch, N, ...) in inference mode (or training mode, whose
-    BatchNormalization layers update their moving statistics), made once per model and mode (kept off the
-    model, whose attributes Keras tracks and exports). With `count_non_finite` it returns (outputs, the number
-    of NaN / Inf input values), counted in the same graph."""
-    with _PARTICLE_FUNCTIONS_LOCK:
-        functions = _PARTICLE_FUNCTIONS.setdefault(model, {})
-        function = functions.get((training, count_non_finite))
-        if function is None:
-            owner = weakref.ref(model)
-
-            def particle_outputs(inputs):
-                bound = owner()
-                outputs = tf.cast(bound(inputs, training=training), bound.loss_dtype)
-                return (
-                    (outputs, call_checks.count_non_finite(inputs)) if count_non_finite else outputs
-                )
-
-            function = functions[(training, count_non_finite)] = tf.function(
-                particle_outputs, reduce_retracing=True
-            )
-    return function
-
-
-def _is_batched(x):
-    """Inputs that come in batches already (no batch_size applies): datasets, PyDatasets, generators."""
-    return isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or hasattr(x, "__next__")
 
 
 def _of_this_graph(tensor):
