@@ -131,12 +131,16 @@ class ParticleTrainer:
         return loss, scaled_loglik, particle_prior
 
     def _gradients(self, x, y, sample_weight, optimizer, reduce_gradients=True):
-        """(grads, step, outputs, loss): see bayesian_gradients and _objective. Under tf.distribute the step
-        (log likelihoods, curvature records) and the loss are those of the global batch, and so are the
-        gradients unless `reduce_gradients=False` (a Keras optimizer sums the replicas' gradients itself)."""
+        """(grads, step, outputs, loss): see bayesian_gradients and _objective. One replica's forward and
+        backward pass, then (under tf.distribute) `_reduce_step`, the one place where it becomes the global
+        step: the step (log likelihoods, curvature records), the loss, the outputs and the gradients are
+        those of the global batch and all N particles (the gradients unless `reduce_gradients=False`: a Keras
+        optimizer sums the replicas' gradients itself)."""
         replicas = distribute.num_replicas()
-        if self._particle_parallel_active():
-            return self._particle_parallel_gradients(x, y, sample_weight, optimizer, replicas)
+        # Particle parallel: this replica runs its slice of the particles on the whole (gathered) batch;
+        # data parallel: all particles on its rows of the batch.
+        particle_parallel = self._particle_parallel_active()
+        forward = self._particle_slices if particle_parallel else self
         # Curvature: only when the optimizer asks; the layers then report their inputs and
         # pre-activations, differentiated in the same backward pass as the weights.
         request = None if optimizer is None else optimizer.curvature_request
@@ -147,8 +151,9 @@ class ParticleTrainer:
         prepared = None if optimizer is None else optimizer.prepare_step()
         with tf.GradientTape(persistent=sampled_labels) as tape:
             with capture.capturing() if wants_curvature else contextlib.nullcontext([]) as records:
-                outputs = tf.cast(self(x, training=True), self.loss_dtype)
-            self._build_likelihood(outputs.shape)
+                outputs = tf.cast(forward(x, training=True), self.loss_dtype)
+            if not particle_parallel:  # (particle parallel: built at compile, at N particles)
+                self._build_likelihood(outputs.shape)
             trainable = (
                 self.trainable_variables
             )  # after the call: a subclassed model builds in its first one
@@ -156,13 +161,15 @@ class ParticleTrainer:
             # not part of this step.
             records = [r for r in records if _of_this_graph(r.preactivations)]
             local_batch = tf.shape(outputs)[0]
+            # (particle parallel: every replica has the whole batch, scaled by its own size)
+            rows_split = replicas > 1 and not particle_parallel
             global_batch, first_row = (
-                (local_batch, 0) if replicas == 1 else distribute.batch_rows(local_batch)
+                distribute.batch_rows(local_batch) if rows_split else (local_batch, 0)
             )
             loss, scaled_loglik, particle_prior = self._objective(
-                y, outputs, sample_weight, None if replicas == 1 else global_batch, replicas
+                y, outputs, sample_weight, global_batch if rows_split else None, replicas
             )
-            n = tf.cast(tf.shape(scaled_loglik)[0], loss.dtype)
+            n = tf.cast(tf.shape(particle_prior)[0], loss.dtype)  # all N particles
             if sampled_labels and records:
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
                 sampled_nll = _sampled_nll(
@@ -210,9 +217,9 @@ class ParticleTrainer:
             g if g is None or getattr(v, "is_particle_variable", False) else g / n
             for g, v in zip(grads, trainable)
         ]
-        if replicas > 1:  # the one place where a step's batch quantities become the global batch's
-            grads, scaled_loglik, loss = _reduce_step(
-                grads, scaled_loglik, loss, records, reduce_gradients
+        if replicas > 1:  # the one place where a replica's step becomes the global step
+            grads, scaled_loglik, loss, outputs = _reduce_step(
+                grads, scaled_loglik, loss, outputs, records, reduce_gradients, particle_parallel
             )
         step = StepInfo(
             log_likelihood=tf.stop_gradient(scaled_loglik),
@@ -223,40 +230,6 @@ class ParticleTrainer:
             prepared=prepared,
         )
         return grads, step, outputs, loss
-
-    def _particle_parallel_gradients(self, x, y, sample_weight, optimizer, replicas):
-        """`_gradients` with each replica computing its slice of the particles on the whole batch (x, y,
-        sample_weight already gathered): its loss carries its particles' log likelihoods and 1 / replicas of
-        the priors; gradients and losses are summed, log likelihoods and outputs gathered along the particles."""
-        prepared = None if optimizer is None else optimizer.prepare_step()
-        n = self._particle_slices.num_particles
-        with tf.GradientTape() as tape:
-            outputs = tf.cast(
-                self._particle_slices(x, training=True), self.loss_dtype
-            )  # (batch, N / R, ...)
-            trainable = self.trainable_variables
-            # The whole batch on every replica: scaled by its own size; 1 / replicas of the priors.
-            loss, scaled_loglik, particle_prior = self._objective(
-                y, outputs, sample_weight, None, replicas
-            )
-        grads = tape.gradient(loss, trainable)
-        if optimizer is not None and not optimizer.built:
-            with tf.init_scope():
-                optimizer.build(trainable)
-        grads = [
-            g if g is None or getattr(v, "is_particle_variable", False) else g / n
-            for g, v in zip(grads, trainable)
-        ]
-        grads, (loss,) = _sum_gradients_and(grads, [loss])
-        step = StepInfo(
-            log_likelihood=tf.stop_gradient(distribute.gather(scaled_loglik)),
-            log_prior=tf.stop_gradient(particle_prior),
-            temperature=self.temperature,
-            dataset_size=float(self.dataset_size),
-            curvature=(),
-            prepared=prepared,
-        )
-        return grads, step, distribute.gather(outputs, axis=1), loss
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -457,9 +430,14 @@ def _sum_gradients_and(grads, others, reduce_gradients=True):
     return grads, summed[len(present) :]
 
 
-def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
-    """Sum the replicas' gradients (unless a Keras optimizer sums them), log likelihoods and losses, and
-    gather the curvature records' per-example tensors along the batch: the global batch's step."""
+def _reduce_step(grads, scaled_loglik, loss, outputs, records, reduce_gradients, particle_parallel):
+    """A replica's step -> the global step: gradients and losses summed over the replicas. Data parallel: the
+    per-particle log likelihoods summed too, the curvature records' per-example tensors gathered along the
+    batch, and the gradients left to a Keras optimizer that sums them itself (`reduce_gradients=False`).
+    Particle parallel: the replicas' particles' log likelihoods and outputs gathered along the particles."""
+    if particle_parallel:
+        grads, (loss,) = _sum_gradients_and(grads, [loss])
+        return grads, distribute.gather(scaled_loglik), loss, distribute.gather(outputs, axis=1)
     grads, (scaled_loglik, loss) = _sum_gradients_and(
         grads, [scaled_loglik, loss], reduce_gradients
     )
@@ -469,7 +447,7 @@ def _reduce_step(grads, scaled_loglik, loss, records, reduce_gradients):
         r.sampled_output_gradients = distribute.gather_examples(r.sampled_output_gradients)
         if r.extras is not None:
             r.extras = {k: distribute.gather_examples(v) for k, v in r.extras.items()}
-    return grads, scaled_loglik, loss
+    return grads, scaled_loglik, loss, outputs
 
 
 def _of_this_graph(tensor):
