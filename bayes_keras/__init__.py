@@ -4,6 +4,8 @@ Layers carry a particle axis on their weights; BayesianModel trains all particle
 the optimizers in bayes_keras.optimizers are the inference methods.
 """
 
+import sys as _sys
+
 import keras as _keras
 
 if _keras.backend.backend() != "tensorflow":
@@ -82,3 +84,16 @@ __all__ += [
     "saving",
     "training",
 ]
+
+# The public modules importable at their documented paths (`from bayes_keras.export import export_predictive`,
+# `import bayes_keras.distribute`), where they are attributes of the package but live in its subpackages.
+for _name, _module in {
+    "distribute": distribute,
+    "export": export,
+    "loading": loading,
+    "wrappers": wrappers,
+    "step_rules": step_rules,
+    "preconditioners": preconditioners,
+}.items():
+    _sys.modules.setdefault(f"{__name__}.{_name}", _module)
+del _name, _module

@@ -278,6 +278,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     # -- the Gaussian --------------------------------------------------------------------------
     def entropy(self):
         """Entropy of q (the optimizer's state)."""
+        self._check_built()
         return tf.cast(
             tf.add_n([f.entropy(s) for f, s in zip(self._families, self._state)]), tf.float32
         )
@@ -286,6 +287,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         """q as TFP distributions. flatten=True: one distribution over all particle weights,
         flattened and concatenated in particle-variable order (event shape (D,)). flatten=False: a
         dict {variable path: distribution over that variable's flattened weights} (marginals of q)."""
+        self._check_built()
         blocks = [f.distribution(s) for f, s in zip(self._families, self._state)]
         if flatten:
             if len(blocks) == 1:
@@ -303,6 +305,13 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
                 )
                 offset += self.view.sizes[i]
         return out
+
+    def _check_built(self):
+        if not self.built:
+            raise ValueError(
+                f"{self.name} holds no posterior yet: q is built by the first training step (or by "
+                "optimizer.build(model.trainable_variables))."
+            )
 
     @property
     def posterior_variables(self):

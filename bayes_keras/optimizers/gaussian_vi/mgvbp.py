@@ -388,6 +388,11 @@ def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, i
         raise ValueError(f"MGVBP estimator must be one of {_ESTIMATORS}; got {estimator!r}.")
     if curvature not in _CURVATURES:
         raise ValueError(f"MGVBP curvature must be one of {_CURVATURES}; got {curvature!r}.")
+    if structure == "kronecker" and estimator != "gradient":
+        raise ValueError(
+            "MGVBP structure='kronecker' needs estimator='gradient' (with curvature='empirical_fisher' or "
+            f"'fisher'); got estimator={estimator!r}."
+        )
     if curvature in FISHERS and structure not in ("diagonal", "kronecker"):
         raise ValueError(
             f"MGVBP curvature={curvature!r} is implemented for structure='diagonal' and "
