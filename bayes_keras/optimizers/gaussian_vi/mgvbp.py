@@ -313,14 +313,31 @@ class MGVBP(GaussianVariationalOptimizer):
             )
         return step.curvature
 
-    def log_likelihood(self, step):
-        """The step's per-sample log likelihoods (the score estimators)."""
+    def score_natural_gradient(self, j, theta, estimate, log_q, step, writes):
+        """(nat_mu, nat_P) of block j by the score estimators, from its (N, D_b) samples `theta`: `estimate` is
+        the structure's score-function formula and `log_q(theta, mean, precision)` its log density of q. The
+        control variates of these samples are written for the next step."""
         if step is None:
             raise ValueError(
                 f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
                 "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
             )
-        return tf.cast(step.log_likelihood, self.posterior_dtype)
+        state = self._state[j]
+        mean, precision = state["mean"].value, state["precision"].value
+        log_lik = tf.cast(step.log_likelihood, self.posterior_dtype)
+        c_mu, c_p = state["c_mean"].value, state["c_precision"].value
+        if self.estimator == "score":  # the layers' Normal priors and q's entropy in closed form
+            prior_mean, prior_precision = prior_vectors(
+                self.view, self._blocks[j], self.posterior_dtype, "estimator='score'"
+            )
+            given = (log_lik, c_mu, c_p, prior_mean, prior_precision / step.temperature)
+        else:  # "score_h": h = log p(y, w) - log q(w)
+            log_prior = tf.cast(step.log_prior, self.posterior_dtype)
+            given = (log_lik + log_prior - log_q(theta, mean, precision), c_mu, c_p)
+        nat_mu, nat_p, c_mu, c_p = estimate(theta, mean, precision, *given)
+        writes.assign(state["c_mean"], c_mu)
+        writes.assign(state["c_precision"], c_p)
+        return nat_mu, nat_p
 
     def get_config(self):
         config = super().get_config()

@@ -246,7 +246,9 @@ class MGVBPDiagonal(MGVBP):
         mean, p = state["mean"].value, state["precision"].value
         n = self.view.num_particles
         if self.estimator != "gradient":
-            nat_mu, nat_p = self._score(tf.concat(thetas, 1), mean, p, step, writes)
+            nat_mu, nat_p = self.score_natural_gradient(
+                0, tf.concat(thetas, 1), score_natural_gradient_diag, log_q_diag, step, writes
+            )
         elif self.curvature in FISHERS:
             mean_grad = -tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(n)
             prior_precision = prior_vectors(
@@ -264,22 +266,3 @@ class MGVBPDiagonal(MGVBP):
         self._families[0].update(
             state, nat_mu, nat_p, *self.step_sizes(learning_rate, iteration), writes
         )
-
-    def _score(self, theta, mean, p, step, writes):
-        state = self._state[0]
-        log_lik = self.log_likelihood(step)
-        c_mu, c_p = state["c_mean"].value, state["c_precision"].value
-        if self.estimator == "score":
-            prior_mean, prior_precision = prior_vectors(
-                self.view, range(len(self.view)), p.dtype, "estimator='score'"
-            )
-            prior_precision = prior_precision / step.temperature
-            nat_mu, nat_p, c_mu, c_p = score_natural_gradient_diag(
-                theta, mean, p, log_lik, c_mu, c_p, prior_mean, prior_precision
-            )
-        else:
-            h = log_lik + tf.cast(step.log_prior, p.dtype) - log_q_diag(theta, mean, p)
-            nat_mu, nat_p, c_mu, c_p = score_natural_gradient_diag(theta, mean, p, h, c_mu, c_p)
-        writes.assign(state["c_mean"], c_mu)
-        writes.assign(state["c_precision"], c_p)
-        return nat_mu, nat_p

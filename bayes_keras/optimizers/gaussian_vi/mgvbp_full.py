@@ -27,7 +27,7 @@ from bayes_keras.core.step_rules import signal_fraction
 from bayes_keras.saving.loaded_state import check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_vi import precision_manifold as manifold
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
-from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP, control_variate, prior_vectors
+from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP, control_variate
 
 tfd = tfp.distributions
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -272,28 +272,8 @@ class MGVBPFull(MGVBP):
                     theta, mean, precision, grad, antithetic
                 )
             else:
-                nat_mu, nat_p = self._score(j, theta, mean, precision, step, writes)
+                nat_mu, nat_p = self.score_natural_gradient(
+                    j, theta, score_natural_gradient_full, log_q_full, step, writes
+                )
             nat_mu, nat_p = self.clip(nat_mu, nat_p, iteration)
             self._families[j].update(state, nat_mu, nat_p, *sizes, writes)
-
-    def _score(self, j, theta, mean, precision, step, writes):
-        state = self._state[j]
-        log_lik = self.log_likelihood(step)
-        c_mu, c_p = state["c_mean"].value, state["c_precision"].value
-        if self.estimator == "score":
-            prior_mean, prior_precision = prior_vectors(
-                self.view, self._blocks[j], self.posterior_dtype, "estimator='score'"
-            )
-            prior_precision = prior_precision / step.temperature
-            nat_mu, nat_p, c_mu, c_p = score_natural_gradient_full(
-                theta, mean, precision, log_lik, c_mu, c_p, prior_mean, prior_precision
-            )
-        else:
-            log_q = log_q_full(theta, mean, precision)
-            h = log_lik + tf.cast(step.log_prior, self.posterior_dtype) - log_q
-            nat_mu, nat_p, c_mu, c_p = score_natural_gradient_full(
-                theta, mean, precision, h, c_mu, c_p
-            )
-        writes.assign(state["c_mean"], c_mu)
-        writes.assign(state["c_precision"], c_p)
-        return nat_mu, nat_p
