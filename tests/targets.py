@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import bayes_keras as bk
+from paths import FIXTURES
 
 
 def linear_data(n=60, d=3, noise=0.5, seed=0):
@@ -86,9 +87,7 @@ def correlated_linear_data(noise):
 
 
 # -- breast_cancer logistic regression and its long-run NUTS posterior (tests/fixtures) ---------------
-NUTS_FIXTURE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "fixtures", "breast_cancer_nuts.npz"
-)
+NUTS_FIXTURE = os.path.join(FIXTURES, "breast_cancer_nuts.npz")
 NUTS_MEAN_TOL = 0.1  # in NUTS posterior standard deviations
 NUTS_SD_TOL = 0.15  # relative error of the marginal standard deviation
 

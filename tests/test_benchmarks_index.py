@@ -1,8 +1,8 @@
 """benchmarks/README.md indexes every benchmark script and every result file."""
 
 import os
+from paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
 
 

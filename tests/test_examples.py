@@ -5,8 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from paths import ROOT
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+EXAMPLES = os.path.join(ROOT, "examples")
 
 CASES = {
     "lenet_digits.py": (["--seeds", "0", "--epochs", "1", "--out", ""], "GPF"),

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import bayes_keras as bk
+from paths import ROOT
 
-_EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "lenet_digits.py")
+_EXAMPLE = os.path.join(ROOT, "examples", "lenet_digits.py")
 
 
 def _load_example():

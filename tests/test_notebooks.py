@@ -6,8 +6,9 @@ import os
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from paths import ROOT
 
-NOTEBOOKS = os.path.join(os.path.dirname(__file__), "..", "notebooks")
+NOTEBOOKS = os.path.join(ROOT, "notebooks")
 NAMES = sorted(f for f in os.listdir(NOTEBOOKS) if f.endswith(".ipynb"))
 
 

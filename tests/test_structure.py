@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import bayes_keras as bk
+from paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "bayes_keras")
 
 
