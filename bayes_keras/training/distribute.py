@@ -6,7 +6,7 @@ BayesianModel runs under `tf.distribute.MirroredStrategy` (one machine, several 
 
 Data parallel: every replica holds all N weight sets and runs the forward and backward pass of its
 share of the global batch. Everything the update needs from the batch is reduced across replicas in
-one place, `BayesianModel.bayesian_gradients`, before the optimizer sees it: gradients and per-particle
+one place, the training step's `_reduce_step` (particle_trainer.py), before the optimizer sees it: gradients and per-particle
 log likelihoods are summed (each replica's loss is scaled by the GLOBAL batch size, and carries 1 / R
 of the prior, so that the sum is the single-device value), and curvature records (per-example layer
 inputs and output gradients) are gathered along the batch axis. After that every replica holds the
