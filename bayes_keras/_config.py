@@ -5,6 +5,7 @@ import math
 import numbers
 
 import keras
+import tensorflow as tf
 
 
 class Configurable:
@@ -72,3 +73,38 @@ def resolve(identifier, base, names, what, default=None):
         if isinstance(obj, base):
             return obj
     raise ValueError(f"Expected {what} or one of {sorted(names)}); got {identifier!r}.")
+
+
+_UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
+
+
+def check_optimizer_arguments(what, learning_rate, kwargs):
+    """A Bayesian optimizer's learning rate, checked (a finite non-negative number: 0 is a frozen run,
+    e.g. to read curvature statistics; or a schedule starting at one; or a callable), after refusing the
+    Keras optimizer arguments it cannot honour (popped from `kwargs`)."""
+    for key in _UNSUPPORTED:
+        if kwargs.get(key):
+            raise ValueError(
+                f"{what} does not support {key}={kwargs[key]!r}: a Bayesian optimizer's update is its "
+                "inference method (the prior plays the role of weight decay; the particles or q already "
+                "average over weights)."
+            )
+        kwargs.pop(key, None)
+    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        check_schedule(learning_rate, f"{what} learning_rate")
+        return learning_rate
+    if isinstance(learning_rate, dict) or callable(learning_rate):
+        return learning_rate
+    return check_number(learning_rate, f"{what} learning_rate", allow_zero=True)
+
+
+def check_schedule(schedule, what):
+    """A learning-rate schedule must start at a finite, non-negative rate (a negative one would ascend the
+    loss without any error, its updates finite)."""
+    with tf.init_scope():
+        first = float(tf.convert_to_tensor(schedule(0)))
+    if not math.isfinite(first) or first < 0:
+        raise ValueError(
+            f"{what}: the schedule must give a finite non-negative rate; {type(schedule).__name__} "
+            f"gives {first!r} at step 0."
+        )

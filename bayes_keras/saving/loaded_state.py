@@ -75,3 +75,15 @@ def check_positive_definite_entry(owner, variable, what, quantity):
                 f"The saved state of {what} '{owner}' is invalid: {variable.path} ({quantity}) is not "
                 "symmetric positive definite."
             )
+
+
+def load_checked_optimizer_state(optimizer, store, load):
+    """An optimizer's `load_own_variables`: Keras' loading (`load`), then every variable finite, the step
+    counters bounded, and the optimizer's own `check_loaded_state()`."""
+    with remembered_refusal(optimizer, store):
+        load(store)
+        if len(store.keys()) == len(optimizer.variables):  # Keras skips a state of another size
+            check_finite_entries(optimizer.name, optimizer.variables, "optimizer")
+            for counter in (optimizer.iterations, optimizer.skipped_updates):
+                check_bounded_entry(optimizer.name, counter, "optimizer", "a step count")
+            optimizer.check_loaded_state()

@@ -281,7 +281,7 @@ def test_nonfinite_curvature_skips_the_update():
     np.testing.assert_array_equal(run.particles, x0.astype(np.float32))
     assert int(opt.skipped_curvature_steps) == 4 and run.skipped_steps == 0
     assert all(
-        np.all(s.numpy() == 0) for slots in opt._slots for s in slots.values()
+        np.all(s.numpy() == 0) for slots in opt.rule_state for s in slots.values()
     )  # step-rule state untouched
     assert float(opt.mixture_weight_entropy) == 0.0
 

@@ -16,11 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_keras._config import check_number
-from bayes_keras.core import step_rules
-from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StateWrites
-from bayes_keras.core.particle_view import is_particle_variable
-from bayes_keras.core.rule_state import RuleState
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer
 
 tfd = tfp.distributions
 
@@ -55,23 +51,13 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         that policy: half the memory traffic of a step, no casts of (N, D) tensors)."""
         return getattr(self, "_weight_dtype", "float32") if self._elementwise else "float64"
 
-    def __init__(
-        self, learning_rate, seed=None, antithetic=None, shared_learning_rate=None, **kwargs
-    ):
+    def __init__(self, learning_rate, seed=None, antithetic=None, **kwargs):
         if kwargs.pop("step_rule", None) is not None:
             raise ValueError(
                 f"{type(self).__name__} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
                 "natural gradients with momentum; MeanFieldVI: Adam), and the particles are samples of q."
             )
-        shared_learning_rate = check_number(
-            shared_learning_rate,
-            f"{type(self).__name__} shared_learning_rate",
-            allow_none=True,
-            allow_zero=True,
-        )
         super().__init__(learning_rate=learning_rate, **kwargs)
-        self.shared_learning_rate = shared_learning_rate
-        self.shared_rule = step_rules.Adam()
         self.seed = seed
         self.antithetic = None if antithetic is None else bool(antithetic)
 
@@ -88,12 +74,6 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             raise ValueError(
                 f"{type(self).__name__} needs particle variables (bayes_keras particle layers)."
             )
-        # q's state is the family's (below); the step-rule slots are the shared variables' Adam moments
-        rules = [
-            step_rules.SGD() if is_particle_variable(v) else self.shared_rule
-            for v in self.view.all_variables
-        ]
-        self._slots = RuleState(self.add_variable, self.view.all_variables, rules)
         self._weight_dtype = self.view.variables[0].dtype
         self._blocks = self._block_groups(self.view)
         self._block_dims = [sum(self.view.sizes[i] for i in b) for b in self._blocks]
@@ -224,28 +204,6 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             / step.dataset_size
         }
 
-    def update(self, grads, variables, learning_rate, step):
-        writes = StateWrites()
-        iteration = tf.cast(self.iterations + 1, tf.float32)
-        particle_grads, shared = self.view.split_gradients(grads, variables)
-        self.update_particles(particle_grads, learning_rate, iteration, step, writes)
-        shared_lr = (
-            self._default_shared_learning_rate(learning_rate)
-            if self.shared_learning_rate is None
-            else self.shared_learning_rate
-        )
-        for g, v in shared:
-            self._slots.apply(
-                self.position(v), tf.cast(g, v.dtype), v, shared_lr, iteration, writes
-            )
-        return writes
-
-    def _default_shared_learning_rate(self, learning_rate):
-        return 1e-3
-
-    def check_loaded_state(self):
-        self._slots.check_loaded(self.name)
-
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         if step is not None:  # this step's bound, for LowerBoundStopping
             writes.assign(self.lower_bound, self.report(step)["elbo"])
@@ -332,7 +290,6 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             {
                 "seed": self.seed,
                 "antithetic": self.antithetic,
-                "shared_learning_rate": self.shared_learning_rate,
             }
         )
         return config

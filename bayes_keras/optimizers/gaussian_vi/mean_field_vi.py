@@ -66,7 +66,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
 
     _elementwise = True
 
-    def _default_shared_learning_rate(self, learning_rate):
+    def default_shared_learning_rate(self, learning_rate):
         return learning_rate  # an Adam learning rate already
 
     def _block_groups(self, view):

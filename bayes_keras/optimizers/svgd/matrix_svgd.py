@@ -250,7 +250,7 @@ class MatrixSVGD(ParticleOptimizer):
                 )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
-        """One step (called by ParticleOptimizer.update with the gradients of the NEGATIVE log joint per particle
+        """One step (called by BayesianOptimizer.update with the gradients of the NEGATIVE log joint per particle
         variable): the preconditioner's curvature for this step, the Stein direction, the step rule, and the
         rescaling's running averages. Every new value goes into `writes` (a StateWrites): BayesianOptimizer.apply
         writes them all, or, if any is not finite or the curvature is not, none (KFAC's running statistics,
