@@ -123,7 +123,7 @@ def run_particles(
     refused = int(optimizer.skipped_updates.numpy())
     if refused:
         warnings.warn(
-            f"run_particles: {type(optimizer).__name__} refused {refused} update(s) whose new particles or "
+            f"run_particles: {optimizer.method_name} refused {refused} update(s) whose new particles or "
             "state were not finite (the step size is too large); they were left unchanged.",
             RuntimeWarning,
         )

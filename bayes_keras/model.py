@@ -354,7 +354,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         if optimizer is not None and optimizer.curvature_request is not None:
             raise ValueError(
                 f"parallel='particles' does not gather curvature records across particles yet; "
-                f"{type(optimizer).__name__} asks for {optimizer.curvature_request.statistics}. Use "
+                f"{optimizer.method_name} asks for {optimizer.curvature_request.statistics}. Use "
                 "parallel='data'."
             )
         if self._loss_scale is not None:
@@ -630,7 +630,7 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
         if updates > 0:
             optimizer = self._bayesian_model.optimizer
             warnings.warn(
-                f"{type(optimizer).__name__}: {updates} update(s) skipped because the new particles or posterior "
+                f"{optimizer.method_name}: {updates} update(s) skipped because the new particles or posterior "
                 "state were not finite (e.g. a NaN or too large learning rate, an exploding gradient, a "
                 "singular curvature); the particles and the optimizer's state were left unchanged. Lower the "
                 "learning rate.",

@@ -140,7 +140,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     pairwise_tensors = 0  # N x N tensors a step holds at once (kernel matrices)
 
     def __init__(self, learning_rate=1e-3, shared_learning_rate=None, name=None, **kwargs):
-        what = type(self).__name__
+        what = self.method_name
         learning_rate = check_optimizer_arguments(what, learning_rate, kwargs)
         shared_learning_rate = check_number(
             shared_learning_rate, f"{what} shared_learning_rate", allow_none=True, allow_zero=True
@@ -150,10 +150,15 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         self.shared_rule = step_rules.Adam()
         self.view = None
 
+    @property
+    def method_name(self):
+        """The class users construct, as messages name it (MGVBP's structure classes say "MGVBP")."""
+        return type(self).__name__
+
     # -- what a method overrides (docs/api/optimizers.md) --------------------------------------
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         raise NotImplementedError(
-            f"{type(self).__name__} must implement update_particles(grads, learning_rate, iteration, "
+            f"{self.method_name} must implement update_particles(grads, learning_rate, iteration, "
             "step, writes) or update(grads, variables, learning_rate, step)."
         )
 
@@ -167,7 +172,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def check_num_particles(self, num_particles):
         if num_particles < 1:
             raise ValueError(
-                f"{type(self).__name__} needs at least one particle; got {num_particles}."
+                f"{self.method_name} needs at least one particle; got {num_particles}."
             )
 
     def check_particles(self):
@@ -191,7 +196,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if num_particles == 1 and not getattr(self, "_warned_one_particle", False):
             self._warned_one_particle = True
             warnings.warn(
-                f"{type(self).__name__} with num_particles=1 {what}: the model will report zero "
+                f"{self.method_name} with num_particles=1 {what}: the model will report zero "
                 "epistemic uncertainty. Use num_particles >= 2 (10 or more for a usable posterior).",
                 UserWarning,
                 stacklevel=3,
@@ -200,7 +205,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def check_step_fits(self):
         """Refuse a particle count whose training step cannot fit this machine's memory."""
         check_training_step_fits(
-            type(self).__name__, self.view.variables, self.step_headroom, self.pairwise_tensors
+            self.method_name, self.view.variables, self.step_headroom, self.pairwise_tensors
         )
 
     # -- the update skeleton -------------------------------------------------------------------
@@ -241,7 +246,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if trainable_variables is None:
             if not self.built:
                 raise ValueError(
-                    f"{type(self).__name__}.apply without variables needs a built optimizer: call "
+                    f"{self.method_name}.apply without variables needs a built optimizer: call "
                     "optimizer.build(model.trainable_variables) first."
                 )
             trainable_variables = self.view.all_variables
@@ -286,7 +291,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         position = self.view.position(variable)
         if position is None:
             raise KeyError(
-                f"{type(self).__name__} was not built with variable {variable.path}; it was built "
+                f"{self.method_name} was not built with variable {variable.path}; it was built "
                 f"with {len(self.view.all_variables)} variables."
             )
         return position

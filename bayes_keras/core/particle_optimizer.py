@@ -42,7 +42,7 @@ class ParticleOptimizer(BayesianOptimizer):
 
     def direction(self, particles, grads, groups):
         raise NotImplementedError(
-            f"{type(self).__name__} must implement direction(particles, grads, groups)."
+            f"{self.method_name} must implement direction(particles, grads, groups)."
         )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):

@@ -364,10 +364,14 @@ def _refine(
     total = (num_stages - 1) * (
         MAX_STEPS_PER_STAGE if steps_per_stage is None else int(steps_per_stage)
     )
-    # Stages that run until they converge have no known length: the bar then counts steps without a target.
+    # Stages that run until they converge have no known length: the bar then counts stages (the last one
+    # samples the base posterior), with the steps taken as a metric.
+    adaptive = steps_per_stage is None
     bar = (
         keras.utils.Progbar(
-            None if steps_per_stage is None else total, stateful_metrics=["stage", "elbo_aux"]
+            num_stages if adaptive else total,
+            unit_name="stage" if adaptive else "step",
+            stateful_metrics=["stage", "steps", "elbo_aux"],
         )
         if verbose and total
         else None
@@ -400,7 +404,7 @@ def _refine(
                 objectives.append(float(step(target.next_batch())))
                 taken += 1
                 if bar is not None:
-                    bar.update(taken, [("stage", k)])
+                    bar.update(k - 1 if adaptive else taken, [("stage", k), ("steps", taken)])
                 if (
                     steps_per_stage is None
                     and (i + 1) % STAGE_WINDOW == 0
@@ -419,7 +423,9 @@ def _refine(
             - auxiliary.normal_kl(nu, var, b, s2).sum(1)
         )
         if bar is not None:
-            bar.update(taken, [("stage", k), ("elbo_aux", float(np.mean(bounds[-1])) / units)])
+            done = k if adaptive else taken
+            elbo = float(np.mean(bounds[-1])) / units
+            bar.update(done, [("stage", k), ("steps", taken), ("elbo_aux", elbo)])
     target.assign_samples(stages.sample())  # the refined samples, one per slot, from the last q
     return RefinementHistory(
         np.stack(bounds) / units, rates, taken, seconds=time.perf_counter() - start

@@ -220,3 +220,32 @@ def test_kronecker_refuses_what_it_cannot_factor():
     with pytest.raises(ValueError, match="Dense, Conv1D and Conv2D.*structure='diagonal'"):
         model.compile(optimizer=paper_mgvbp(structure="kronecker", curvature="fisher"))
         model.optimizer.build(model.trainable_variables)
+
+
+@pytest.mark.parametrize("structure", ["kronecker", "layer"])
+def test_posterior_over_several_blocks_has_the_blocks_standard_deviations(structure):
+    """posterior() over one block per layer: its stddev() / variance() are each block's, from the
+    covariance the state defines (numpy: inv(A) (x) inv(G) for a Kronecker block, inv(P) for a full one)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    model = bk.zoo.mlp(4, 2, (8,), num_particles=3)
+    curvature = "empirical_fisher" if structure == "kronecker" else "stein"
+    optimizer = bk.optimizers.MGVBP(structure=structure, curvature=curvature, seed=0)
+    model.compile(optimizer=optimizer, likelihood="categorical", dataset_size=64)
+    model.fit(x, y, epochs=2, verbose=0)
+    expected = []
+    for block in optimizer.posterior_blocks:
+        if structure == "kronecker":
+            cov = np.kron(
+                np.linalg.inv(block["factor_a"].numpy()), np.linalg.inv(block["factor_g"].numpy())
+            )
+        else:
+            cov = np.linalg.inv(block["precision"].numpy())
+        expected.append(np.sqrt(np.diag(cov)))
+    expected = np.concatenate(expected)
+    q = optimizer.posterior()
+    assert len(optimizer.posterior_blocks) == 2
+    np.testing.assert_allclose(q.stddev().numpy(), expected, rtol=1e-8)
+    np.testing.assert_allclose(q.variance().numpy(), expected**2, rtol=1e-8)
+    assert q.sample(3).shape == (3, expected.size)

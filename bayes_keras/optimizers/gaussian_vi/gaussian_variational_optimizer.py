@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_keras.core.bayesian_optimizer import BayesianOptimizer
+from bayes_keras.optimizers.gaussian_vi.blockwise_gaussian import BlockwiseGaussian
 
 tfd = tfp.distributions
 
@@ -54,7 +55,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
     def __init__(self, learning_rate, seed=None, antithetic=None, **kwargs):
         if kwargs.pop("step_rule", None) is not None:
             raise ValueError(
-                f"{type(self).__name__} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
+                f"{self.method_name} takes no step_rule: it steps q's parameters by its own rule (MGVBP: "
                 "natural gradients with momentum; MeanFieldVI: Adam), and the particles are samples of q."
             )
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -72,14 +73,14 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         super().build(variables)
         if not self.view.variables:
             raise ValueError(
-                f"{type(self).__name__} needs particle variables (bayes_keras particle layers)."
+                f"{self.method_name} needs particle variables (bayes_keras particle layers)."
             )
         self._weight_dtype = self.view.variables[0].dtype
         self._blocks = self._block_groups(self.view)
         self._block_dims = [sum(self.view.sizes[i] for i in b) for b in self._blocks]
         if self._elementwise and self._blocks != [list(range(len(self.view)))]:
             raise ValueError(
-                f"{type(self).__name__}: an elementwise posterior needs one block over all particle "
+                f"{self.method_name}: an elementwise posterior needs one block over all particle "
                 f"variables in order; got blocks {self._blocks}."
             )
         self.lower_bound = self.add_variable((), name="lower_bound")
@@ -253,7 +254,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
             order = [i for b in self._blocks for i in b]
             if order != sorted(order):
                 raise NotImplementedError("flatten=True needs blocks in variable order.")
-            return tfd.Blockwise(blocks)
+            return BlockwiseGaussian(blocks)
         out = {}
         for j, block in enumerate(self._blocks):
             offset = 0

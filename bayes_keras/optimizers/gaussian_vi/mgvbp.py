@@ -96,6 +96,10 @@ class MGVBP(GaussianVariationalOptimizer):
         for structure in cls.structures:
             MGVBP._classes[structure] = cls
 
+    @property
+    def method_name(self):
+        return "MGVBP"
+
     def __new__(cls, learning_rate=None, structure="diagonal", *args, **kwargs):
         if cls is MGVBP:
             if structure not in _STRUCTURES:
@@ -147,7 +151,6 @@ class MGVBP(GaussianVariationalOptimizer):
             raise ValueError(f"MGVBP signal_share must be True or False; got {signal_share!r}.")
         if learning_rate is None:
             learning_rate = 0.1 if structure in ("full", "layer") else 1e-3
-        kwargs["name"] = kwargs.get("name") or "MGVBP"
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.structure, self.estimator, self.curvature = structure, estimator, curvature
         self.momentum = float(momentum)

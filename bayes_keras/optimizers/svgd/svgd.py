@@ -52,9 +52,7 @@ class SVGD(ParticleOptimizer):
         self, learning_rate=1e-2, kernel=None, scope="joint", step_rule="rmsprop", **kwargs
     ):
         if scope not in _SCOPES:
-            raise ValueError(
-                f"{type(self).__name__} scope must be one of {_SCOPES}; got {scope!r}."
-            )
+            raise ValueError(f"{self.method_name} scope must be one of {_SCOPES}; got {scope!r}.")
         super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
         self.kernel = kernels_lib.get(kernel)
         self.scope = scope
