@@ -147,7 +147,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         )
         super().__init__(learning_rate=learning_rate, name=name or what, **kwargs)
         self.shared_learning_rate = shared_learning_rate
-        self.shared_rule = step_rules.Adam()
+        self.shared_rule = step_rules.ElementwiseAdam()
         self.view = None
 
     @property

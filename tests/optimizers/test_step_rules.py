@@ -58,3 +58,17 @@ def test_signal_share_wraps_any_rule_and_serialises():
         bk.optimizers.GaussianParticleFlow.from_config(opt.get_config()).step_rule,
         step_rules.SignalShare,
     )
+
+
+def test_element_wise_adam_saved_under_its_old_name_loads():
+    """ElementwiseAdam was `step_rules.Adam` (registered "bayes_keras.step_rules>Adam"): a config saved
+    then deserializes to it, with its settings."""
+    saved = {
+        "module": "bayes_keras.inference.step_rules",
+        "class_name": "Adam",
+        "config": {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-6},
+        "registered_name": "bayes_keras.step_rules>Adam",
+    }
+    rule = keras.saving.deserialize_keras_object(saved)
+    assert type(rule) is bk.step_rules.ElementwiseAdam
+    assert (rule.beta_1, rule.beta_2, rule.epsilon) == (0.8, 0.99, 1e-6)

@@ -9,8 +9,9 @@ Dimension-wise rules (the GPF paper, Sec. 4.4 / App. H) keep ONE second-moment s
 shared by all particles, so the step is x <- x - P * Delta with the same diagonal P for every particle:
 an element-wise Adam would precondition each particle differently and break the affine flow.
 
-Names for step_rule= arguments: "sgd", "rmsprop" / "dimwise_rmsprop", "adam" / "dimwise_adam",
-"elementwise_adam", "signal_rmsprop" (SignalShare(DimWiseRMSProp())). One rule per file; `base.py` has
+Names for step_rule= arguments (the plain names are the particle methods' dimension-wise rules): "sgd",
+"rmsprop" / "dimwise_rmsprop" (DimWiseRMSProp), "adam" / "dimwise_adam" (DimWiseAdam), "elementwise_adam"
+(ElementwiseAdam), "signal_rmsprop" (SignalShare(DimWiseRMSProp())). One rule per file; `base.py` has
 the interface, the registry and the signal-share functions.
 """
 
@@ -22,7 +23,7 @@ from bayes_keras.core.step_rules.base import (
     signal_fraction,
     signal_share,
 )
-from bayes_keras.core.step_rules.adam import Adam
+from bayes_keras.core.step_rules.elementwise_adam import ElementwiseAdam
 from bayes_keras.core.step_rules.dimwise_adam import DimWiseAdam
 from bayes_keras.core.step_rules.dimwise_rmsprop import DimWiseRMSProp
 from bayes_keras.core.step_rules.sgd import SGD
@@ -32,7 +33,7 @@ __all__ = [
     "StepRule",
     "SGD",
     "DimWiseRMSProp",
-    "Adam",
+    "ElementwiseAdam",
     "DimWiseAdam",
     "SignalShare",
     "get",

@@ -3,13 +3,13 @@
 import keras
 import tensorflow as tf
 
-from bayes_keras.core.step_rules.adam import Adam
+from bayes_keras.core.step_rules.elementwise_adam import ElementwiseAdam
 from bayes_keras.core.step_rules.base import register
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 @register("adam", "dimwise_adam")
-class DimWiseAdam(Adam):
+class DimWiseAdam(ElementwiseAdam):
     """Adam with per-particle first moment and a particle-shared second moment (bias-corrected)."""
 
     def slots(self, shape):

@@ -3,7 +3,7 @@
 import keras
 
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
-from bayes_keras.core.step_rules import Adam
+from bayes_keras.core.step_rules import ElementwiseAdam
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -34,7 +34,9 @@ class IndependentParticles(ParticleOptimizer):
                 "PreconditionedParticles(preconditioner='identity', step_rule=...)."
             )
         super().__init__(
-            learning_rate=learning_rate, step_rule=Adam(beta_1, beta_2, epsilon), **kwargs
+            learning_rate=learning_rate,
+            step_rule=ElementwiseAdam(beta_1, beta_2, epsilon),
+            **kwargs,
         )
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 

@@ -62,7 +62,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.initial_std = float(initial_std)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self._adam = step_rules.Adam(self.beta_1, self.beta_2, self.epsilon)
+        self._adam = step_rules.ElementwiseAdam(self.beta_1, self.beta_2, self.epsilon)
 
     _elementwise = True
 

@@ -26,10 +26,10 @@ class SoftplusGaussian(GaussianFamily):
 
     Args:
         initial_std: sigma at the start.
-        adam: the `bayes_keras.step_rules.Adam` applied to (mu, rho).
+        adam: the `bayes_keras.step_rules.ElementwiseAdam` applied to (mu, rho).
 
     Example:
-        >>> family = SoftplusGaussian(dim=10, dtype="float32", initial_std=0.01, adam=step_rules.Adam())
+        >>> family = SoftplusGaussian(dim=10, dtype="float32", initial_std=0.01, adam=step_rules.ElementwiseAdam())
     """
 
     def __init__(self, dim, dtype, initial_std, adam):

@@ -1,4 +1,4 @@
-"""Adam: element-wise Adam (Kingma & Ba 2015)."""
+"""ElementwiseAdam: Adam with moments per coordinate of every particle (Kingma & Ba 2015)."""
 
 import keras
 import tensorflow as tf
@@ -9,7 +9,7 @@ from bayes_keras.core.step_rules.base import StepRule, register
 
 @keras.saving.register_keras_serializable(package="bayes_keras.step_rules")
 @register("elementwise_adam")
-class Adam(StepRule):
+class ElementwiseAdam(StepRule):
     """Element-wise Adam (Kingma & Ba 2015): every coordinate of every particle has its own moments.
 
     Right for independent particles (deep ensembles) and for shared deterministic weights; wrong
@@ -39,3 +39,7 @@ class Adam(StepRule):
 
     def get_config(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+# Saved before the rename (as "Adam"): files naming it load.
+keras.saving.get_custom_objects()["bayes_keras.step_rules>Adam"] = ElementwiseAdam
