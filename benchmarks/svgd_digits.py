@@ -290,7 +290,7 @@ class CaptureOnlySVGD(bk.optimizers.MatrixSVGD):
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
         d = svgd_direction(
-            particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups)
+            particles, grads, self.kernel, self.kernel_blocks(self.view.layer_blocks)
         )
         self.step_particles(d, learning_rate, iteration, writes)
 
@@ -305,7 +305,7 @@ class FactorsOnlySVGD(bk.optimizers.MatrixSVGD):
             particles, grads, bk.preconditioners.step_records(step), iteration
         )
         d = svgd_direction(
-            particles, grads, self.kernel, self.kernel_groups(self.view.layer_groups)
+            particles, grads, self.kernel, self.kernel_blocks(self.view.layer_blocks)
         )
         bk.preconditioners.require_finite_curvature(curvature, self.skipped_curvature_steps, writes)
         self.step_particles(d, learning_rate, iteration, writes)

@@ -15,9 +15,9 @@ from bayes_keras.core.bayesian_optimizer import BayesianOptimizer
 class ParticleOptimizer(BayesianOptimizer):
     """Base class of inference methods that act on stacks of particles.
 
-    Subclasses implement `direction(particles, grads, groups)`: lists of (N, d_v) tensors (the
+    Subclasses implement `direction(particles, grads, blocks)`: lists of (N, d_v) tensors (the
     particle values and the gradients of the NEGATIVE log joint, in `self.view` order) and the
-    view's layer groups -> a list of (N, d_v) directions. A method that needs more than a direction (a
+    view's layer blocks -> a list of (N, d_v) directions. A method that needs more than a direction (a
     curvature, state of its own) overrides `update_particles` and ends it with `step_particles`.
 
     Args:
@@ -40,16 +40,16 @@ class ParticleOptimizer(BayesianOptimizer):
     def default_shared_learning_rate(self, learning_rate):
         return 1e-3 if isinstance(self.step_rule, step_rules.SGD) else learning_rate
 
-    def direction(self, particles, grads, groups):
+    def direction(self, particles, grads, blocks):
         raise NotImplementedError(
-            f"{self.method_name} must implement direction(particles, grads, groups)."
+            f"{self.method_name} must implement direction(particles, grads, blocks)."
         )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         """Move the particle variables: a direction over all of them jointly, then the step rule.
         `grads`: per particle variable, in view order; `iteration`: 1, 2, ... (float)."""
         directions = self.direction(
-            self.view.flat_particles(), self.view.flat_gradients(grads), self.view.layer_groups
+            self.view.flat_particles(), self.view.flat_gradients(grads), self.view.layer_blocks
         )
         self.step_particles(directions, learning_rate, iteration, writes)
 

@@ -4,7 +4,7 @@ Built once, by `BayesianOptimizer.build`, from the variables the optimizer is ha
 `BayesianModel.fit`, a custom training loop, or `bayes_keras.run_particles`): whoever
 built the optimizer, it sees the same layers, priors and partitions. Each particle variable carries
 `variable.particle_term` (set by `ParticleLayer.add_particle_weight`): its layer, prior and fan-in.
-Variables without one (the functional door's single (N, D) variable) form their own group.
+Variables without one (the functional door's single (N, D) variable) form their own block.
 
 The view holds the model's variables in a plain object, not in a list attribute of the optimizer:
 Keras tracks lists of variables assigned to an optimizer, and saved them a second time (the
@@ -31,10 +31,12 @@ class ParticleView:
         shapes: per-particle shapes; sizes: their flattened sizes d_v.
         layers: the layer owning each variable (None when it has no layer).
         priors: (prior, fan_in) of each variable (None when it has no layer).
-        layer_groups: index lists, one per layer, in order of first appearance.
+        layer_blocks: the "layer" partition: one block per layer, in order of first appearance.
 
-    Partitions (the one vocabulary of every method's block structure): "joint" (one block over all
-    particle variables), "layer" (one per layer) and "variable" (one per variable).
+    One vocabulary for every method's structure: a block is a list of indices into `variables`, a
+    partition a list of blocks: "joint" (one block over all particle variables), "layer" (one per layer)
+    and "variable" (one per variable). (A block's own name in a method says what it is for: a kernel's
+    blocks, q's blocks, a preconditioner's blocks.)
     """
 
     def __init__(self, variables):
@@ -55,16 +57,16 @@ class ParticleView:
         terms = [getattr(v, "particle_term", None) for v in self.variables]
         self.layers = [None if t is None else t.layer() for t in terms]
         self.priors = [None if t is None else (t.prior, t.fan_in) for t in terms]
-        self.layer_groups = []
+        self.layer_blocks = []
         owner = {}
         for i, layer in enumerate(self.layers):
             if layer is None:
-                self.layer_groups.append([i])
+                self.layer_blocks.append([i])
             elif id(layer) in owner:
-                self.layer_groups[owner[id(layer)]].append(i)
+                self.layer_blocks[owner[id(layer)]].append(i)
             else:
-                owner[id(layer)] = len(self.layer_groups)
-                self.layer_groups.append([i])
+                owner[id(layer)] = len(self.layer_blocks)
+                self.layer_blocks.append([i])
         self._index = {id(v): i for i, v in enumerate(self.variables)}
 
     def __len__(self):
@@ -113,7 +115,7 @@ class ParticleView:
         if scope == "joint":
             return [list(range(len(self.variables)))] if self.variables else []
         if scope == "layer":
-            return [list(g) for g in self.layer_groups]
+            return [list(g) for g in self.layer_blocks]
         if scope == "variable":
             return [[i] for i in range(len(self.variables))]
         raise ValueError(f"Unknown partition {scope!r}; expected one of {PARTITIONS}.")

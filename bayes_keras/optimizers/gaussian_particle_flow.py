@@ -12,7 +12,7 @@ Variational Gaussian Approximation", Entropy 2021, https://doi.org/10.3390/e2308
 i.e. Delta = 1 g_bar^T + (1/N) K G - Z with the N x N Gram K = Z Z^T (rows are particles), so the
 D x D matrix A = I - E[g z^T] is never formed: cost O(N^2 D).
 
-Structures: "full" uses one Gram over all coordinates; a list of groups (e.g. one per layer) gives
+Structures: "full" uses one Gram over all coordinates; a list of blocks (e.g. one per layer) gives
 a block-diagonal A (structured mean-field, Sec. 3.5); "mean_field" a diagonal A.
 
 All functions take lists of (N, d_v) float tensors, one per variable, so callers never concatenate.
@@ -50,10 +50,10 @@ class ParticleCloud(NamedTuple):
     grams: Optional[list]
 
 
-def particle_cloud(particles, groups):
-    """The `ParticleCloud` of (N, d_v) particle tensors under `groups` (as in `gpf_direction`)."""
+def particle_cloud(particles, blocks):
+    """The `ParticleCloud` of (N, d_v) particle tensors under `blocks` (as in `gpf_direction`)."""
     zs = _centre(particles)
-    grams = None if groups == "mean_field" else [_gram([zs[v] for v in group]) for group in groups]
+    grams = None if blocks == "mean_field" else [_gram([zs[v] for v in block]) for block in blocks]
     return ParticleCloud(list(particles), zs, grams)
 
 
@@ -61,26 +61,26 @@ def _concat(xs, idx):
     return xs[idx[0]] if len(idx) == 1 else tf.concat([xs[i] for i in idx], axis=1)
 
 
-def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=None):
+def gpf_direction(particles, grads, blocks, mean_preconditioning=False, cloud=None):
     """The GPF pseudo-gradient Delta for every particle (the update is x <- x - step(Delta)).
 
     Args:
         particles: list of (N, d_v) tensors (flattened particle variables).
         grads: list of (N, d_v) gradients of the NEGATIVE log joint at those particles.
-        groups: "mean_field", or a list of lists of indices into `particles`: each inner list is
+        blocks: "mean_field", or a list of lists of indices into `particles`: each inner list is
             one block of the block-diagonal flow ([[0, 1, ..., V-1]] is the full flow).
         mean_preconditioning: replace the mean drift g_bar by C g_bar (C the particles' covariance
             in the block), which makes the mean's convergence independent of the conditioning once
             C approaches the posterior covariance (a natural gradient on the mean only).
-        cloud: the `particle_cloud(particles, groups)` if already computed (it is then not redone).
+        cloud: the `particle_cloud(particles, blocks)` if already computed (it is then not redone).
 
     Returns:
         list of (N, d_v) tensors Delta_v.
     """
-    cloud = particle_cloud(particles, groups) if cloud is None else cloud
+    cloud = particle_cloud(particles, blocks) if cloud is None else cloud
     zs = cloud.centred
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
-    if groups == "mean_field":
+    if blocks == "mean_field":
         out = []
         for z, g in zip(zs, grads):
             gbar = tf.reduce_mean(g, axis=0, keepdims=True)
@@ -90,44 +90,44 @@ def gpf_direction(particles, grads, groups, mean_preconditioning=False, cloud=No
             out.append(gbar + z * (psi - 1.0))  # psi and gbar have no particle axis
         return out
     out = [None] * len(particles)
-    for group, gram in zip(groups, cloud.grams):  # gram: (N, N)
+    for block, gram in zip(blocks, cloud.grams):  # gram: (N, N)
         if not mean_preconditioning:
             # 1 g_bar^T = (1/N) 1 1^T G, so Delta = ((K + 1 1^T) / N) G - Z (`gram + 1.0` adds the all-ones
             # matrix): one matmul by an N x N matrix and one subtraction per variable.
             mixing = (gram + 1.0) / n
-            for v in group:
+            for v in block:
                 out[v] = tf.matmul(mixing, grads[v]) - zs[v]
             continue
         # C g_bar = (1/N) Z^T (Z g_bar), per block.
-        gbars = {v: tf.reduce_mean(grads[v], axis=0, keepdims=True) for v in group}
-        s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in group])  # (N, 1)
-        for v in group:
+        gbars = {v: tf.reduce_mean(grads[v], axis=0, keepdims=True) for v in block}
+        s = tf.add_n([tf.matmul(zs[v], gbars[v], transpose_b=True) for v in block])  # (N, 1)
+        for v in block:
             gbar = tf.matmul(s, zs[v], transpose_a=True) / n
             out[v] = gbar + tf.matmul(gram, grads[v]) / n - zs[v]
     return out
 
 
-def gaussian_entropy(particles, groups, cloud=None):
+def gaussian_entropy(particles, blocks, cloud=None):
     """Entropy of the Gaussian N(m, C) defined by the particles, C = Z^T Z / N, in its support.
 
     With N <= D the covariance is singular (rank N - 1); the entropy is that of the Gaussian on the
     particles' affine span, from the nonzero eigenvalues of the N x N matrix K / N (the same as
     those of C; with N > D the D x D covariance is used instead). Block structures sum their blocks'
-    entropies (q factorises over blocks). `cloud`: the `particle_cloud(particles, groups)` if already
+    entropies (q factorises over blocks). `cloud`: the `particle_cloud(particles, blocks)` if already
     computed (its centred values and Grams are then reused).
     """
-    cloud = particle_cloud(particles, groups) if cloud is None else cloud
+    cloud = particle_cloud(particles, blocks) if cloud is None else cloud
     n_int = particles[0].shape[0]
     n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
-    if groups == "mean_field":
+    if blocks == "mean_field":
         total = 0.0
         for z in cloud.centred:
             var = tf.reduce_mean(z * z, axis=0)
             total += 0.5 * tf.reduce_sum(tf.math.log(tf.maximum(var, 1e-30)) + _LOG_2PI_E)
         return total
     total = 0.0
-    for group, particle_gram in zip(groups, cloud.grams):
-        dim = sum(int(particles[v].shape[1]) for v in group)
+    for block, particle_gram in zip(blocks, cloud.grams):
+        dim = sum(int(particles[v].shape[1]) for v in block)
         rank = min(n_int - 1, dim)
         # The nonzero eigenvalues of K / N = Z Z^T / N and C = Z^T Z / N coincide: use the smaller.
         small = dim < n_int
@@ -136,16 +136,16 @@ def gaussian_entropy(particles, groups, cloud=None):
         def log_det(dtype):
             if small:
                 z = (
-                    _concat(cloud.centred, group)
+                    _concat(cloud.centred, block)
                     if dtype == particles[0].dtype
-                    else _centre([tf.cast(_concat(particles, group), dtype)])[0]
+                    else _centre([tf.cast(_concat(particles, block), dtype)])[0]
                 )
                 gram = tf.matmul(z, z, transpose_a=True)
             elif dtype == particles[0].dtype:
                 gram = particle_gram  # the direction's K, not recomputed
             else:
-                # K = sum_v Z_v Z_v^T block by block: concatenating the group first copied every weight.
-                gram = _gram(_centre([tf.cast(particles[v], dtype) for v in group]))
+                # K = sum_v Z_v Z_v^T block by block: concatenating the block first copied every weight.
+                gram = _gram(_centre([tf.cast(particles[v], dtype) for v in block]))
             gram = tf.cast(gram, tf.float64) / tf.cast(n, tf.float64)
             finite = tf.reduce_all(tf.math.is_finite(gram))
             # eigvalsh in float64: float32 eigensolvers fail to converge on the near-singular Grams of
@@ -257,19 +257,19 @@ class GaussianParticleFlow(ParticleOptimizer):
                     stacklevel=2,
                 )
 
-    def _structure_groups(self, groups):
+    def _structure_blocks(self, blocks):
         if self.structure == "mean_field":
             return "mean_field"
         if self.structure == "full":
-            return [sorted(i for g in groups for i in g)]
-        return groups
+            return [sorted(i for g in blocks for i in g)]
+        return blocks
 
-    def direction(self, particles, grads, groups, cloud=None):
+    def direction(self, particles, grads, blocks, cloud=None):
         """GPF's flow direction for the particles and the gradients of the negative log joint (lists of
-        (N, d_v) tensors) over the view's layer groups; `cloud`: the particles' `ParticleCloud` if already
+        (N, d_v) tensors) over the view's layer blocks; `cloud`: the particles' `ParticleCloud` if already
         computed (`prepare_step`)."""
         return gpf_direction(
-            particles, grads, self._structure_groups(groups), self.mean_preconditioning, cloud
+            particles, grads, self._structure_blocks(blocks), self.mean_preconditioning, cloud
         )
 
     def prepare_step(self):
@@ -284,18 +284,18 @@ class GaussianParticleFlow(ParticleOptimizer):
 
     def _cloud(self):
         flat = self.view.flat_particles()
-        return particle_cloud(flat, self._structure_groups(self.view.layer_groups))
+        return particle_cloud(flat, self._structure_blocks(self.view.layer_blocks))
 
     def _entropy(self, cloud):
         return gaussian_entropy(
-            cloud.particles, self._structure_groups(self.view.layer_groups), cloud
+            cloud.particles, self._structure_blocks(self.view.layer_blocks), cloud
         )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         prepared = None if step is None else step.prepared
         cloud = self._cloud() if prepared is None else prepared.cloud
         directions = self.direction(
-            cloud.particles, self.view.flat_gradients(grads), self.view.layer_groups, cloud
+            cloud.particles, self.view.flat_gradients(grads), self.view.layer_blocks, cloud
         )
         self.step_particles(directions, learning_rate, iteration, writes)
 

@@ -80,7 +80,7 @@ def test_subclassed_model_fits_without_a_prior_call(name):
         history = model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
         assert np.isfinite(history.history["loss"]).all() and model.skipped_steps == 0
         assert model.optimizer.view.variables == model.particle_variables
-        assert model.optimizer.view.layer_groups == [
+        assert model.optimizer.view.layer_blocks == [
             [0, 1],
             [2, 3],
         ]  # the layers reached the optimizer

@@ -414,14 +414,14 @@ def test_hessian_preconditioner_needs_a_log_density_outside_the_functional_door(
 
 
 def test_preconditioner_is_built_with_one_group_per_layer_whatever_the_kernel_scope():
-    """The interface's contract: build(optimizer, view) gets the layer groups, also when the
+    """The interface's contract: build(optimizer, view) gets the layer blocks, also when the
     kernel couples all weights (scope='joint')."""
     seen = []
 
     class Spy(IdentityPreconditioner):
         def build(self, view, add_variable, operators=None):
             super().build(view, add_variable, operators)
-            seen.append([list(g) for g in view.layer_groups])
+            seen.append([list(g) for g in view.layer_blocks])
 
     model = bk.zoo.mlp(3, 1, (8,), num_particles=4, likelihood=bk.likelihoods.Normal(scale=0.5))
     names = [v.path for v in model.particle_variables]

@@ -27,7 +27,7 @@ Interface (what a KFAC preconditioner implements as well)::
                                    # capture layer inputs / pre-activation gradients (curvature.capture)
         def build(self, view, add_variable, operators=None) -> None
             # once, from the optimizer's build. view: the optimizer's ParticleView (the flattened
-            # particle variables' sizes, their layers and priors, view.layer_groups: index lists,
+            # particle variables' sizes, their layers and priors, view.layer_blocks: index lists,
             # one per layer). Create persistent state with add_variable (the optimizer's, so that it
             # is saved with the model); operators: the Curvature methods the optimizer will call (its
             # `curvature_operators`; None: all), so that only those are computed. Raise ValueError when
@@ -96,7 +96,7 @@ class Preconditioner(Configurable):
         """The functional door's log density (`run_particles`); default: not needed."""
 
     def build(self, view, add_variable, operators=None):
-        """`view`: the optimizer's `ParticleView` (shapes, layer groups, layers and priors); `add_variable`:
+        """`view`: the optimizer's `ParticleView` (shapes, layer blocks, layers and priors); `add_variable`:
         the optimizer's, for persistent state; `operators`: the Curvature methods the optimizer calls."""
         self._shapes = [(view.num_particles, d) for d in view.sizes]
 

@@ -304,7 +304,7 @@ class KFACPreconditioner(Preconditioner):
                 [view.priors[i] for i in group],
                 self._shapes,
             )
-            for group in view.layer_groups
+            for group in view.layer_blocks
         ]  # one group per layer (the interface's contract)
         self._views = [None] * len(view.variables)
         for layer in self._layers:

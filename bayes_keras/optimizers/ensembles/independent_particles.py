@@ -40,7 +40,7 @@ class IndependentParticles(ParticleOptimizer):
         )
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 
-    def direction(self, particles, grads, groups):
+    def direction(self, particles, grads, blocks):
         return grads
 
     def check_num_particles(self, num_particles):

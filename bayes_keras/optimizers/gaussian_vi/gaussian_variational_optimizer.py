@@ -23,7 +23,7 @@ tfd = tfp.distributions
 
 
 class GaussianVariationalOptimizer(BayesianOptimizer):
-    """Shared machinery; a method implements `_block_groups(view)` (the blocks), `_family(j, dim)` (block j's
+    """Shared machinery; a method implements `_partition(view)` (the blocks), `_family(j, dim)` (block j's
     GaussianFamily) and its estimator: `_update_blocks` (per block, on flattened (N, D_b) tensors) or, with
     `_elementwise = True` (diagonal posteriors), `_update_elementwise` (per particle variable, on slices of
     the one flat block; its family then provides `moments(state, read)`).
@@ -63,7 +63,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
         self.antithetic = None if antithetic is None else bool(antithetic)
 
     # -- build ---------------------------------------------------------------------------------
-    def _block_groups(self, view):
+    def _partition(self, view):
         """The blocks of q: index lists over the view's particle variables."""
         raise NotImplementedError
 
@@ -76,7 +76,7 @@ class GaussianVariationalOptimizer(BayesianOptimizer):
                 f"{self.method_name} needs particle variables (bayes_keras particle layers)."
             )
         self._weight_dtype = self.view.variables[0].dtype
-        self._blocks = self._block_groups(self.view)
+        self._blocks = self._partition(self.view)
         self._block_dims = [sum(self.view.sizes[i] for i in b) for b in self._blocks]
         if self._elementwise and self._blocks != [list(range(len(self.view)))]:
             raise ValueError(

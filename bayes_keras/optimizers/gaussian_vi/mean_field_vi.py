@@ -69,7 +69,7 @@ class MeanFieldVI(GaussianVariationalOptimizer):
     def default_shared_learning_rate(self, learning_rate):
         return learning_rate  # an Adam learning rate already
 
-    def _block_groups(self, view):
+    def _partition(self, view):
         return view.partition("joint")  # diagonal: one flat block over all weights
 
     def _family(self, j, dim):

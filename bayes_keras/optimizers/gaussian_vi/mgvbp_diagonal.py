@@ -222,7 +222,7 @@ class MGVBPDiagonal(MGVBP):
     structures = ("diagonal",)
     _elementwise = True
 
-    def _block_groups(self, view):
+    def _partition(self, view):
         return view.partition("joint")
 
     def _family(self, j, dim):

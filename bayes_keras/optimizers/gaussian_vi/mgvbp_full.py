@@ -225,11 +225,11 @@ class MGVBPFull(MGVBP):
 
     structures = ("full", "layer")
 
-    def _block_groups(self, view):
+    def _partition(self, view):
         return view.partition("joint" if self.structure == "full" else "layer")
 
     def check_structure(self, view):
-        for g in self._block_groups(view):
+        for g in self._partition(view):
             dim = sum(view.sizes[i] for i in g)
             if dim > self.max_block_size:
                 names = ", ".join(view.variables[i].path for i in g)

@@ -316,11 +316,11 @@ class MGVBPKronecker(MGVBP):
 
     structures = ("kronecker",)
 
-    def _block_groups(self, view):
+    def _partition(self, view):
         return view.partition("layer")
 
     def check_structure(self, view):
-        blocks = self._block_groups(view)
+        blocks = self._partition(view)
         self._kron_shapes = kronecker_shapes(view, blocks, self.max_block_size)
         self._kron_index = {
             g[0]: j for j, g in enumerate(blocks)

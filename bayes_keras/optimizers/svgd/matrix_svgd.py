@@ -209,15 +209,15 @@ class MatrixSVGD(ParticleOptimizer):
         super().build(variables)
         self.mixture_weight_entropy = self.add_variable((), name="mixture_weight_entropy")
         if self._rescaled:
-            # Running first moment of each particle's driving term and, per kernel group, of its squared norm:
+            # Running first moment of each particle's driving term and, per kernel block, of its squared norm:
             # the signal share (their bias correction 1 - decay^t reads the count of committed steps).
-            groups = self.kernel_groups(self.view.layer_groups)
+            kernel_blocks = self.kernel_blocks(self.view.layer_blocks)
             self.drift_average = [
                 self.add_variable((self.view.num_particles, size), name=f"drift_average_{i}")
                 for i, size in enumerate(self.view.sizes)
             ]
             self.drift_square_average = self.add_variable(
-                (len(groups),), name="drift_square_average"
+                (len(kernel_blocks),), name="drift_square_average"
             )
         self.skipped_curvature_steps = self.add_variable(
             (), dtype="int64", name="skipped_curvature_steps"
@@ -226,22 +226,22 @@ class MatrixSVGD(ParticleOptimizer):
             self.preconditioner.build(self.view, self.add_variable, self.curvature_operators)
             self._check_blocks(
                 self.preconditioner.blocks(len(self.view)),
-                self.kernel_groups(self.view.layer_groups),
+                self.kernel_blocks(self.view.layer_blocks),
             )
 
-    def kernel_groups(self, groups):
-        """The index groups (over the particle variables) the kernel is computed on: all variables in one
-        group for scope="joint", the per-layer `groups` for scope="layer"."""
+    def kernel_blocks(self, layer_blocks):
+        """The blocks (index lists over the particle variables) a kernel is computed on: one block of all
+        variables for scope="joint", the view's `layer_blocks` for scope="layer"."""
         if self.scope == "joint":
-            return [sorted(i for g in groups for i in g)]
-        return groups
+            return [sorted(i for b in layer_blocks for i in b)]
+        return layer_blocks
 
     @staticmethod
-    def _check_blocks(blocks, groups):
-        if blocks is None:
+    def _check_blocks(preconditioner_blocks, kernel_blocks):
+        if preconditioner_blocks is None:
             return
-        owner = {v: k for k, g in enumerate(groups) for v in g}
-        for block in blocks:
+        owner = {v: k for k, g in enumerate(kernel_blocks) for v in g}
+        for block in preconditioner_blocks:
             if len({owner.get(v) for v in block}) > 1:
                 raise ValueError(
                     f"The preconditioner couples variables {sorted(block)} that scope='layer' puts in "
@@ -256,7 +256,7 @@ class MatrixSVGD(ParticleOptimizer):
         writes them all, or, if any is not finite or the curvature is not, none (KFAC's running statistics,
         which describe the data, are updated by `preconditioner.update` itself)."""
         particles, grads = self.view.flat_particles(), self.view.flat_gradients(grads)
-        groups = self.kernel_groups(self.view.layer_groups)
+        kernel_blocks = self.kernel_blocks(self.view.layer_blocks)
         curvature = self.preconditioner.update(
             particles, grads, preconditioners.step_records(step), iteration
         )
@@ -264,14 +264,16 @@ class MatrixSVGD(ParticleOptimizer):
         entropy = None  # the mixture mode's mean entropy of the mixture weights
         if self.mode == "average":
             rescale = (
-                (lambda *args: self._rescale(state, groups, *args)) if self._rescaled else None
+                (lambda *args: self._rescale(state, kernel_blocks, *args))
+                if self._rescaled
+                else None
             )
             directions = matrix_svgd_average_direction(
                 particles,
                 grads,
                 self.kernel,
                 curvature,
-                groups,
+                kernel_blocks,
                 self.kernel_metric,
                 rescale=rescale,
             )
@@ -281,7 +283,7 @@ class MatrixSVGD(ParticleOptimizer):
                 grads,
                 self.kernel,
                 curvature,
-                groups,
+                kernel_blocks,
                 self.kernel_metric,
                 self.mixture_beta,
             )
@@ -299,8 +301,8 @@ class MatrixSVGD(ParticleOptimizer):
                 ),
             )
 
-    def _rescale(self, state, groups, index, score, drift, curvature_drift):
-        """The average mode's step scale for kernel group `index`: alpha * rho, with alpha the quadratic model's
+    def _rescale(self, state, kernel_blocks, index, score, drift, curvature_drift):
+        """The average mode's step scale for kernel block `index`: alpha * rho, with alpha the quadratic model's
         step along the driving term (`quadratic_model_scale`) and rho = |m|^2 / v in [0, 1], the fraction of the
         driving term that persists from step to step (m: running mean of each particle's driving term, v:
         running mean of its squared norm, both bias-corrected; Jensen: |m|^2 <= v). Full batch, rho -> 1 and
@@ -308,7 +310,7 @@ class MatrixSVGD(ParticleOptimizer):
         (1 - decay) / (1 + decay), shrinking the step as the optimal SGD step shrinks with the gradient's noise
         (Balles, Romero & Hennig 2017, "Coupling Adaptive Batch Sizes with Learning Rates")."""
         decay = _RESCALING_DECAY
-        positions = groups[index]
+        positions = kernel_blocks[index]
         means = [
             decay * self.drift_average[v] + (1.0 - decay) * d for v, d in zip(positions, drift)
         ]

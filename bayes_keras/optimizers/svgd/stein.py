@@ -45,7 +45,7 @@ sum_j grad_{x_j} k(x_j, x_i) (not divided by N), in x-coordinates when the kerne
 images ys = Q x (the Q^{-1} is applied inside), per anchor with `weights`.
 
 Curvature operators: bayes_keras.preconditioners (Curvature.apply / solve / apply_mean / solve_mean /
-log_det take lists aligned with the variables; None entries for variables outside a group).
+log_det take lists aligned with the variables; None entries for variables outside a block).
 """
 
 import tensorflow as tf
@@ -57,83 +57,83 @@ def _n(particles):
     return tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
 
 
-def _select(values, group, size):
-    """A list of length `size` with values[k] at position group[k] and None elsewhere."""
+def _select(values, block, size):
+    """A list of length `size` with values[k] at position block[k] and None elsewhere."""
     out = [None] * size
-    for k, v in enumerate(group):
+    for k, v in enumerate(block):
         out[v] = values[k]
     return out
 
 
-def svgd_direction(particles, grads, kernel, groups):
+def svgd_direction(particles, grads, kernel, blocks):
     """Vanilla SVGD: -phi for every particle.
 
     Args:
         particles: list of (N, d_v) tensors.
         grads: list of (N, d_v) gradients of the NEGATIVE log density at the particles.
         kernel: a bayes_keras.kernels.Kernel.
-        groups: list of lists of indices into `particles`; one kernel per group ([[0, ..., V-1]] is
-            one joint kernel over all coordinates, one group per layer gives per-layer kernels).
+        blocks: list of lists of indices into `particles`; one kernel per block ([[0, ..., V-1]] is
+            one joint kernel over all coordinates, one block per layer gives per-layer kernels).
 
     Returns:
         list of (N, d_v) tensors: -phi(x_i) = (1/N) sum_j [k_ij g_j - grad_{x_j} k(x_j, x_i)].
     """
     n = _n(particles)
     out = [None] * len(particles)
-    for group in groups:
-        k, rep = kernel.evaluate([particles[v] for v in group])
-        for v, r in zip(group, rep):
+    for block in blocks:
+        k, rep = kernel.evaluate([particles[v] for v in block])
+        for v, r in zip(block, rep):
             out[v] = (tf.matmul(k, grads[v]) - r) / n
     return out
 
 
 def matrix_svgd_average_direction(
-    particles, grads, kernel, curvature, groups, metric="q", rescale=None
+    particles, grads, kernel, curvature, blocks, metric="q", rescale=None
 ):
     """Matrix-valued SVGD with the constant ("average") preconditioner Q_bar: -phi for every particle.
 
     Further arguments:
 
-    - particles, grads, kernel, groups: as `svgd_direction`.
+    - particles, grads, kernel, blocks: as `svgd_direction`.
 
     Args:
         curvature: a bayes_keras.preconditioners.Curvature (its mean Q_bar is used).
         metric: "q" (Eq. 13: kernel on Q_bar-distances) or "euclidean" (Q_bar^{-1} times vanilla SVGD).
-        rescale: None, or a function (k, score, drift, curvature_drift) -> scalar called for the k-th group
-            with the group's scores, its driving term Q_bar^{-1} K S / N and Q_bar times it (lists over the
-            group's variables); the group's direction is multiplied by the scalar (MatrixSVGD's rescaling:
+        rescale: None, or a function (k, score, drift, curvature_drift) -> scalar called for the k-th block
+            with the block's scores, its driving term Q_bar^{-1} K S / N and Q_bar times it (lists over the
+            block's variables); the block's direction is multiplied by the scalar (MatrixSVGD's rescaling:
             `quadratic_model_scale` times a signal fraction).
     """
     size = len(particles)
     n = _n(particles)
     out = [None] * size
-    for index, group in enumerate(groups):
-        xs = [particles[v] for v in group]
+    for index, block in enumerate(blocks):
+        xs = [particles[v] for v in block]
         ys = None
         if metric == "q":
-            ys = [y for y in curvature.apply_mean(_select(xs, group, size)) if y is not None]
+            ys = [y for y in curvature.apply_mean(_select(xs, block, size)) if y is not None]
         k, rep = kernel.evaluate(xs, ys)
-        products = [tf.matmul(k, -grads[v]) for v in group]  # K S
+        products = [tf.matmul(k, -grads[v]) for v in block]  # K S
         driving = [p / n for p in products]
         if (
             metric == "q"
         ):  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
-            drift = curvature.solve_mean(_select(driving, group, size))
-            drift = [drift[v] for v in group]
+            drift = curvature.solve_mean(_select(driving, block, size))
+            drift = [drift[v] for v in block]
             phi = [d + r / n for d, r in zip(drift, rep)]
         else:  # separable kernel k Q^{-1}: precondition the whole vanilla direction
             pre = curvature.solve_mean(
-                _select([(p + r) / n for p, r in zip(products, rep)], group, size)
+                _select([(p + r) / n for p, r in zip(products, rep)], block, size)
             )
-            phi = [pre[v] for v in group]
+            phi = [pre[v] for v in block]
             if rescale is not None:
-                drift = curvature.solve_mean(_select(driving, group, size))
-                drift = [drift[v] for v in group]
+                drift = curvature.solve_mean(_select(driving, block, size))
+                drift = [drift[v] for v in block]
         if rescale is not None:
-            applied = curvature.apply_mean(_select(drift, group, size))
-            scale = rescale(index, [-grads[v] for v in group], drift, [applied[v] for v in group])
+            applied = curvature.apply_mean(_select(drift, block, size))
+            scale = rescale(index, [-grads[v] for v in block], drift, [applied[v] for v in block])
             phi = [scale * p for p in phi]
-        for v, p in zip(group, phi):
+        for v, p in zip(block, phi):
             out[v] = -p
     return out
 
@@ -153,7 +153,7 @@ def quadratic_model_scale(score, drift, curvature_drift):
     return tf.where(usable, tf.maximum(num, 0.0) / tf.where(usable, den, 1.0), tf.ones_like(den))
 
 
-def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
+def mixture_log_weights(particles, curvature, block=None, metric="q", beta=1.0):
     """Mixture weights in log space: returns (log_w, ys, d2) with log_w[l, j] = log w_l(x_j) (N anchors x N
     particles; softmax over l, every column sums to 1), ys the Q_l-images ys[v][l, j] = (Q_l x_j)_v (None
     for "euclidean") and d2 the pairwise squared distances in each anchor's metric (L, N, N) (or (N, N)).
@@ -161,18 +161,18 @@ def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
     w_l(x) proportional to N(x; z_l, Q_l^{-1})^beta (metric "q") or N(x; z_l, I)^beta ("euclidean").
     """
     size = len(particles)
-    group = list(range(size)) if group is None else list(group)
-    xs = [particles[v] for v in group]
+    block = list(range(size)) if block is None else list(block)
+    xs = [particles[v] for v in block]
     n_int = int(xs[0].shape[0])
     if metric == "q":
         xb = [tf.broadcast_to(x[None], (n_int,) + tuple(x.shape)) for x in xs]
         ys = [
-            y for y in curvature.apply(_select(xb, group, size)) if y is not None
+            y for y in curvature.apply(_select(xb, block, size)) if y is not None
         ]  # ys[l][j] = Q_l x_j
         d2 = pairwise_sq_distances(xs, ys)  # (L, N, N): ||x_i - x_j||^2_{Q_l}
         # [l, j] = d2[l, j, l] = ||x_j - z_l||^2_{Q_l} (d2 is symmetric in its last two axes)
         to_anchor = tf.transpose(tf.linalg.diag_part(tf.transpose(d2, (1, 0, 2))))
-        logits = beta * (-0.5 * to_anchor + 0.5 * curvature.log_det(group)[:, None])
+        logits = beta * (-0.5 * to_anchor + 0.5 * curvature.log_det(block)[:, None])
     else:
         ys, d2 = None, pairwise_sq_distances(xs)
         logits = beta * (-0.5 * d2)  # symmetric: [l, j] = ||x_j - z_l||^2
@@ -180,13 +180,13 @@ def mixture_log_weights(particles, curvature, group=None, metric="q", beta=1.0):
 
 
 def matrix_svgd_mixture_direction(
-    particles, grads, kernel, curvature, groups, metric="q", beta=1.0
+    particles, grads, kernel, curvature, blocks, metric="q", beta=1.0
 ):
     """Matrix-valued SVGD with the anchor-mixture kernel (Eqs. 16-18), anchors = particles.
 
     Further arguments:
 
-    - particles, grads, kernel, groups: as `svgd_direction` (one mixture kernel per group).
+    - particles, grads, kernel, blocks: as `svgd_direction` (one mixture kernel per block).
 
     Args:
         curvature: a bayes_keras.preconditioners.Curvature (per-particle Q_l).
@@ -194,7 +194,7 @@ def matrix_svgd_mixture_direction(
         beta: exponent on the anchor densities in the weights (1: Eq. 17; 0: uniform weights).
 
     Returns:
-        (directions, entropy): list of (N, d_v) tensors -phi, and the mean over particles and groups
+        (directions, entropy): list of (N, d_v) tensors -phi, and the mean over particles and blocks
         of the weights' entropy H_j = -sum_l w_l(x_j) log w_l(x_j) (nats; log N = uniform,
         0 = one-hot: the collapse to per-particle Newton steps without repulsion).
     """
@@ -202,10 +202,10 @@ def matrix_svgd_mixture_direction(
     n = _n(particles)
     out = [None] * size
     entropies = []
-    for group in groups:
-        xs = [particles[v] for v in group]
-        glp = [-grads[v] for v in group]
-        log_w, ys, d2 = mixture_log_weights(particles, curvature, group, metric, beta)
+    for block in blocks:
+        xs = [particles[v] for v in block]
+        glp = [-grads[v] for v in block]
+        log_w, ys, d2 = mixture_log_weights(particles, curvature, block, metric, beta)
         w = tf.exp(log_w)  # (L, N): w[l, j] = w_l(x_j)
         entropies.append(tf.reduce_mean(-tf.reduce_sum(w * log_w, axis=0)))
         if metric == "q":
@@ -223,11 +223,11 @@ def matrix_svgd_mixture_direction(
         kw = k * w[:, None, :]  # [l, i, j] = w_l(x_j) k_l(x_i, x_j)
         drift = [tf.einsum("lij,ljd->lid", kw, g[None] + gw) / n for g, gw in zip(glp, grad_log_w)]
         if metric == "q":
-            pre = curvature.solve(_select(drift, group, size))
-            phi_l = [pre[v] + r / n for v, r in zip(group, rep)]
+            pre = curvature.solve(_select(drift, block, size))
+            phi_l = [pre[v] + r / n for v, r in zip(block, rep)]
         else:
-            pre = curvature.solve(_select([d + r / n for d, r in zip(drift, rep)], group, size))
-            phi_l = [pre[v] for v in group]
-        for v, p in zip(group, phi_l):
+            pre = curvature.solve(_select([d + r / n for d, r in zip(drift, rep)], block, size))
+            phi_l = [pre[v] for v in block]
+        for v, p in zip(block, phi_l):
             out[v] = -n * tf.einsum("li,lid->id", w, p)
     return out, tf.add_n(entropies) / float(len(entropies))

@@ -57,15 +57,15 @@ class SVGD(ParticleOptimizer):
         self.kernel = kernels_lib.get(kernel)
         self.scope = scope
 
-    def kernel_groups(self, groups):
-        """The index groups (over the particle variables) the kernel is computed on: all variables in one
-        group for scope="joint", the per-layer `groups` for scope="layer"."""
+    def kernel_blocks(self, blocks):
+        """The index blocks (over the particle variables) the kernel is computed on: all variables in one
+        block for scope="joint", the per-layer `blocks` for scope="layer"."""
         if self.scope == "joint":
-            return [sorted(i for g in groups for i in g)]
-        return groups
+            return [sorted(i for g in blocks for i in g)]
+        return blocks
 
-    def direction(self, particles, grads, groups):
-        return svgd_direction(particles, grads, self.kernel, self.kernel_groups(groups))
+    def direction(self, particles, grads, blocks):
+        return svgd_direction(particles, grads, self.kernel, self.kernel_blocks(blocks))
 
     def check_num_particles(self, num_particles):
         super().check_num_particles(num_particles)
