@@ -157,23 +157,6 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         return "data" if self._particle_slices is None else "particles"
 
     @property
-    def particle_layers(self):
-        # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
-        # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().
-        layers = [
-            layer
-            for layer in self._flatten_layers(include_self=False)
-            if isinstance(layer, ParticleLayer)
-        ]
-        position = {id(v): i for i, v in enumerate(self.weights)}
-        return sorted(
-            layers,
-            key=lambda layer: min(
-                (position.get(id(v), len(position)) for v in layer.weights), default=len(position)
-            ),
-        )
-
-    @property
     def num_particles(self):
         ns = {
             layer.num_particles for layer in self.particle_layers if layer.num_particles is not None
@@ -221,16 +204,6 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
             check_output_activation(self.layers[-1], self.likelihood)
             self._likelihood_built = False
             self._build_likelihood(shape)  # its variables must exist before the optimizer is built
-
-    def _build_likelihood(self, output_shape):
-        if self.likelihood is None:
-            raise ValueError(
-                "BayesianModel needs a likelihood: pass likelihood='categorical' | 'bernoulli' | "
-                "'normal' (or a bayes_keras.likelihoods object) to the model or to compile()."
-            )
-        if not self._likelihood_built:
-            self.likelihood.build(self, output_shape)
-            self._likelihood_built = True
 
     def set_dataset_size(self, dataset_size):
         if (

@@ -14,6 +14,7 @@ from bayes_keras.training import call_checks
 from bayes_keras.training import distribute
 from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
 from bayes_keras.curvature import capture
+from bayes_keras.layers.base import ParticleLayer
 
 
 class ParticleTrainer:
@@ -27,6 +28,34 @@ class ParticleTrainer:
         return optimizer if isinstance(optimizer, BayesianOptimizer) else None
 
     # -- the step ------------------------------------------------------------------------------
+    @property
+    def particle_layers(self):
+        """The model's bayes_keras particle layers, in the order of its weights."""
+        # In the order of the model's weights (Keras' _flatten_layers lists nested layers, e.g. the two
+        # directions of a Bidirectional, in reverse), so that per-layer orders agree with get_weights().
+        layers = [
+            layer
+            for layer in self._flatten_layers(include_self=False)
+            if isinstance(layer, ParticleLayer)
+        ]
+        position = {id(v): i for i, v in enumerate(self.weights)}
+        return sorted(
+            layers,
+            key=lambda layer: min(
+                (position.get(id(v), len(position)) for v in layer.weights), default=len(position)
+            ),
+        )
+
+    def _build_likelihood(self, output_shape):
+        if self.likelihood is None:
+            raise ValueError(
+                "BayesianModel needs a likelihood: pass likelihood='categorical' | 'bernoulli' | "
+                "'normal' (or a bayes_keras.likelihoods object) to the model or to compile()."
+            )
+        if not self._likelihood_built:
+            self.likelihood.build(self, output_shape)
+            self._likelihood_built = True
+
     def log_prior(self):
         """(N,) log prior of the particle weights and the scalar log prior of shared weights."""
         particle = [layer.log_prior() for layer in self.particle_layers if not layer.deterministic]
@@ -136,7 +165,7 @@ class ParticleTrainer:
         step: the step (log likelihoods, curvature records), the loss, the outputs and the gradients are
         those of the global batch and all N particles (the gradients unless `reduce_gradients=False`: a Keras
         optimizer sums the replicas' gradients itself)."""
-        replicas = distribute.num_replicas()
+        replicas = distribute.num_replicas() if tf.distribute.has_strategy() else 1
         # Particle parallel: this replica runs its slice of the particles on the whole (gathered) batch;
         # data parallel: all particles on its rows of the batch.
         particle_parallel = self._particle_parallel_active()
@@ -331,6 +360,8 @@ class ParticleTrainer:
         ):  # the optimizer's bound is a training objective: not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
+        if not tf.distribute.has_strategy():
+            return logs
         if distribute.num_replicas() > 1:
             logs = self._results_of_all_replicas(logs)
         if distribute.multi_worker(self.distribute_strategy):
