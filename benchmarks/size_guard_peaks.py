@@ -4,7 +4,7 @@ edges; a trial found a peak of 6x the weights at 10^5 particles against the guar
 Each configuration is built in a fresh subprocess: a bayes_keras.layers.Dense (or Conv2D) with N particles called on
 a keras.Input, while a thread samples the process's resident memory (VmRSS) every millisecond. The peak above the
 resident memory just before the build, divided by the bytes of the layer's particle weights, is the headroom
-the guard must assume (bayes_keras.layers.base.DRAW_HEADROOM); the guard refuses a layer when headroom x weights
+the guard must assume (bayes_keras.layers.particle_initializers.DRAW_HEADROOM); the guard refuses a layer when headroom x weights
 exceeds physical memory.
 
 Usage:

@@ -9,7 +9,8 @@
   operators they return (bayes_keras.preconditioners is this package).
 """
 
-from bayes_keras.curvature.capture import CurvatureRequest, LayerRecord, capturing, record
+from bayes_keras.curvature.capture import capturing, record
+from bayes_keras.curvature.records import CurvatureRequest, LayerRecord
 from bayes_keras.curvature.diagonal import per_example_squared_gradients
 from bayes_keras.curvature.kinds import LayerCurvature, layer_curvature
 

@@ -47,7 +47,8 @@ import tensorflow as tf
 from bayes_keras.training import distribute
 from bayes_keras import priors as priors_lib
 from bayes_keras.curvature import capture
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.particle_initializers import default_bias_initializer
+from bayes_keras.layers.base import ParticleLayer
 
 # Keras RNN arguments that these layers do not implement, with the values that mean "off" (the
 # Keras defaults), which are accepted so a Keras layer's config can be passed through unchanged.
@@ -153,7 +154,7 @@ class _ParticleRNN(ParticleLayer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
         self.return_sequences = bool(return_sequences)
         self.go_backwards = bool(go_backwards)

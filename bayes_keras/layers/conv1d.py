@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture, rules
 from bayes_keras.layers import grouped_convolution
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.particle_initializers import default_bias_initializer
+from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 
 
@@ -83,7 +84,7 @@ class Conv1D(ParticleLayer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
 
     def build(self, input_shape):

@@ -5,9 +5,9 @@ import tensorflow as tf
 
 from bayes_keras.curvature import capture
 from bayes_keras.curvature import rules
+from bayes_keras.layers.particle_initializers import default_bias_initializer
 from bayes_keras.layers.base import (
     ParticleLayer,
-    _default_bias_initializer,
     merge_particle_channels,
     split_particle_channels,
 )
@@ -119,7 +119,7 @@ class Conv2D(ParticleLayer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
 
     def build(self, input_shape):

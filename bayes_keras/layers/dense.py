@@ -6,7 +6,8 @@ import tensorflow as tf
 from bayes_keras.curvature import capture
 from bayes_keras.curvature import rules
 from bayes_keras.layers._permute import permute
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer, IMAGE_RANK
+from bayes_keras.layers.particle_initializers import default_bias_initializer
+from bayes_keras.layers.base import ParticleLayer, IMAGE_RANK
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -52,7 +53,7 @@ class Dense(ParticleLayer):
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
         self.image = False
 

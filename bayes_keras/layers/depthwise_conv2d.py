@@ -3,9 +3,9 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.layers.particle_initializers import default_bias_initializer
 from bayes_keras.layers.base import (
     ParticleLayer,
-    _default_bias_initializer,
     merge_particle_channels,
     split_particle_channels,
 )
@@ -160,7 +160,7 @@ class DepthwiseConv2D(ParticleLayer):
         self.use_bias = bool(use_bias)
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
 
     def build(self, input_shape):

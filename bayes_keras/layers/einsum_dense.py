@@ -5,7 +5,8 @@ import re
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import ParticleLayer, _default_bias_initializer
+from bayes_keras.layers.particle_initializers import default_bias_initializer
+from bayes_keras.layers.base import ParticleLayer
 
 _FORMS = (  # the equations keras.layers.EinsumDense accepts: X,Y->Z  ...X,Y->...Z  X...,Y->Z...
     (re.compile(r"([a-zA-Z]+),([a-zA-Z]+)->([a-zA-Z]+)"), None),
@@ -220,7 +221,7 @@ class EinsumDense(ParticleLayer):
         self.activation = keras.activations.get(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
 
     def build(self, input_shape):

@@ -3,9 +3,9 @@
 import keras
 import tensorflow as tf
 
+from bayes_keras.layers.particle_initializers import default_bias_initializer
 from bayes_keras.layers.base import (
     ParticleLayer,
-    _default_bias_initializer,
     split_particle_channels,
 )
 from bayes_keras.layers import grouped_convolution
@@ -71,7 +71,7 @@ class SeparableConv2D(ParticleLayer):
         self.depthwise_initializer = keras.initializers.get(depthwise_initializer)
         self.pointwise_initializer = keras.initializers.get(pointwise_initializer)
         self.bias_initializer = keras.initializers.get(
-            _default_bias_initializer(bias_initializer, self.deterministic)
+            default_bias_initializer(bias_initializer, self.deterministic)
         )
 
     def build(self, input_shape):

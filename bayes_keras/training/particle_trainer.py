@@ -14,6 +14,7 @@ from bayes_keras.training import call_checks
 from bayes_keras.training import distribute
 from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
 from bayes_keras.curvature import capture
+from bayes_keras.curvature import records as records_lib
 from bayes_keras.layers.base import ParticleLayer
 
 
@@ -228,7 +229,7 @@ class ParticleTrainer:
                 sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
                 if scale is not None:
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
-            capture.finish_records(
+            records_lib.finish_records(
                 records,
                 preactivation_grads,
                 global_batch,

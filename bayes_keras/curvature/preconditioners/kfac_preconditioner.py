@@ -68,7 +68,7 @@ import tensorflow as tf
 
 from bayes_keras._config import decay_rate, is_real
 from bayes_keras.curvature import kfac as kfac_lib
-from bayes_keras.curvature.capture import CurvatureRequest
+from bayes_keras.curvature.records import CurvatureRequest
 from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
 from bayes_keras.curvature.preconditioners.kfac_layer_state import (
     KFACLayerState,

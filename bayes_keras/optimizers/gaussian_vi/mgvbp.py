@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
-from bayes_keras.curvature.capture import CurvatureRequest
+from bayes_keras.curvature.records import CurvatureRequest
 from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
     GaussianVariationalOptimizer,
 )
