@@ -9,19 +9,13 @@ otherwise nothing changes and the skip is counted in `skipped_updates`.
 import dataclasses
 import functools
 import re
-import warnings
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from bayes_keras._config import check_number, check_optimizer_arguments
-from bayes_keras.core import step_rules
-from bayes_keras.core.particle_view import ParticleView, is_particle_variable
-from bayes_keras.core.rule_state import RuleState
-from bayes_keras.saving.loaded_state import load_checked_optimizer_state
+from bayes_keras.core.optimizer_setup import OptimizerSetup
 from bayes_keras.training import distribute
-from bayes_keras.training.memory_guard import check_training_step_fits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +101,7 @@ class StateWrites:
         return len(self._values)
 
 
-class BayesianOptimizer(keras.optimizers.Optimizer):
+class BayesianOptimizer(OptimizerSetup):
     """Base class of bayes_keras' inference methods: the update skeleton every method shares.
 
     `apply(grads, variables, step)` clips, calls `update`, and writes its `StateWrites` only if all are
@@ -132,55 +126,15 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         >>> model.compile(optimizer=Ensemble(learning_rate=1e-3))
     """
 
-    reported_metrics = ()
-    curvature_request = None
-    step_headroom = (
-        10  # peak step memory per byte of particle weights (benchmarks/size_guard_peaks.py)
-    )
-    pairwise_tensors = 0  # N x N tensors a step holds at once (kernel matrices)
-
-    def __init__(self, learning_rate=1e-3, shared_learning_rate=None, name=None, **kwargs):
-        what = self.method_name
-        learning_rate = check_optimizer_arguments(what, learning_rate, kwargs)
-        shared_learning_rate = check_number(
-            shared_learning_rate, f"{what} shared_learning_rate", allow_none=True, allow_zero=True
-        )
-        super().__init__(learning_rate=learning_rate, name=name or what, **kwargs)
-        self.shared_learning_rate = shared_learning_rate
-        self.shared_rule = step_rules.ElementwiseAdam()
-        self.view = None
-
-    @property
-    def method_name(self):
-        """The class users construct, as messages name it (MGVBP's structure classes say "MGVBP")."""
-        return type(self).__name__
-
-    # -- what a method overrides (docs/api/optimizers.md) --------------------------------------
+    # -- the hooks the step calls (the others: OptimizerSetup) ------------------------------
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         raise NotImplementedError(
             f"{self.method_name} must implement update_particles(grads, learning_rate, iteration, "
             "step, writes) or update(grads, variables, learning_rate, step)."
         )
 
-    def particle_rule(self):
-        """The step rule whose slots the particle variables get (default: SGD, which has none)."""
-        return step_rules.SGD()
-
     def default_shared_learning_rate(self, learning_rate):
         return 1e-3
-
-    def check_num_particles(self, num_particles):
-        if num_particles < 1:
-            raise ValueError(
-                f"{self.method_name} needs at least one particle; got {num_particles}."
-            )
-
-    def check_particles(self):
-        """Warn, as fit starts, about a start the method cannot move from (default: nothing)."""
-
-    def check_loaded_state(self):
-        """Raise a ValueError naming the entry when loaded state is out of range."""
-        self.rule_state.check_loaded(self.name)
 
     def prepare_step(self):
         return None
@@ -188,43 +142,7 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
     def report(self, step):
         return {}
 
-    def bind_log_prob(self, log_prob_fn):
-        """The functional door (`run_particles`) hands its log density here; default: not needed."""
-
-    def warn_if_one_particle(self, num_particles, what):
-        """Warn once, at N = 1, that a method whose uncertainty is its particles' spread does `what`."""
-        if num_particles == 1 and not getattr(self, "_warned_one_particle", False):
-            self._warned_one_particle = True
-            warnings.warn(
-                f"{self.method_name} with num_particles=1 {what}: the model will report zero "
-                "epistemic uncertainty. Use num_particles >= 2 (10 or more for a usable posterior).",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    def check_step_fits(self):
-        """Refuse a particle count whose training step cannot fit this machine's memory."""
-        check_training_step_fits(
-            self.method_name, self.view.variables, self.step_headroom, self.pairwise_tensors
-        )
-
     # -- the update skeleton -------------------------------------------------------------------
-    def build(self, variables):
-        if self.built:
-            return
-        variables = list(variables)
-        super().build(variables)
-        self.view = ParticleView(variables)
-        if self.view.num_particles is not None:
-            self.check_num_particles(self.view.num_particles)
-            self.check_step_fits()
-        self.skipped_updates = self.add_variable((), dtype="int64", name="skipped_updates")
-        rules = [
-            self.particle_rule() if is_particle_variable(v) else self.shared_rule
-            for v in self.view.all_variables
-        ]
-        self.rule_state = RuleState(self.add_variable, self.view.all_variables, rules)
-
     def update(self, grads, variables, learning_rate, step):
         """The new values of the particle variables, the shared variables and the method's state."""
         writes = StateWrites()
@@ -317,13 +235,3 @@ class BayesianOptimizer(keras.optimizers.Optimizer):
         if self.global_clipnorm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.global_clipnorm)
         return list(grads)
-
-    def load_own_variables(self, store):
-        """Keras' loading, then checks: every variable finite, the step counters bounded, and
-        `check_loaded_state` (e.g. MGVBP's precisions positive)."""
-        load_checked_optimizer_state(self, store, super().load_own_variables)
-
-    def get_config(self):
-        config = super().get_config()
-        config["shared_learning_rate"] = self.shared_learning_rate
-        return config
