@@ -6,7 +6,7 @@ BayesianModel runs under `tf.distribute.MirroredStrategy` (one machine, several 
 
 Data parallel: every replica holds all N weight sets and runs the forward and backward pass of its
 share of the global batch. Everything the update needs from the batch is reduced across replicas in
-one place, the training step's `_reduce_step` (particle_trainer.py), before the optimizer sees it: gradients and per-particle
+one place, `reduce_step` (below; the training step calls it), before the optimizer sees it: gradients and per-particle
 log likelihoods are summed (each replica's loss is scaled by the GLOBAL batch size, and carries 1 / R
 of the prior, so that the sum is the single-device value), and curvature records (per-example layer
 inputs and output gradients) are gathered along the batch axis. After that every replica holds the
@@ -279,3 +279,55 @@ def guarded(condition, on_true, on_false, args=()):
 
     context.merge_call(merge, args=(condition,) + tuple(args))
     return condition
+
+
+def sum_gradients_and(grads, others, reduce_gradients=True):
+    """(grads, others) summed over the replicas; None gradients stay None, and with reduce_gradients=False
+    the gradients stay this replica's (a Keras optimizer sums them itself)."""
+    present = [i for i, g in enumerate(grads) if g is not None] if reduce_gradients else []
+    summed = sum_across_replicas([grads[i] for i in present] + list(others))
+    grads = list(grads)
+    for i, g in zip(present, summed):
+        grads[i] = g
+    return grads, summed[len(present) :]
+
+
+def reduce_step(grads, scaled_loglik, loss, outputs, records, reduce_gradients, particle_parallel):
+    """A replica's step -> the global step: gradients and losses summed over the replicas. Data parallel: the
+    per-particle log likelihoods summed too, the curvature records' per-example tensors gathered along the
+    batch, and the gradients left to a Keras optimizer that sums them itself (`reduce_gradients=False`).
+    Particle parallel: the replicas' particles' log likelihoods and outputs gathered along the particles."""
+    if particle_parallel:
+        grads, (loss,) = sum_gradients_and(grads, [loss])
+        return grads, gather(scaled_loglik), loss, gather(outputs, axis=1)
+    grads, (scaled_loglik, loss) = sum_gradients_and(grads, [scaled_loglik, loss], reduce_gradients)
+    for r in records:
+        r.inputs = gather_examples(r.inputs)
+        r.output_gradients = gather_examples(r.output_gradients)
+        r.sampled_output_gradients = gather_examples(r.sampled_output_gradients)
+        if r.extras is not None:
+            r.extras = {k: gather_examples(v) for k, v in r.extras.items()}
+    return grads, scaled_loglik, loss, outputs
+
+
+def results_of_all_replicas(metrics, logs):
+    """Every metric's result over all replicas' examples so far: its variables summed over the replicas
+    (averaged where declared so), then its `stateless_result`. A replica's own results would be averaged
+    by Keras with equal weights, wrong when the replicas' shares of a batch differ (a global batch the
+    replicas do not divide: evaluate's and the validation's numbers)."""
+    results = {}
+    for metric in metrics:
+        variables = list(metric.variables)
+        # (tf.identity: a read on this replica's device; the variables of a SyncOnRead metric under
+        # MultiWorkerMirroredStrategy read as tensors without one, which its all-reduce refuses)
+        values = sum_across_replicas([tf.identity(v.value) for v in variables])
+        values = [
+            value / num_replicas() if getattr(v, "aggregation", "sum") == "mean" else value
+            for v, value in zip(variables, values)
+        ]
+        result = metric.stateless_result(values)
+        if isinstance(result, dict):
+            results.update(result)
+        else:
+            results[metric.name] = result
+    return {name: results.get(name, value) for name, value in logs.items()}

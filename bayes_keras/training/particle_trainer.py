@@ -162,7 +162,7 @@ class ParticleTrainer:
 
     def _gradients(self, x, y, sample_weight, optimizer, reduce_gradients=True):
         """(grads, step, outputs, loss): see bayesian_gradients and _objective. One replica's forward and
-        backward pass, then (under tf.distribute) `_reduce_step`, the one place where it becomes the global
+        backward pass, then (under tf.distribute) `distribute.reduce_step`, the one place where it becomes the global
         step: the step (log likelihoods, curvature records), the loss, the outputs and the gradients are
         those of the global batch and all N particles (the gradients unless `reduce_gradients=False`: a Keras
         optimizer sums the replicas' gradients itself)."""
@@ -248,7 +248,7 @@ class ParticleTrainer:
             for g, v in zip(grads, trainable)
         ]
         if replicas > 1:  # the one place where a replica's step becomes the global step
-            grads, scaled_loglik, loss, outputs = _reduce_step(
+            grads, scaled_loglik, loss, outputs = distribute.reduce_step(
                 grads, scaled_loglik, loss, outputs, records, reduce_gradients, particle_parallel
             )
         step = StepInfo(
@@ -364,7 +364,7 @@ class ParticleTrainer:
         if not tf.distribute.has_strategy():
             return logs
         if distribute.num_replicas() > 1:
-            logs = self._results_of_all_replicas(logs)
+            logs = distribute.results_of_all_replicas(self.metrics, logs)
         if distribute.multi_worker(self.distribute_strategy):
             # Keras' TF trainer averages each worker's logs with strategy.reduce("MEAN", value, axis=0), which
             # fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions", Keras 3 with
@@ -392,30 +392,6 @@ class ParticleTrainer:
             break
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
-
-    def _results_of_all_replicas(self, logs):
-        """Every metric's result over all replicas' examples so far: its variables summed over the replicas
-        (averaged where declared so), then its `stateless_result`. A replica's own results would be averaged
-        by Keras with equal weights, wrong when the replicas' shares of a batch differ (a global batch the
-        replicas do not divide: evaluate's and the validation's numbers)."""
-        results = {}
-        for metric in self.metrics:
-            variables = list(metric.variables)
-            # (tf.identity: a read on this replica's device; the variables of a SyncOnRead metric under
-            # MultiWorkerMirroredStrategy read as tensors without one, which its all-reduce refuses)
-            values = distribute.sum_across_replicas([tf.identity(v.value) for v in variables])
-            values = [
-                value / distribute.num_replicas()
-                if getattr(v, "aggregation", "sum") == "mean"
-                else value
-                for v, value in zip(variables, values)
-            ]
-            result = metric.stateless_result(values)
-            if isinstance(result, dict):
-                results.update(result)
-            else:
-                results[metric.name] = result
-        return {name: results.get(name, value) for name, value in logs.items()}
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """As keras.Model.compute_metrics, with `y_pred` the model's per-particle outputs (batch, N, ...): the
@@ -449,37 +425,6 @@ def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
     padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
     nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
     return nll[first_row : first_row + local]
-
-
-def _sum_gradients_and(grads, others, reduce_gradients=True):
-    """(grads, others) summed over the replicas; None gradients stay None, and with reduce_gradients=False
-    the gradients stay this replica's (a Keras optimizer sums them itself)."""
-    present = [i for i, g in enumerate(grads) if g is not None] if reduce_gradients else []
-    summed = distribute.sum_across_replicas([grads[i] for i in present] + list(others))
-    grads = list(grads)
-    for i, g in zip(present, summed):
-        grads[i] = g
-    return grads, summed[len(present) :]
-
-
-def _reduce_step(grads, scaled_loglik, loss, outputs, records, reduce_gradients, particle_parallel):
-    """A replica's step -> the global step: gradients and losses summed over the replicas. Data parallel: the
-    per-particle log likelihoods summed too, the curvature records' per-example tensors gathered along the
-    batch, and the gradients left to a Keras optimizer that sums them itself (`reduce_gradients=False`).
-    Particle parallel: the replicas' particles' log likelihoods and outputs gathered along the particles."""
-    if particle_parallel:
-        grads, (loss,) = _sum_gradients_and(grads, [loss])
-        return grads, distribute.gather(scaled_loglik), loss, distribute.gather(outputs, axis=1)
-    grads, (scaled_loglik, loss) = _sum_gradients_and(
-        grads, [scaled_loglik, loss], reduce_gradients
-    )
-    for r in records:
-        r.inputs = distribute.gather_examples(r.inputs)
-        r.output_gradients = distribute.gather_examples(r.output_gradients)
-        r.sampled_output_gradients = distribute.gather_examples(r.sampled_output_gradients)
-        if r.extras is not None:
-            r.extras = {k: distribute.gather_examples(v) for k, v in r.extras.items()}
-    return grads, scaled_loglik, loss, outputs
 
 
 def _of_this_graph(tensor):
