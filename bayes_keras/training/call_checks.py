@@ -4,6 +4,7 @@ it), instead of an obscure error deep in TensorFlow, a hang, or a silently wrong
 
 import numbers
 import warnings
+import weakref
 
 import keras
 import numpy as np
@@ -51,11 +52,17 @@ def callbacks(value):
     return list(value)
 
 
+_PASSED_RANDOM_LAYERS = weakref.WeakSet()  # models whose layers random_layers accepted
+
+
 def random_layers(model, where, how):
     """`where`: "fit" or "bayesian_gradients". Under tf.distribute (`how`: "2 replicas" / "particle parallel"), refuse a layer that draws random numbers for
     its own input only: every replica's seed generator holds the same state, so rows b and b + B/2 (or particles n
     and n + N/2) would get the same noise, and training would not equal one device's. bayes_keras' random layers
-    (`draws_as_one_device`) draw for the global batch and keep their part."""
+    (`draws_as_one_device`) draw for the global batch and keep their part. A model that passed is not walked
+    again (an eager custom loop calls this every step)."""
+    if model in _PASSED_RANDOM_LAYERS:
+        return
     for layer in model.operations:
         if not isinstance(layer, keras.layers.Layer) or getattr(
             layer, "draws_as_one_device", False
@@ -83,6 +90,7 @@ def random_layers(model, where, how):
             "converts Keras' own, SpatialDropout included), apply data augmentation in the tf.data pipeline "
             "(dataset.map), or train on one device."
         )
+    _PASSED_RANDOM_LAYERS.add(model)
 
 
 def sample_weight(value):

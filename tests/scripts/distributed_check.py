@@ -564,28 +564,31 @@ def refusals():
     except Exception as error:  # noqa: BLE001
         told["custom_loop_without_run"] = [type(error).__name__, str(error)]
     x, y = data("image", "categorical")
+
+    def with_keras_layer(layer, on_inputs):
+        """A small conv net with a Keras layer that draws for its own rows only, on its inputs (before
+        the particle axis) or after the first particle layer."""
+        with mirrored.scope():
+            inputs = keras.Input((6, 6, 1))
+            h = layer(inputs) if on_inputs else inputs
+            h = bk.layers.Conv2D(3, 3, num_particles=2)(h)
+            h = bk.layers.Flatten()(h if on_inputs else layer(h))
+            model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
+            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
+        return model
+
     for case, layer in (
         ("keras_dropout", lambda: keras.layers.Dropout(0.3)),
         ("keras_augmentation", lambda: keras.layers.RandomFlip()),
     ):
         try:  # a Keras layer that draws for its own rows only
-            with mirrored.scope():
-                inputs = keras.Input((6, 6, 1))
-                h = bk.layers.Flatten()(bk.layers.Conv2D(3, 3, num_particles=2)(layer()(inputs)))
-                model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
-                model.compile(optimizer=bk.optimizers.GaussianParticleFlow())
+            model = with_keras_layer(layer(), on_inputs=True)
             model.fit(x, y, batch_size=16, epochs=1, verbose=0)
             told[case] = ["no error", ""]
         except Exception as error:  # noqa: BLE001
             told[case] = [type(error).__name__, str(error)]
-    try:  # the same Keras Dropout in the documented custom loop (strategy.run of bayesian_gradients)
-        with mirrored.scope():
-            inputs = keras.Input((6, 6, 1))
-            h = bk.layers.Flatten()(
-                keras.layers.Dropout(0.3)(bk.layers.Conv2D(3, 3, num_particles=2)(inputs))
-            )
-            model = bk.BayesianModel(inputs, bk.layers.Dense(3)(h), likelihood="categorical")
-            model.compile(optimizer=bk.optimizers.GaussianParticleFlow(), dataset_size=64)
+    try:  # a Keras Dropout in the documented custom loop (strategy.run of bayesian_gradients)
+        model = with_keras_layer(keras.layers.Dropout(0.3), on_inputs=False)
         batch = next(
             iter(
                 mirrored.experimental_distribute_dataset(

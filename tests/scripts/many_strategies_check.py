@@ -20,10 +20,10 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
 )
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+from strategy_mlp import compiled_mlp, data  # noqa: E402
 
 METHODS = {
     "gpf": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
@@ -32,11 +32,6 @@ METHODS = {
     ),
     "matrix_svgd": lambda: bk.optimizers.MatrixSVGD(0.05),  # KFAC-preconditioned (its default)
 }
-
-
-def data():
-    x = np.random.default_rng(0).normal(size=(64, 6)).astype("float32")
-    return x, (x[:, 0] + 0.5 * x[:, 1] > 0).astype("int32") + (x[:, 2] > 1.0).astype("int32")
 
 
 def state(model, history):
@@ -48,10 +43,7 @@ def state(model, history):
 def train(name, strategy):
     """(the final state, how far training moved the weights, the model)"""
     x, y = data()
-    with strategy.scope():
-        keras.utils.set_random_seed(7)
-        model = bk.zoo.mlp(6, 3, hidden=(8,), num_particles=4)
-        model.compile(optimizer=METHODS[name](), likelihood="categorical")
+    model = compiled_mlp(strategy, METHODS[name], num_particles=4)
     initial = [np.array(v.numpy(), np.float64) for v in model.variables]
     history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
     final = state(model, history)

@@ -37,6 +37,7 @@ tf.debugging.disable_traceback_filtering()
 import numpy as np  # noqa: E402
 
 import bayes_keras as bk  # noqa: E402
+from strategy_mlp import compiled_mlp, data  # noqa: E402
 
 OPTIMIZERS = {
     "gpf": lambda: bk.optimizers.GaussianParticleFlow(1e-2),
@@ -49,13 +50,8 @@ OPTIMIZERS = {
 
 
 def train(name):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(64, 6)).astype("float32")
-    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("int32") + (x[:, 2] > 1.0).astype("int32")
-    with STRATEGY.scope():
-        keras.utils.set_random_seed(7)
-        model = bk.zoo.mlp(6, 3, hidden=(8,), num_particles=3)
-        model.compile(optimizer=OPTIMIZERS[name](), likelihood="categorical", metrics=["accuracy"])
+    x, y = data()
+    model = compiled_mlp(STRATEGY, OPTIMIZERS[name], num_particles=3, metrics=["accuracy"])
     history = model.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0).history
     state = {
         f"{name}/{i}": np.array(v.numpy())
