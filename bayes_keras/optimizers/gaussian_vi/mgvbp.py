@@ -8,8 +8,9 @@ own file with its posterior family and its estimators:
 - structure="full" / "layer" (small models: one D x D precision, or one per layer): `mgvbp_full.MGVBPFull`
 - structure="kronecker" (per Dense / Conv layer P = A (x) G): `mgvbp_kronecker.MGVBPKronecker`
 
-This file holds what they share: the arguments, the step sizes, the clipping of the natural gradient, the
-curvature request and the priors' closed forms. The sampling and the lower bound are the base's
+This file holds what they share at construction: the arguments, the paper's settings (`MGVBP.paper`) and
+the curvature request; what they share in their update (the step sizes, the clipping of the natural
+gradient, the score estimators' bookkeeping, the priors' closed forms) is in mgvbp_update.py. The sampling and the lower bound are the base's
 (gaussian_variational_optimizer.py). Every step, from the model's N particles (samples of q):
 
     m <- omega T(m) + (1 - omega) natgrad          (momentum, carried by the vector transport T)
@@ -25,7 +26,6 @@ import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_view import ParticleView
@@ -33,7 +33,6 @@ from bayes_keras.curvature.records import CurvatureRequest
 from bayes_keras.optimizers.gaussian_vi.gaussian_variational_optimizer import (
     GaussianVariationalOptimizer,
 )
-from bayes_keras.priors import Normal
 from bayes_keras.schedules import ConstantThenInverseTime
 
 _STRUCTURES = ("full", "layer", "kronecker", "diagonal")
@@ -280,68 +279,6 @@ class MGVBP(GaussianVariationalOptimizer):
             "sampled" if self.curvature == "fisher" else "observed",
         )
 
-    # -- what the structures share in their update ---------------------------------------------
-    def step_sizes(self, learning_rate, iteration):
-        """(beta for P, beta for mu, omega): the first step sets the momentum to the natural gradient."""
-        mean_lr = self.mean_learning_rate
-        if mean_lr is None:
-            mean_lr = learning_rate
-        else:
-            if isinstance(mean_lr, keras.optimizers.schedules.LearningRateSchedule):
-                mean_lr = mean_lr(self.attempted_steps)  # as the learning rate's schedule
-            mean_lr = tf.cast(mean_lr, self.posterior_dtype)
-        omega = tf.where(
-            tf.equal(iteration, 1.0),
-            tf.constant(0.0, self.posterior_dtype),
-            tf.constant(self.momentum, self.posterior_dtype),
-        )
-        return learning_rate, mean_lr, omega
-
-    def clip(self, nat_mu, nat_p, iteration):
-        """The natural gradient scaled to norm at most `gradient_clip` (`initial_gradient_clip` at step 1)."""
-        later = self.gradient_clip
-        first = later if isinstance(self.initial_gradient_clip, str) else self.initial_gradient_clip
-        if first == later:
-            return (nat_mu, nat_p) if later is None else clip_by_norm(nat_mu, nat_p, later)
-        bounds = [float("inf") if bound is None else bound for bound in (first, later)]
-        bound = tf.where(tf.equal(iteration, 1.0), *(tf.constant(b, nat_mu.dtype) for b in bounds))
-        return clip_by_norm(nat_mu, nat_p, bound)
-
-    def records(self, step):
-        """The step's captured curvature (curvature="empirical_fisher" / "fisher")."""
-        if step is None or not step.curvature:
-            raise ValueError(
-                f"MGVBP curvature={self.curvature!r} needs the layers' captured curvature: train "
-                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
-            )
-        return step.curvature
-
-    def score_natural_gradient(self, j, theta, estimate, log_q, step, writes):
-        """(nat_mu, nat_P) of block j by the score estimators, from its (N, D_b) samples `theta`: `estimate` is
-        the structure's score-function formula and `log_q(theta, mean, precision)` its log density of q. The
-        control variates of these samples are written for the next step."""
-        if step is None:
-            raise ValueError(
-                f"MGVBP estimator='{self.estimator}' needs the per-sample log likelihoods: train "
-                "through BayesianModel.fit, or pass the step of model.bayesian_gradients to apply()."
-            )
-        state = self._state[j]
-        mean, precision = state["mean"].value, state["precision"].value
-        log_lik = tf.cast(step.log_likelihood, self.posterior_dtype)
-        c_mu, c_p = state["c_mean"].value, state["c_precision"].value
-        if self.estimator == "score":  # the layers' Normal priors and q's entropy in closed form
-            prior_mean, prior_precision = prior_vectors(
-                self.view, self._blocks[j], self.posterior_dtype, "estimator='score'"
-            )
-            given = (log_lik, c_mu, c_p, prior_mean, prior_precision / step.temperature)
-        else:  # "score_h": h = log p(y, w) - log q(w)
-            log_prior = tf.cast(step.log_prior, self.posterior_dtype)
-            given = (log_lik + log_prior - log_q(theta, mean, precision), c_mu, c_p)
-        nat_mu, nat_p, c_mu, c_p = estimate(theta, mean, precision, *given)
-        writes.assign(state["c_mean"], c_mu)
-        writes.assign(state["c_precision"], c_p)
-        return nat_mu, nat_p
-
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -360,45 +297,6 @@ class MGVBP(GaussianVariationalOptimizer):
             }
         )
         return config
-
-
-def clip_by_norm(nat_mu, nat_p, max_norm):
-    """Scale the stacked estimate (nat_mu, nat_P) down to norm max_norm (the paper's GradientMax)."""
-    norm = tf.sqrt(tf.reduce_sum(tf.square(nat_mu)) + tf.reduce_sum(tf.square(nat_p)))
-    scale = tf.minimum(tf.constant(1.0, nat_mu.dtype), max_norm / tf.maximum(norm, 1e-30))
-    return nat_mu * scale, nat_p * scale
-
-
-def control_variate(score, f):
-    """Per-coordinate optimal baseline c_i = Cov(score_i f, score_i) / Var(score_i) for score (S, ...) and
-    f (S,), both moments over the S samples with the same normalisation (the paper's control variates,
-    from the previous step's samples)."""
-    f = tf.reshape(f, [-1] + [1] * (len(score.shape) - 1))
-    sf = score * f
-    cov = tf.reduce_mean((sf - tf.reduce_mean(sf, 0)) * (score - tf.reduce_mean(score, 0)), axis=0)
-    var = tf.reduce_mean(tf.square(score - tf.reduce_mean(score, 0)), axis=0)
-    return tf.math.divide_no_nan(cov, var)
-
-
-def prior_vectors(view, block, dtype, user):
-    """(mean, precision) vectors of the layers' Normal priors over a block's coordinates."""
-    means, precisions = [], []
-    for i in block:
-        if view.priors[i] is None:
-            raise ValueError(
-                f"MGVBP {user} needs the layers' priors; {view.variables[i].path} belongs to no "
-                "bayes_keras particle layer."
-            )
-        prior, fan_in = view.priors[i]
-        if not isinstance(prior, Normal):
-            raise ValueError(
-                f"MGVBP {user} handles Normal priors in closed form; {view.variables[i].path} has "
-                f"{prior!r}. Use estimator='score_h', or estimator='gradient' with curvature='stein'."
-            )
-        sd = prior.stddev(fan_in)
-        means.append(tf.fill((view.sizes[i],), tf.constant(prior.loc, dtype)))
-        precisions.append(tf.fill((view.sizes[i],), tf.constant(1.0 / sd**2, dtype)))
-    return tf.concat(means, 0), tf.concat(precisions, 0)
 
 
 def _check_arguments(structure, estimator, curvature, gradient_clip, momentum, initial_precision):

@@ -30,12 +30,9 @@ import tensorflow_probability as tfp
 from bayes_keras.curvature.diagonal import per_example_squared_gradients
 from bayes_keras.saving.loaded_state import check_bounded_entry
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
-from bayes_keras.optimizers.gaussian_vi.mgvbp import (
-    FISHERS,
-    MGVBP,
-    control_variate,
-    prior_vectors,
-)
+from bayes_keras.optimizers.gaussian_vi import mgvbp_update
+from bayes_keras.optimizers.gaussian_vi.mgvbp import FISHERS, MGVBP
+from bayes_keras.optimizers.gaussian_vi.mgvbp_update import control_variate, prior_vectors
 
 tfd = tfp.distributions
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -246,15 +243,22 @@ class MGVBPDiagonal(MGVBP):
         mean, p = state["mean"].value, state["precision"].value
         n = self.view.num_particles
         if self.estimator != "gradient":
-            nat_mu, nat_p = self.score_natural_gradient(
-                0, tf.concat(thetas, 1), score_natural_gradient_diag, log_q_diag, step, writes
+            nat_mu, nat_p = mgvbp_update.score_natural_gradient(
+                self,
+                state,
+                self._blocks[0],
+                tf.concat(thetas, 1),
+                score_natural_gradient_diag,
+                log_q_diag,
+                step,
+                writes,
             )
         elif self.curvature in FISHERS:
             mean_grad = -tf.concat([tf.reduce_sum(g, axis=0) for g in loss_grads], 0) / float(n)
             prior_precision = prior_vectors(
                 self.view, range(len(self.view)), p.dtype, f"curvature='{self.curvature}'"
             )[1]
-            records = self.records(step)
+            records = mgvbp_update.records(self, step)
             fisher = fisher_diagonal(self.view, records, self.curvature, p.dtype)
             nat_mu = mean_grad / p
             nat_p = fisher + prior_precision / tf.cast(step.temperature, p.dtype) - p
@@ -262,7 +266,7 @@ class MGVBPDiagonal(MGVBP):
             nat_mu, nat_p = reparam_natural_gradient_diag(
                 thetas, mean, p, loss_grads, self._antithetic_for(n), ascent=False
             )
-        nat_mu, nat_p = self.clip(nat_mu, nat_p, iteration)
+        nat_mu, nat_p = mgvbp_update.clip(self, nat_mu, nat_p, iteration)
         self._families[0].update(
-            state, nat_mu, nat_p, *self.step_sizes(learning_rate, iteration), writes
+            state, nat_mu, nat_p, *mgvbp_update.step_sizes(self, learning_rate, iteration), writes
         )

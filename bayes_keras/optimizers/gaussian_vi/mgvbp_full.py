@@ -27,7 +27,9 @@ from bayes_keras.core.step_rules import signal_fraction
 from bayes_keras.saving.loaded_state import check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_vi import precision_manifold as manifold
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
-from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP, control_variate
+from bayes_keras.optimizers.gaussian_vi import mgvbp_update
+from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP
+from bayes_keras.optimizers.gaussian_vi.mgvbp_update import control_variate
 
 tfd = tfp.distributions
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -262,7 +264,7 @@ class MGVBPFull(MGVBP):
 
     def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
         """Per block, the (N, D_b) samples and gradients of the log joint (ascent)."""
-        sizes = self.step_sizes(learning_rate, iteration)
+        sizes = mgvbp_update.step_sizes(self, learning_rate, iteration)
         for j, (theta, grad) in enumerate(zip(thetas, grads)):
             state = self._state[j]
             mean, precision = state["mean"].value, state["precision"].value
@@ -272,8 +274,15 @@ class MGVBPFull(MGVBP):
                     theta, mean, precision, grad, antithetic
                 )
             else:
-                nat_mu, nat_p = self.score_natural_gradient(
-                    j, theta, score_natural_gradient_full, log_q_full, step, writes
+                nat_mu, nat_p = mgvbp_update.score_natural_gradient(
+                    self,
+                    state,
+                    self._blocks[j],
+                    theta,
+                    score_natural_gradient_full,
+                    log_q_full,
+                    step,
+                    writes,
                 )
-            nat_mu, nat_p = self.clip(nat_mu, nat_p, iteration)
+            nat_mu, nat_p = mgvbp_update.clip(self, nat_mu, nat_p, iteration)
             self._families[j].update(state, nat_mu, nat_p, *sizes, writes)

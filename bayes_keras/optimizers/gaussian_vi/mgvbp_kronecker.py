@@ -26,7 +26,9 @@ from bayes_keras.curvature.kfac import candidate_specs, kfac_factors, split_damp
 from bayes_keras.saving.loaded_state import check_positive_definite_entry
 from bayes_keras.optimizers.gaussian_vi import precision_manifold as manifold
 from bayes_keras.optimizers.gaussian_vi.gaussian_family import GaussianFamily, current
-from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP, prior_vectors
+from bayes_keras.optimizers.gaussian_vi import mgvbp_update
+from bayes_keras.optimizers.gaussian_vi.mgvbp import MGVBP
+from bayes_keras.optimizers.gaussian_vi.mgvbp_update import prior_vectors
 
 tfd = tfp.distributions
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -341,12 +343,12 @@ class MGVBPKronecker(MGVBP):
 
     def _update_blocks(self, thetas, grads, learning_rate, iteration, step, writes):
         """Per layer, the (N, D_b) gradients of the log joint (ascent) and the captured factors."""
-        sizes = self.step_sizes(learning_rate, iteration)
+        sizes = mgvbp_update.step_sizes(self, learning_rate, iteration)
         targets = kronecker_targets(
             self.view,
             self._blocks,
             self._kron_index,
-            self.records(step),
+            mgvbp_update.records(self, step),
             self.curvature,
             step.temperature,
             self.posterior_dtype,
