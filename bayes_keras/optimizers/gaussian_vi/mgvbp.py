@@ -152,6 +152,15 @@ class MGVBP(GaussianVariationalOptimizer):
             learning_rate = 0.1 if structure in ("full", "layer") else 1e-3
         super().__init__(learning_rate=learning_rate, seed=seed, **kwargs)
         self.structure, self.estimator, self.curvature = structure, estimator, curvature
+        # What BayesianModel must capture for this optimizer (None: nothing)
+        self.curvature_request = (
+            CurvatureRequest(
+                "kronecker_factors" if structure == "kronecker" else "squared_gradients",
+                "sampled" if curvature == "fisher" else "observed",
+            )
+            if curvature in FISHERS
+            else None
+        )
         self.momentum = float(momentum)
         self.initial_precision = check_number(initial_precision, "MGVBP initial_precision")
         self.max_halvings = _count(max_halvings, "max_halvings", minimum=0)
@@ -268,16 +277,6 @@ class MGVBP(GaussianVariationalOptimizer):
                 f"{what}; got num_particles={num_particles}. Use more particles, or "
                 "curvature='empirical_fisher'."
             )
-
-    @property
-    def curvature_request(self):
-        """What BayesianModel must capture for this optimizer (None: nothing)."""
-        if self.curvature not in FISHERS:
-            return None
-        return CurvatureRequest(
-            "kronecker_factors" if self.structure == "kronecker" else "squared_gradients",
-            "sampled" if self.curvature == "fisher" else "observed",
-        )
 
     def get_config(self):
         config = super().get_config()
