@@ -17,6 +17,7 @@ from bayes_keras.training import call_checks
 from bayes_keras.training import distribute
 from bayes_keras import likelihoods as likelihoods_lib
 from bayes_keras._config import check_number
+from bayes_keras.core.bayesian_optimizer import BayesianOptimizer
 from bayes_keras.training.batch_norm_refresh import (
     DEFAULT_MAX_EXAMPLES,
     batch_norm_layers,
@@ -449,6 +450,52 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
                 _training_inputs(x, kwargs.get("validation_split", 0.0)), batch_size
             )
         return history
+
+    def bayesian_gradients(self, x, y, sample_weight=None, optimizer="compiled"):
+        """One forward and backward pass: (grads, step) for `optimizer.apply(grads,
+        model.trainable_variables, step)`, the pieces of train_step for custom training loops.
+
+        grads are the gradients of the negative tempered log joint (per particle for particle variables,
+        the particle mean for shared ones), aligned with `model.trainable_variables` (None where a
+        variable does not reach the loss); step is the `bayes_keras.optimizers.StepInfo` the optimizer
+        needs (log likelihood and prior per particle, curvature records it asked for, its noise).
+        `optimizer`: whose curvature request and noise the pass serves: "compiled" (default), another
+        BayesianOptimizer, or None (neither: plain gradients and log likelihoods, as an outer
+        procedure such as bayes_keras.refinement needs).
+
+        Example (equals fit, step for step):
+            >>> @tf.function
+            ... def train(x, y):
+            ...     grads, step = model.bayesian_gradients(x, y)
+            ...     model.optimizer.apply(grads, model.trainable_variables, step)
+        """
+        if optimizer == "compiled":
+            optimizer = self._bayesian_optimizer
+        elif optimizer is not None and not isinstance(optimizer, BayesianOptimizer):
+            raise ValueError(
+                f"bayesian_gradients: optimizer must be 'compiled', a BayesianOptimizer or None; got "
+                f"{optimizer!r}."
+            )
+        if any(
+            isinstance(t, tf.distribute.DistributedValues)
+            for t in tf.nest.flatten((x, y, sample_weight))
+        ):
+            raise ValueError(
+                "bayesian_gradients got distributed batches (PerReplica values): call it inside "
+                "strategy.run(step, args=(x, y)), which hands each replica its share (see "
+                "docs/distributed.md, the custom loop)."
+            )
+        if distribute.num_replicas() > 1:  # what fit refuses, the custom loop refuses too
+            call_checks.random_layers(
+                self,
+                "bayesian_gradients",
+                "particle parallel"
+                if self._particle_parallel_active()
+                else f"{distribute.num_replicas()} replicas",
+            )
+        if self._particle_parallel_active():
+            x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
+        return self._gradients(x, y, sample_weight, optimizer)[:2]
 
     def refresh_batch_norm(
         self, x, batch_size=None, max_examples=DEFAULT_MAX_EXAMPLES, layerwise=False

@@ -16,7 +16,8 @@ from bayes_keras import priors
 from bayes_keras._config import is_real
 from bayes_keras.conversion.conversion_report import conversion_report
 from bayes_keras.layers import mixing_guard
-from bayes_keras.layers.base import IMAGE_RANK, ParticleLayer, particle_axis
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import IMAGE_RANK, particle_axis
 from bayes_keras.layers.converted import get_sublayer, set_sublayer
 from bayes_keras.layers.get_item import encode_key
 from bayes_keras.layers.per_particle import PerParticle

@@ -9,7 +9,7 @@ the generator's state one device would use, and keep this replica's part (bayes_
 import tensorflow as tf
 
 from bayes_keras.training import distribute
-from bayes_keras.layers.base import particle_axis
+from bayes_keras.layers.particle_layout import particle_axis
 
 
 def draw_as_one_device(layer, x, draw, noise_shape=None):

@@ -11,9 +11,9 @@ from bayes_keras import priors as priors_lib
 from bayes_keras._config import check_number
 from bayes_keras.saving.loaded_state import check_bounded_entry, remembered_refusal
 from bayes_keras.curvature import capture, rules
-from bayes_keras.layers.base import (
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import (
     IMAGE_RANK,
-    ParticleLayer,
     all_known,
     merge_particle_channels,
     particle_axis,

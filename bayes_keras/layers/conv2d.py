@@ -6,11 +6,8 @@ import tensorflow as tf
 from bayes_keras.curvature import capture
 from bayes_keras.curvature import rules
 from bayes_keras.layers.particle_initializers import default_bias_initializer
-from bayes_keras.layers.base import (
-    ParticleLayer,
-    merge_particle_channels,
-    split_particle_channels,
-)
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import merge_particle_channels, split_particle_channels
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.grouped_convolution import grouped_conv2d
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 # keras.src: the tensors' Keras masks have no public accessors
 from keras.src.backend import get_keras_mask, set_keras_mask
 
-from bayes_keras.layers.base import particle_axis
+from bayes_keras.layers.particle_layout import particle_axis
 from bayes_keras.layers.einsum_dense import EinsumDense
 from bayes_keras.layers.lora_einsum_dense import LoRAEinsumDense
 from bayes_keras.layers.multi_head_attention import MultiHeadAttention

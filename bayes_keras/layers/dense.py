@@ -7,7 +7,8 @@ from bayes_keras.curvature import capture
 from bayes_keras.curvature import rules
 from bayes_keras.layers._permute import permute
 from bayes_keras.layers.particle_initializers import default_bias_initializer
-from bayes_keras.layers.base import ParticleLayer, IMAGE_RANK
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import IMAGE_RANK
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")

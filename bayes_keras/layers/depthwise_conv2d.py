@@ -4,11 +4,8 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.particle_initializers import default_bias_initializer
-from bayes_keras.layers.base import (
-    ParticleLayer,
-    merge_particle_channels,
-    split_particle_channels,
-)
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import merge_particle_channels, split_particle_channels
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.conv2d import positive_pair
 

@@ -5,7 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
-from bayes_keras.layers.base import IMAGE_RANK, particle_axis
+from bayes_keras.layers.particle_layout import IMAGE_RANK, particle_axis
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")

@@ -2,7 +2,7 @@
 
 import keras
 
-from bayes_keras.layers.base import IMAGE_RANK
+from bayes_keras.layers.particle_layout import IMAGE_RANK
 
 
 def encode_key(key):

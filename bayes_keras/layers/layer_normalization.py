@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from bayes_keras import priors as priors_lib
 from bayes_keras._config import check_number
-from bayes_keras.layers.base import ParticleLayer, per_particle_shape
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import per_particle_shape
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")

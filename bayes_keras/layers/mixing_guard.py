@@ -22,7 +22,7 @@ first particle of its inputs is perturbed and every other particle's output must
 import keras
 import numpy as np
 
-from bayes_keras.layers.base import particle_axis
+from bayes_keras.layers.particle_layout import particle_axis
 
 _L = keras.layers
 

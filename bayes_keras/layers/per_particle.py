@@ -8,7 +8,7 @@ import tensorflow as tf
 # keras.src: the tensors' Keras masks have no public accessors
 from keras.src.backend import set_keras_mask
 
-from bayes_keras.layers.base import IMAGE_RANK, all_known, particle_axis
+from bayes_keras.layers.particle_layout import IMAGE_RANK, all_known, particle_axis
 
 
 def fold_particles(x):

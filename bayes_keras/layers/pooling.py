@@ -2,7 +2,7 @@
 
 import keras
 
-from bayes_keras.layers.base import merge_particle_channels, split_particle_channels
+from bayes_keras.layers.particle_layout import merge_particle_channels, split_particle_channels
 
 
 class _ParticlePooling2D(keras.layers.Layer):

@@ -4,10 +4,8 @@ import keras
 import tensorflow as tf
 
 from bayes_keras.layers.particle_initializers import default_bias_initializer
-from bayes_keras.layers.base import (
-    ParticleLayer,
-    split_particle_channels,
-)
+from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.layers.particle_layout import split_particle_channels
 from bayes_keras.layers import grouped_convolution
 from bayes_keras.layers.depthwise_conv2d import (
     add_depthwise_kernel,

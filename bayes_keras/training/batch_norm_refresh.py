@@ -60,7 +60,7 @@ import tensorflow as tf
 from keras.src.trainers import data_adapters
 
 from bayes_keras.curvature import capture
-from bayes_keras.layers.base import particle_axis
+from bayes_keras.layers.particle_layout import particle_axis
 from bayes_keras.layers.batch_normalization import BatchNormalization, batch_statistics_pass
 
 DEFAULT_MAX_EXAMPLES = 4096
