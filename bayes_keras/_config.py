@@ -75,19 +75,24 @@ def resolve(identifier, base, names, what, default=None):
     raise ValueError(f"Expected {what} or one of {sorted(names)}); got {identifier!r}.")
 
 
-_UNSUPPORTED = ("weight_decay", "use_ema", "gradient_accumulation_steps", "loss_scale_factor")
+# Keras optimizer arguments a Bayesian optimizer refuses, and why
+_UNSUPPORTED = {
+    "weight_decay": "the prior plays the role of weight decay",
+    "use_ema": "the particles or q already average over weights; a moving average of them is no sample",
+    "gradient_accumulation_steps": "a step's gradients and its StepInfo must come from the same batch",
+    "loss_scale_factor": "BayesianModel scales the loss itself under mixed_float16",
+}
 
 
 def check_optimizer_arguments(what, learning_rate, kwargs):
     """A Bayesian optimizer's learning rate, checked (a finite non-negative number: 0 is a frozen run,
     e.g. to read curvature statistics; or a schedule starting at one; or a callable), after refusing the
     Keras optimizer arguments it cannot honour (popped from `kwargs`)."""
-    for key in _UNSUPPORTED:
+    for key, why in _UNSUPPORTED.items():
         if kwargs.get(key):
             raise ValueError(
                 f"{what} does not support {key}={kwargs[key]!r}: a Bayesian optimizer's update is its "
-                "inference method (the prior plays the role of weight decay; the particles or q already "
-                "average over weights)."
+                f"inference method ({why})."
             )
         kwargs.pop(key, None)
     if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):

@@ -114,11 +114,13 @@ class BayesianOptimizer(OptimizerSetup):
     Args:
         learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`.
         shared_learning_rate: the shared (deterministic) variables' Adam step size (None: the method's
-            `default_shared_learning_rate`).
+            `default_shared_learning_rate`, 1e-3 unless the method says otherwise).
         **kwargs: forwarded to `keras.optimizers.Optimizer` (clipnorm, clipvalue, global_clipnorm).
 
-    Example (a deep ensemble, each particle by gradient descent on its own -log joint):
+    Example (a deep ensemble, each particle by gradient descent on its own -log joint; `grads` are the
+    gradients of the negative log joint divided by the temperature, `v` a particle variable):
 
+        >>> import tensorflow as tf
         >>> class Ensemble(bayes_keras.optimizers.BayesianOptimizer):
         ...     def update_particles(self, grads, learning_rate, iteration, step, writes):
         ...         for g, v in zip(grads, self.view.variables):
@@ -149,7 +151,13 @@ class BayesianOptimizer(OptimizerSetup):
         iteration = tf.cast(self.iterations + 1, tf.float32)
         particle_grads, shared = self.view.split_gradients(grads, variables)
         if self.view.variables:
-            self.update_particles(particle_grads, learning_rate, iteration, step, writes)
+            returned = self.update_particles(particle_grads, learning_rate, iteration, step, writes)
+            if returned is not None or not len(writes):
+                raise TypeError(
+                    f"{self.method_name}.update_particles must assign the new values into `writes` "
+                    "(writes.assign(variable, value)) and return None; it "
+                    + ("returned a value." if returned is not None else "assigned nothing.")
+                )
         shared_lr = self.shared_learning_rate
         if shared_lr is None:
             shared_lr = self.default_shared_learning_rate(learning_rate)

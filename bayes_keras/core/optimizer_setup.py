@@ -5,6 +5,7 @@ the checks of a method's particle count, of its memory and of a loaded state, an
 `BayesianOptimizer` (bayesian_optimizer.py) adds the step: what runs every training step.
 """
 
+import inspect
 import warnings
 
 import keras
@@ -27,6 +28,20 @@ class OptimizerSetup(keras.optimizers.Optimizer):
         10  # peak step memory per byte of particle weights (benchmarks/size_guard_peaks.py)
     )
     pairwise_tensors = 0  # N x N tensors a step holds at once (kernel matrices)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        hook = cls.__dict__.get("update_particles")
+        if hook is not None:  # a wrong signature is told at the class, not deep in the first fit
+            try:
+                inspect.signature(hook).bind(
+                    None, "grads", "learning_rate", "iteration", "step", "writes"
+                )
+            except TypeError:
+                raise TypeError(
+                    f"{cls.__name__}.update_particles must take (self, grads, learning_rate, iteration, "
+                    f"step, writes); it takes {inspect.signature(hook)}."
+                ) from None
 
     def __init__(self, learning_rate=1e-3, shared_learning_rate=None, name=None, **kwargs):
         what = self.method_name

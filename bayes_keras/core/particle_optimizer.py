@@ -32,7 +32,10 @@ class ParticleOptimizer(BayesianOptimizer):
 
     def __init__(self, learning_rate=1e-3, step_rule="rmsprop", name=None, **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.step_rule = step_rules.get(step_rule)
+        try:
+            self.step_rule = step_rules.get(step_rule)
+        except ValueError as error:
+            raise ValueError(f"{self.method_name} step_rule: {error}") from None
 
     def particle_rule(self):
         return self.step_rule

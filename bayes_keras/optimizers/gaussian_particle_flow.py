@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bayes_keras.core import step_rules
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
@@ -235,6 +236,14 @@ class GaussianParticleFlow(ParticleOptimizer):
                 f"GaussianParticleFlow structure must be one of {_STRUCTURES}; got {structure!r}."
             )
         super().__init__(learning_rate=learning_rate, step_rule=step_rule, **kwargs)
+        if type(self.step_rule) is step_rules.ElementwiseAdam:
+            warnings.warn(
+                "GaussianParticleFlow with an element-wise step rule (ElementwiseAdam) preconditions every "
+                "particle differently, so the flow is no longer affine and the particles no longer follow "
+                "the Gaussian's flow; use a dimension-wise rule ('adam', 'rmsprop') or 'sgd'.",
+                UserWarning,
+                stacklevel=2,
+            )
         self.structure = structure
         self.mean_preconditioning = bool(mean_preconditioning)
 

@@ -176,3 +176,40 @@ def test_refused_update_leaves_everything_unchanged_with_a_warning(name, fault):
     assert int(model.optimizer.skipped_updates.numpy()) == 1 and model.skipped_steps == 0
     for a, b in zip(before, _state(model)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_method_written_against_the_contract_is_told_what_it_got_wrong():
+    """update_particles with another signature is refused when the class is defined; one that returns
+    its new values instead of assigning them, or assigns nothing, is refused at its first step (it
+    would otherwise train nothing, silently); a step_rule or Keras argument the method cannot take
+    names the method and the argument."""
+    with pytest.raises(TypeError, match=r"update_particles must take \(self, grads, learning_rate"):
+
+        class WrongSignature(bk.optimizers.BayesianOptimizer):
+            def update_particles(self, grads, learning_rate):
+                pass
+
+    class Returns(bk.optimizers.BayesianOptimizer):
+        def update_particles(self, grads, learning_rate, iteration, step, writes):
+            return [v.value - learning_rate * g for g, v in zip(grads, self.view.variables)]
+
+    class AssignsNothing(bk.optimizers.BayesianOptimizer):
+        def update_particles(self, grads, learning_rate, iteration, step, writes):
+            pass
+
+    x = np.random.default_rng(0).standard_normal((16, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    for optimizer, told in (
+        (Returns(), "returned a value"),
+        (AssignsNothing(), "assigned nothing"),
+    ):
+        model = bk.zoo.mlp(4, 2, (8,), num_particles=2)
+        model.compile(optimizer=optimizer, likelihood="categorical", dataset_size=16)
+        with pytest.raises(TypeError, match=f"must assign the new values into `writes`.*{told}"):
+            model.fit(x, y, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"SVGD step_rule: .*got 'adamw'"):
+        bk.optimizers.SVGD(step_rule="adamw")
+    with pytest.raises(ValueError, match=r"SVGD does not support use_ema=True: .*moving average"):
+        bk.optimizers.SVGD(use_ema=True)
+    with pytest.warns(UserWarning, match="element-wise step rule"):
+        bk.optimizers.GaussianParticleFlow(step_rule="elementwise_adam")
