@@ -21,6 +21,11 @@ def is_particle_variable(variable):
     return bool(getattr(variable, "is_particle_variable", False))
 
 
+def merged(blocks):
+    """One block of all the indices in `blocks` (a "joint" partition built from any partition)."""
+    return [sorted(i for block in blocks for i in block)]
+
+
 class ParticleView:
     """The particle variables of a model in the optimizer's order.
 

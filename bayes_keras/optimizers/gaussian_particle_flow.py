@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from bayes_keras.core import step_rules
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_view import merged
 
 _LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
@@ -270,7 +271,7 @@ class GaussianParticleFlow(ParticleOptimizer):
         if self.structure == "mean_field":
             return "mean_field"
         if self.structure == "full":
-            return [sorted(i for g in blocks for i in g)]
+            return merged(blocks)
         return blocks
 
     def direction(self, particles, grads, blocks, cloud=None):

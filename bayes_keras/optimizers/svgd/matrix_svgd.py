@@ -8,6 +8,7 @@ from bayes_keras.curvature import preconditioners
 from bayes_keras._config import check_number
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.step_rules import signal_share
+from bayes_keras.core.particle_view import merged
 from bayes_keras.training.memory_guard import check_fits, tensor_bytes
 from bayes_keras.optimizers.svgd.stein import (
     matrix_svgd_average_direction,
@@ -233,7 +234,7 @@ class MatrixSVGD(ParticleOptimizer):
         """The blocks (index lists over the particle variables) a kernel is computed on: one block of all
         variables for scope="joint", the view's `layer_blocks` for scope="layer"."""
         if self.scope == "joint":
-            return [sorted(i for b in layer_blocks for i in b)]
+            return merged(layer_blocks)
         return layer_blocks
 
     @staticmethod

@@ -4,6 +4,7 @@ import keras
 
 from bayes_keras import kernels as kernels_lib
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
+from bayes_keras.core.particle_view import merged
 from bayes_keras.optimizers.svgd.stein import svgd_direction
 
 _SCOPES = ("joint", "layer")
@@ -61,7 +62,7 @@ class SVGD(ParticleOptimizer):
         """The index blocks (over the particle variables) the kernel is computed on: all variables in one
         block for scope="joint", the per-layer `blocks` for scope="layer"."""
         if self.scope == "joint":
-            return [sorted(i for g in blocks for i in g)]
+            return merged(blocks)
         return blocks
 
     def direction(self, particles, grads, blocks):
