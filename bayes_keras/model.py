@@ -129,7 +129,7 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         )
         # mixed_float16: dynamic loss scaling done here rather than by wrapping the optimizer in a
         # LossScaleOptimizer, so a Bayesian optimizer sees the model directly (docs/architecture.md).
-        self._loss_scale = None
+        self._loss_scale = self._loss_scale_good_steps = None
         if self.dtype_policy.name == "mixed_float16":
             self._loss_scale = keras.Variable(
                 2.0**15, dtype="float32", trainable=False, name="loss_scale"

@@ -2,11 +2,13 @@
 
 `CurvatureRequest` is an optimizer's `curvature_request`; `LayerRecord` is what one particle layer reports
 in a captured forward pass (`bayes_keras.curvature.capture`), completed by the trainer after the backward
-pass with `finish_records`.
+pass with `finish_records`; `sampled_labels_nll` gives the loss of labels sampled from the model (for the
+true Fisher).
 """
 
 import dataclasses
 
+import keras
 import tensorflow as tf
 
 
@@ -103,3 +105,29 @@ def finish_records(
         r.temperature = temperature
         if sampled_grads is not None:
             r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
+
+
+def sampled_labels_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
+    """(batch, N) negative log likelihood of labels sampled from the model, keyed by `seed`. Under
+    tf.distribute the labels are drawn for the global batch (this replica's outputs padded to it) and the
+    replica keeps its rows: each example's label is the one a single device draws."""
+    if replicas == 1:
+        return likelihood.sampled_negative_log_likelihood(outputs, seed)
+    local = tf.shape(outputs)[0]
+    padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
+    nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
+    return nll[first_row : first_row + local]
+
+
+def of_this_graph(tensor):
+    """Whether `tensor` belongs to the running computation (eager, or the current graph or one enclosing it)."""
+    if isinstance(tensor, keras.KerasTensor):
+        return False
+    if not tf.is_symbolic_tensor(tensor):
+        return tf.executing_eagerly()
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        if graph is tensor.graph:
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False

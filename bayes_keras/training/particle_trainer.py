@@ -15,6 +15,7 @@ from bayes_keras.core.bayesian_optimizer import BayesianOptimizer, StepInfo
 from bayes_keras.curvature import capture
 from bayes_keras.curvature import records as records_lib
 from bayes_keras.layers.base import ParticleLayer
+from bayes_keras.training.apply_if_finite import apply_if_finite
 
 
 class ParticleTrainer:
@@ -137,12 +138,10 @@ class ParticleTrainer:
                 outputs = tf.cast(forward(x, training=True), self.loss_dtype)
             if not particle_parallel:  # (particle parallel: built at compile, at N particles)
                 self._build_likelihood(outputs.shape)
-            trainable = (
-                self.trainable_variables
-            )  # after the call: a subclassed model builds in its first one
+            trainable = self.trainable_variables  # after the call: a subclassed model builds in it
             # A subclassed model's first call also builds it through a symbolic call, whose records are
             # not part of this step.
-            records = [r for r in records if _of_this_graph(r.preactivations)]
+            records = [r for r in records if records_lib.of_this_graph(r.preactivations)]
             local_batch = tf.shape(outputs)[0]
             # (particle parallel: every replica has the whole batch, scaled by its own size)
             rows_split = replicas > 1 and not particle_parallel
@@ -155,7 +154,7 @@ class ParticleTrainer:
             n = tf.cast(tf.shape(particle_prior)[0], loss.dtype)  # all N particles
             if sampled_labels and records:
                 seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = _sampled_nll(
+                sampled_nll = records_lib.sampled_labels_nll(
                     self.likelihood, outputs, seed, global_batch, first_row, replicas
                 )
                 if sample_weight is not None:
@@ -218,7 +217,7 @@ class ParticleTrainer:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if (
             self._particle_parallel_active()
-        ):  # every replica takes the whole batch, and a slice of the particles
+        ):  # each replica: the whole batch, a slice of the particles
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         optimizer = self._bayesian_optimizer
         grads, step, outputs, loss = self._gradients(
@@ -232,54 +231,21 @@ class ParticleTrainer:
             # finite; the model counts the steps refused for their loss or records (skipped_steps).
             self._skipped.assign_add(tf.cast(tf.logical_not(step.finite), self._skipped.dtype))
             optimizer.apply(grads, trainable, step)
-            return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
-        # A plain Keras optimizer (no guard of its own), or float16 loss scaling, where a finite loss with
-        # non-finite gradients (an overflow) must be told apart: checked here.
-        finite_loss = tf.math.is_finite(loss)
-        finite = finite_loss
-        for g in grads:
-            if g is not None:
-                finite = finite & tf.reduce_all(tf.math.is_finite(g))
-        if optimizer is not None:
-            finite = finite & step.finite
-        # One decision for all replicas (a Keras optimizer's gradients are this replica's own).
-        finite = distribute.all_replicas_agree(finite)
-        present = [i for i, g in enumerate(grads) if g is not None]
-
-        # What the branches use is passed through (each replica's own tensors, see distribute.guarded).
-        def apply(finite_loss, *present_grads):
-            given = [None] * len(grads)
-            for i, g in zip(present, present_grads):
-                given[i] = g
-            if optimizer is None:
-                self.optimizer.apply(given, trainable)
-            else:
-                optimizer.apply(given, trainable, step)
-
-        def skip(finite_loss, *present_grads):
-            if self._loss_scale is None:
-                return  # counted below
-            # A finite loss with non-finite gradients is a float16 overflow of the scaled backward
-            # pass: halve the scale and retry on the next batch (not counted as a NaN step).
-            self._loss_scale.assign(tf.where(finite_loss, self._loss_scale / 2.0, self._loss_scale))
-            self._loss_scale_good_steps.assign(0)
-            self._skipped.assign_add(tf.where(finite_loss, 0, 1))
-
-        applied = distribute.guarded(
-            finite, apply, skip, args=[finite_loss] + [grads[i] for i in present]
-        )
-        if self._loss_scale is not None:
-            self._grow_loss_scale(applied)
-        else:  # outside the decision: under tf.distribute its branches run in every replica
-            self._skipped.assign_add(tf.cast(tf.logical_not(finite), self._skipped.dtype))
+        else:  # a plain Keras optimizer (no guard of its own), or float16 loss scaling (see apply_if_finite)
+            apply_if_finite(
+                lambda given: (
+                    self.optimizer.apply(given, trainable)
+                    if optimizer is None
+                    else optimizer.apply(given, trainable, step)
+                ),
+                grads,
+                loss,
+                self._skipped,
+                None if optimizer is None else step.finite,
+                self._loss_scale,
+                self._loss_scale_good_steps,
+            )
         return self._update_metrics(x, y, outputs, loss, sample_weight, training=True)
-
-    def _grow_loss_scale(self, applied):
-        """Double the float16 loss scale after 2000 consecutive finite steps (Keras' schedule)."""
-        good = tf.where(applied, self._loss_scale_good_steps + 1, 0)
-        grow = good >= 2000
-        self._loss_scale.assign(tf.where(grow, self._loss_scale * 2.0, self._loss_scale))
-        self._loss_scale_good_steps.assign(tf.where(grow, 0, good))
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -298,9 +264,8 @@ class ParticleTrainer:
             per_example = loss / (n * float(self.dataset_size))
             # A step refused for a non-finite loss leaves the particles unchanged and is not part of the epoch's
             # loss (one NaN batch made the whole epoch's reported loss NaN); fit warns that it was skipped.
-            finite = (
-                tf.math.is_finite(per_example) if training else tf.constant(True)
-            )  # evaluate reports a NaN
+            # (evaluate reports a NaN)
+            finite = tf.math.is_finite(per_example) if training else tf.constant(True)
             self._loss_tracker.update_state(
                 tf.where(finite, per_example, tf.zeros_like(per_example)),
                 sample_weight=tf.where(
@@ -311,7 +276,7 @@ class ParticleTrainer:
         logs = self.compute_metrics(x, y, outputs, sample_weight)
         if (
             not training
-        ):  # the optimizer's bound is a training objective: not reported on held-out data
+        ):  # the optimizer's bound is a training objective, not reported on held-out data
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
         if not tf.distribute.has_strategy():
@@ -366,29 +331,3 @@ class ParticleTrainer:
         if compiled is not None and compiled.built:
             names += [m.name for m in compiled.metrics]
         return names + self._bayesian_metrics.evaluation_names()
-
-
-def _sampled_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
-    """(batch, N) negative log likelihood of labels sampled from the model, keyed by `seed`. Under
-    tf.distribute the labels are drawn for the global batch (this replica's outputs padded to it) and the
-    replica keeps its rows: each example's label is the one a single device draws."""
-    if replicas == 1:
-        return likelihood.sampled_negative_log_likelihood(outputs, seed)
-    local = tf.shape(outputs)[0]
-    padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
-    nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
-    return nll[first_row : first_row + local]
-
-
-def _of_this_graph(tensor):
-    """Whether `tensor` belongs to the running computation (eager, or the current graph or one enclosing it)."""
-    if isinstance(tensor, keras.KerasTensor):
-        return False
-    if not tf.is_symbolic_tensor(tensor):
-        return tf.executing_eagerly()
-    graph = tf.compat.v1.get_default_graph()
-    while graph is not None:
-        if graph is tensor.graph:
-            return True
-        graph = getattr(graph, "outer_graph", None)
-    return False
