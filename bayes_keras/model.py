@@ -98,9 +98,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         temperature=1.0,
         **kwargs,
     ):
-        if len(args) == 1 and isinstance(
-            args[0], keras.Model
-        ):  # BayesianModel(keras.Sequential([...]))
+        # BayesianModel(keras.Sequential([...]))
+        if len(args) == 1 and isinstance(args[0], keras.Model):
             args = _inputs_and_outputs(args[0])
         super().__init__(*args, **kwargs)
         if num_particles is not None and (
@@ -118,9 +117,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         self.temperature = check_number(temperature, "temperature")
         self._likelihood_built = False
         self._particle_slices = None  # particle-parallel training (compile(parallel="particles"))
-        self._bayesian_metrics = (
-            ModelMetrics()
-        )  # nll, ParticleMetrics, the optimizer's reported metrics
+        # nll, ParticleMetrics, the optimizer's reported metrics
+        self._bayesian_metrics = ModelMetrics()
         self._skipped = keras.Variable(0, dtype="int32", trainable=False, name="skipped_steps")
         # Keys the labels sampled for true-Fisher curvature, with the optimizer's step: saved with the
         # model, so a resumed run draws what an uninterrupted one would (seeded by keras' set_random_seed).
@@ -185,9 +183,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
                 "BayesianModel needs at least one bayes_keras particle layer (e.g. bayes_keras.layers.Dense)."
             )
         received = check_layers_keep_particles(self.operations, ParticleLayer)
-        for (
-            layer
-        ) in self.operations:  # a random layer draws per particle only where it receives particles
+        # a random layer draws per particle only where it receives particles
+        for layer in self.operations:
             if hasattr(layer, "receives_particles"):
                 layer.receives_particles = id(layer) in received
         n = self.num_particles
@@ -217,9 +214,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
             )
         if self.dataset_size != int(dataset_size):
             self.dataset_size = int(dataset_size)
-            self.train_function = self.test_function = (
-                None  # the size is a constant of the traced steps
-            )
+            # the size is a constant of the traced steps
+            self.train_function = self.test_function = None
 
     # -- compile / fit -------------------------------------------------------------------------
     def compile(
@@ -265,9 +261,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         if temperature is not None:
             self.temperature = check_number(temperature, "temperature")
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            optimizer = (
-                optimizer.inner_optimizer
-            )  # the model scales the loss itself (mixed_float16)
+            # the model scales the loss itself (mixed_float16)
+            optimizer = optimizer.inner_optimizer
         kwargs["auto_scale_loss"] = False
         slow_under_xla = [layer.name for layer in self.particle_layers if not layer.supports_jit]
         if kwargs.get("jit_compile") is True and slow_under_xla:
@@ -284,9 +279,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
             kwargs["weighted_metrics"], weighted_particle_metrics = split_metrics(
                 kwargs["weighted_metrics"], self.likelihood
             )
-            particle_metrics += (
-                weighted_particle_metrics  # ParticleMetrics always weigh by sample_weight
-            )
+            # ParticleMetrics always weigh by sample_weight
+            particle_metrics += weighted_particle_metrics
         super().compile(optimizer=optimizer, metrics=metrics, **kwargs)
         if self._bayesian_optimizer is None:
             warnings.warn(
@@ -437,9 +431,8 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
         ):
             # Build before tracing, so optimizers that initialise from the weights see their values
             # (a subclassed model not yet called is built, with its optimizer, by Keras' fit).
-            with (
-                self.distribute_strategy.scope()
-            ):  # mirrored state under tf.distribute, as the model's
+            # mirrored state under tf.distribute, as the model's
+            with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
         if self._bayesian_optimizer is not None and self._bayesian_optimizer.built:
             self._bayesian_optimizer.check_particles()
@@ -605,9 +598,8 @@ def _functional_class(cls):
         )
         name = keras.saving.get_registered_name(cls)
         package, _, short = name.rpartition(">")
-        if (
-            package
-        ):  # registered (BayesianModel is): the functional form saves and loads under that name
+        # registered (BayesianModel is): the functional form saves and loads under that name
+        if package:
             functional = keras.saving.register_keras_serializable(package=package, name=short)(
                 functional
             )

@@ -13,9 +13,8 @@ from bayes_keras.saving import atomic_files
 
 _WEIGHTS = "latest.weights.h5"
 _STATE = "bayes_keras_resume"  # attribute of the weights file: where in training it was written
-_RANDOM = (
-    "bayes_keras_random_states"  # group of the weights file: the layers' random generator states
-)
+# group of the weights file: the layers' random generator states
+_RANDOM = "bayes_keras_random_states"
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -114,9 +113,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             )
         epoch, batch = _where(self.path)
         steps = self.params.get("steps") if self.params else None
-        if (
-            steps is not None and batch >= steps
-        ):  # taken after the epoch's last batch: resume at the next epoch
+        # taken after the epoch's last batch: resume at the next epoch
+        if steps is not None and batch >= steps:
             epoch, batch = (
                 epoch + 1,
                 0,
@@ -146,9 +144,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model.train_function = self._skip if self._skipping else self._train_function
 
     def on_train_batch_end(self, batch, logs=None):
-        if (
-            self._skipping
-        ):  # nothing new to save (and a position before the checkpoint's must not be written)
+        # nothing new to save (and a position before the checkpoint's must not be written)
+        if self._skipping:
             return
         self._since_save += self.model.steps_per_execution
         if self.save_freq != "epoch" and self._since_save >= self.save_freq:

@@ -140,9 +140,8 @@ class LowerBoundStopping(keras.callbacks.Callback):
 def _has(obj, name):
     try:
         return obj is not None and hasattr(obj, name)
-    except (
-        Exception
-    ):  # a property of an unbuilt optimizer may raise something else than AttributeError
+    except Exception:
+        # a property of an unbuilt optimizer may raise something else than AttributeError
         return False
 
 

@@ -574,9 +574,8 @@ class _Conversion:
     ):
         self.num_particles = num_particles
         self.lora_rank, self.lora_alpha = lora_rank, lora_alpha
-        self.head = (
-            None  # the last weight layer: under LoRA it gets full particles (set by bayesianize)
-        )
+        # the last weight layer: under LoRA it gets full particles (set by bayesianize)
+        self.head = None
         self.adapted = []  # (Keras layer, LoRA twin): frozen weights copied, factors placed (_place_lora)
         self.batch_norm_momentum = batch_norm_momentum
         self.kernel_prior, self.bias_prior = kernel_prior, bias_prior
@@ -837,14 +836,12 @@ class _Conversion:
                 bias_prior=self.bias_prior,
             )
             if bayesian:
-                config["trainable"] = (
-                    True  # chosen Bayesian: its particles train, even if the layer was frozen
-                )
+                # chosen Bayesian: its particles train, even if the layer was frozen
+                config["trainable"] = True
                 config.update(_particle_default_initializers(config))
         if particle_twin and not has_particles:
-            if (
-                twin is particle_layers.BatchNormalization
-            ):  # before the particle axis: a Keras layer
+            # before the particle axis: a Keras layer
+            if twin is particle_layers.BatchNormalization:
                 return self._keep(layer, [], [], args, kwargs)
             config["num_particles"] = self.num_particles
         if twin is particle_layers.BatchNormalization and self.batch_norm_momentum is not None:
@@ -959,9 +956,8 @@ class _Conversion:
         lora = _keras_lora_rank(sublayer) or (
             self.lora_rank if isinstance(sublayer, adapted) else None
         )
-        if (
-            bayesian and lora is not None
-        ):  # under LoRA, a custom layer's attention is adapted; the rest frozen
+        # under LoRA, a custom layer's attention is adapted; the rest frozen
+        if bayesian and lora is not None:
             new = self._lora_layer(sublayer, lora, starts or isinstance(sublayer, _L.Embedding))
             return new, [(sublayer, new, "lora")]
         if self.lora_rank is not None:
@@ -1075,9 +1071,8 @@ class _Conversion:
     def _keep(self, layer, flat, carries, args, kwargs):
         # the same draws on one device, and under tf.distribute those one device makes (layers/_random.py)
         new = _random_twin(layer, flat[0], carries[0]) if len(flat) == 1 else None
-        if new is None and isinstance(
-            layer, _L.Lambda
-        ):  # its config holds the function's bytecode: share it
+        # its config holds the function's bytecode: share it
+        if new is None and isinstance(layer, _L.Lambda):
             new = _L.Lambda(layer.function, arguments=layer.arguments, name=layer.name)
         elif new is None:
             new = _copy_of(layer)
@@ -1269,9 +1264,8 @@ def _freeze_all_but_particles(model):
         if layer.weights and not any(
             getattr(v, "is_particle_variable", False) for v in layer.weights
         ):
-            layer.trainable = (
-                True  # (setting the value a layer has does not reach sublayers made in build())
-            )
+            # (setting the value a layer has does not reach sublayers made in build())
+            layer.trainable = True
             layer.trainable = False
 
 
@@ -1434,9 +1428,8 @@ def _per_particle_mismatch(original, new, pairs, flat, carries, args, kwargs, nu
     try:
         with warnings.catch_warnings():  # Keras' notes on building the custom layer's copy
             warnings.simplefilter("ignore")
-            new(
-                *bound(args), **bound(kwargs)
-            )  # builds the twins, whose weights are then set to the sublayers'
+            # builds the twins, whose weights are then set to the sublayers'
+            new(*bound(args), **bound(kwargs))
         for sublayer, twin, kind in pairs:
             if kind == "lora":
                 for keras_layer, target in _lora_pairs(sublayer, twin):

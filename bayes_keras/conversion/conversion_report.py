@@ -12,9 +12,8 @@ from bayes_keras.layers.base import ParticleLayer
 from bayes_keras.layers.converted import Batchless, Converted
 
 BAYESIAN = "bayesian"  # its weights carry the particle axis (a posterior over them)
-SHARED = (
-    "shared"  # after the particle axis, one weight set shared by every particle (a point estimate)
-)
+# after the particle axis, one weight set shared by every particle (a point estimate)
+SHARED = "shared"
 BEFORE_AXIS = "keras"  # before the particle axis: a Keras layer that runs once per example
 
 
@@ -25,9 +24,8 @@ class LayerRow(NamedTuple):
     kind: str  # the layer's class name
     role: str  # "bayesian", "shared" or "keras" (before the particle axis)
     trainable: bool
-    parameters: (
-        int  # weights of one network (one particle), statistics such as moving averages included
-    )
+    # weights of one network (one particle), statistics such as moving averages included
+    parameters: int
     stored: int  # entries held in memory: parameters x N for particle weights
 
 
@@ -116,12 +114,10 @@ def conversion_report(model):
             continue
         inputs = _tensors(operation, "input")
         after_axis = isinstance(operation, ParticleLayer) or any(id(t) in carrying for t in inputs)
-        starts = any(
-            _is_particle(v) for layer in _with_nested(operation) for v in layer.weights
-        )  # a custom layer's
-        if (
-            after_axis or starts
-        ):  # twins can start the axis (the keras.io token and position embedding)
+        # a custom layer's
+        starts = any(_is_particle(v) for layer in _with_nested(operation) for v in layer.weights)
+        # twins can start the axis (the keras.io token and position embedding)
+        if after_axis or starts:
             carrying.update(id(t) for t in _tensors(operation, "output"))
         for layer in _with_nested(operation):
             if not layer.weights:
@@ -185,12 +181,10 @@ def _composite_rows(layer):
         per_network = sum(
             int(np.prod(v.shape[1:] if _is_particle(v) else v.shape)) for v in variables
         )
-        role = (
-            BAYESIAN if particle else SHARED
-        )  # frozen parts of a layer that carries particles (LoRA's)
-        kind = type(
-            layer.layer if isinstance(layer, Converted) else layer
-        ).__name__  # the user's class
+        # frozen parts of a layer that carries particles (LoRA's)
+        role = BAYESIAN if particle else SHARED
+        # the user's class
+        kind = type(layer.layer if isinstance(layer, Converted) else layer).__name__
         rows.append(
             LayerRow(
                 path,

@@ -64,9 +64,8 @@ class _BayesianEstimator:
 
     def _get_model(self, X, y):
         if isinstance(self.model, keras.Model):
-            return keras.models.clone_model(
-                self.model
-            )  # the architecture, compiled, without the weights
+            # the architecture, compiled, without the weights
+            return keras.models.clone_model(self.model)
         return self.model(X=X, y=y, **(self.model_kwargs or {}))
 
 

@@ -24,9 +24,8 @@ class OptimizerSetup(keras.optimizers.Optimizer):
 
     reported_metrics = ()
     curvature_request = None
-    step_headroom = (
-        10  # peak step memory per byte of particle weights (benchmarks/size_guard_peaks.py)
-    )
+    # peak step memory per byte of particle weights (benchmarks/size_guard_peaks.py)
+    step_headroom = 10
     pairwise_tensors = 0  # N x N tensors a step holds at once (kernel matrices)
 
     def __init_subclass__(cls, **kwargs):

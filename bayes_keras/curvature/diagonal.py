@@ -123,7 +123,6 @@ def conv2d_squared_gradients(layer, x, e):
         )
         kernel = tf.reshape(tf.reduce_sum(tf.square(per_example), 0), (-1, n, filters))  # (K, N, F)
         return tf.transpose(kernel, [1, 0, 2]), bias
-    per_example = tf.matmul(
-        patches, tf.transpose(locations, [0, 2, 1, 3]), transpose_a=True
-    )  # (B, N, K, F)
+    # (B, N, K, F)
+    per_example = tf.matmul(patches, tf.transpose(locations, [0, 2, 1, 3]), transpose_a=True)
     return tf.reduce_sum(tf.square(per_example), 0), bias

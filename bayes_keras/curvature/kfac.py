@@ -114,9 +114,8 @@ class LayerSpec:
     blocks: tuple  # KroneckerBlock, ...
     reset_after: bool = None
     layer: object = None
-    kernel_and_bias: bool = (
-        False  # one [kernel; bias] block over the layer's inputs (Dense, Conv1D, Conv2D)
-    )
+    # one [kernel; bias] block over the layer's inputs (Dense, Conv1D, Conv2D)
+    kernel_and_bias: bool = False
 
     @property
     def variables(self):
@@ -459,9 +458,8 @@ def conv1d_patches(layer, x):
     if layer.padding == "causal":
         pad = (layer.kernel_size - 1) * layer.dilation_rate
         x = tf.pad(x, [[0, 0]] * (len(x.shape) - 2) + [[pad, 0], [0, 0]])
-    images = tf.expand_dims(
-        x if layer.broadcasts else tf.transpose(x, [0, 2, 1, 3]), 1
-    )  # (B, 1, T, [N,] C)
+    # (B, 1, T, [N,] C)
+    images = tf.expand_dims(x if layer.broadcasts else tf.transpose(x, [0, 2, 1, 3]), 1)
     view = _Conv1DAsConv2D(
         (1, layer.kernel_size),
         (1, layer.strides),
@@ -663,9 +661,8 @@ def conv_patches(layer, x):
                 np.arange(out_w)[None, :, None, None] * s_w
                 + np.arange(kw)[None, None, None, :] * d_w
             )
-            index = (rows * padded_w + cols).reshape(
-                -1
-            )  # [location][i][j] -> pixel of the padded image
+            # [location][i][j] -> pixel of the padded image
+            index = (rows * padded_w + cols).reshape(-1)
             pixels = tf.reshape(images, tf.stack([-1, (height + sum(pad_h)) * padded_w, channels]))
             patches = tf.reshape(
                 tf.gather(pixels, index.astype(np.int32), axis=1),

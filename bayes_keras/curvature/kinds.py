@@ -32,9 +32,8 @@ class LayerCurvature:
 
 def layer_curvature(layer):
     """The `LayerCurvature` a layer's class declares (None: no curvature formulas)."""
-    rules = getattr(
-        layer, "curvature_rules", None
-    )  # the class's, or None set by an instance (grouped Conv2D)
+    # the class's, or None set by an instance (grouped Conv2D)
+    rules = getattr(layer, "curvature_rules", None)
     return rules if isinstance(rules, LayerCurvature) else None
 
 

@@ -319,9 +319,8 @@ class _ParticleRNN(ParticleLayer):
 
     def _run_particles(self, x, mask=None, input_keep=None, recurrent_keep=None):
         n, width = self.num_particles, self._gates * self.units
-        if (
-            input_keep is not None
-        ):  # (B, N, F), the same at every step; a first layer's x gains the N axis
+        # (B, N, F), the same at every step; a first layer's x gains the N axis
+        if input_keep is not None:
             x = (x[:, None] if len(x.shape) == 3 else x) * input_keep[:, :, None, :]
         xs = self._project(x)  # (T, N, B, width)
         recurrent_bias = None
@@ -334,9 +333,8 @@ class _ParticleRNN(ParticleLayer):
         if mask is not None:  # (B, T) or (B, N, T) -> time-major (T, 1 or N, B)
             mask = tf.transpose(mask[:, None, :] if len(mask.shape) == 2 else mask, [2, 1, 0])
         if recurrent_keep is not None:
-            recurrent_keep = tf.transpose(
-                recurrent_keep, [1, 0, 2]
-            )  # (B, N, u) -> (N, B, u), as the states
+            # (B, N, u) -> (N, B, u), as the states
+            recurrent_keep = tf.transpose(recurrent_keep, [1, 0, 2])
         if capture.is_capturing():
             h = self._loop_recorded(x, xs, recurrent_kernel, recurrent_bias, mask, recurrent_keep)
         else:
@@ -442,9 +440,8 @@ class _ParticleRNN(ParticleLayer):
             return self._run_particles(x, mask, input_keep, recurrent_keep)
         if self.broadcasts and input_keep is None and recurrent_keep is None:
             return self._broadcast_shared(self._run_shared(x, mask))
-        if (
-            self.broadcasts
-        ):  # every particle gets its own dropout masks: the shared weights run N times
+        # every particle gets its own dropout masks: the shared weights run N times
+        if self.broadcasts:
             x = tf.tile(x[:, None], [1, self.num_particles, 1, 1])
         shape = tf.shape(x)
         if mask is not None:  # (B, [N,] T) -> (B * N, T), particles folded into the batch as x is

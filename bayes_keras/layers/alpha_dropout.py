@@ -7,9 +7,8 @@ from bayes_keras.training import distribute
 from bayes_keras._config import check_number
 from bayes_keras.layers._random import draw_as_one_device
 
-_ALPHA_P = (
-    -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946
-)  # -alpha * scale of SELU
+# -alpha * scale of SELU
+_ALPHA_P = -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
@@ -25,9 +24,8 @@ class AlphaDropout(keras.layers.AlphaDropout):
     """
 
     receives_particles = True  # set by BayesianModel from the model's graph
-    draws_as_one_device = (
-        True  # under tf.distribute (bayes_keras.training.call_checks.random_layers)
-    )
+    # under tf.distribute (bayes_keras.training.call_checks.random_layers)
+    draws_as_one_device = True
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         rate = check_number(rate, "AlphaDropout rate", positive=False)

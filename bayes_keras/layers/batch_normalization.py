@@ -78,9 +78,8 @@ class BatchNormalization(ParticleLayer):
         >>> h = bayes_keras.layers.Activation("relu")(h)
     """
 
-    curvature_rules = (
-        rules.BATCH_NORMALIZATION
-    )  # diagonal Fisher blocks for gamma, beta (curvature/kfac.py)
+    # diagonal Fisher blocks for gamma, beta (curvature/kfac.py)
+    curvature_rules = rules.BATCH_NORMALIZATION
 
     def __init__(
         self,
@@ -241,21 +240,18 @@ class BatchNormalization(ParticleLayer):
         variance = variance * (count - 1.0) / tf.maximum(count, 1.0)
         self._update_moving(tf.reshape(mean, (n, c)), tf.reshape(variance, (n, c)))
         y = tf.reshape(y, shape)
-        if (
-            capture.is_capturing()
-        ):  # the normalised input (biased batch variance, as the op normalises with)
+        # the normalised input (biased batch variance, as the op normalises with)
+        if capture.is_capturing():
             normalized = (grouped - mean) * tf.math.rsqrt(variance + self.epsilon)
             capture.record(self, tf.stop_gradient(tf.reshape(normalized, shape)), y)
         return y
 
     def call(self, inputs, training=None, mask=None):
         x = tf.convert_to_tensor(inputs)
-        refresh = id(self) in (
-            getattr(_BATCH_STATISTICS_PASS, "layers", None) or ()
-        )  # batch statistics, no update
-        training = (
-            training or refresh
-        ) and self.trainable  # a frozen layer uses its moving statistics (as Keras')
+        # batch statistics, no update
+        refresh = id(self) in (getattr(_BATCH_STATISTICS_PASS, "layers", None) or ())
+        # a frozen layer uses its moving statistics (as Keras')
+        training = (training or refresh) and self.trainable
         rank = len(x.shape)
         compute = x.dtype
         # (particle parallel: every replica normalises its own particles over the whole batch already)
@@ -276,9 +272,8 @@ class BatchNormalization(ParticleLayer):
             # Training only: in inference Grappler folds a FusedBatchNorm that follows a convolution into
             # a _FusedConv2D, whose Eigen CPU kernel refuses grouped convolutions (TF_ENABLE_ONEDNN_OPTS=0).
             return self._fused_image(x)
-        x32 = (
-            tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x
-        )  # statistics in float32
+        # statistics in float32
+        x32 = tf.cast(x, tf.float32) if compute in (tf.float16, tf.bfloat16) else x
         if training:
             axes = [a for a in range(rank - 1) if a != particle_axis(rank)]
             if synchronized:

@@ -145,9 +145,8 @@ class Conv1D(ParticleLayer):
             xg = tf.reshape(xg, tf.stack([shape[0], 1, shape[3], n * x.shape[-1]]))
             y = grouped_conv2d(xg, kernel, n, strides, self._padding(), dilations)
         capturing = capture.is_capturing()
-        if (
-            not capturing
-        ):  # bias and activation before the transpose, on (B, 1, T', N*F) (see Conv2D)
+        # bias and activation before the transpose, on (B, 1, T', N*F) (see Conv2D)
+        if not capturing:
             if self.bias is not None:
                 y = y + tf.reshape(self.bias, (n * f,))
             y = self.activation(y)

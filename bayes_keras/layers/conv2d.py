@@ -96,9 +96,8 @@ class Conv2D(ParticleLayer):
             )
         self.groups = groups
         if groups > 1:
-            self.curvature_rules = (
-                None  # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
-            )
+            # KFAC's Kronecker factors assume a dense kernel: no curvature formulas
+            self.curvature_rules = None
         padding = str(padding).lower()
         if padding not in ("valid", "same"):
             raise ValueError(f"Conv2D padding must be 'valid' or 'same'; got {padding!r}.")
@@ -163,9 +162,8 @@ class Conv2D(ParticleLayer):
         g = self.groups
         if self.broadcasts and (g == 1 or self.deterministic):
             grouped = x  # (B, H, W, C), shared by the particles
-        elif (
-            self.broadcasts
-        ):  # a grouped kernel per particle: every particle's own copy of the input
+        elif self.broadcasts:
+            # a grouped kernel per particle: every particle's own copy of the input
             grouped = tf.tile(x, [1, 1, 1, n])
         else:
             grouped = merge_particle_channels(x, n)  # (B, H, W, N*C)

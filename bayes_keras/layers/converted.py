@@ -110,9 +110,8 @@ class Converted(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         deserialize = keras.saving.deserialize_keras_object
-        if isinstance(
-            layer, dict
-        ):  # unbuilt, so that its sublayers can be replaced (the twins build on call)
+        # unbuilt, so that its sublayers can be replaced (the twins build on call)
+        if isinstance(layer, dict):
             layer = deserialize({k: v for k, v in layer.items() if k != "build_config"})
         self.layer = layer
         # what the layer's build() makes (its sublayers, plain values): given here, so that build() never runs
@@ -137,9 +136,8 @@ class Converted(keras.layers.Layer):
         self.particle_inputs = list(particle_inputs)
         self.num_particles = int(num_particles)
         self.folded = bool(folded)
-        self.supports_masking = (
-            self.layer.supports_masking
-        )  # its inputs' masks pass on as the custom layer's do
+        # its inputs' masks pass on as the custom layer's do
+        self.supports_masking = self.layer.supports_masking
         for path, twin in self.twins.items():
             set_sublayer(
                 self.layer, path, _Unfolding(twin, self.num_particles) if self.folded else twin
@@ -165,9 +163,8 @@ class Converted(keras.layers.Layer):
             if carries
             else repeat_examples(tf.convert_to_tensor(tensor), self.num_particles)
         )
-        if (
-            mask is not None
-        ):  # the padding mask an Embedding set, which the custom layer's sublayers read
+        # the padding mask an Embedding set, which the custom layer's sublayers read
+        if mask is not None:
             set_keras_mask(folded, fold_mask(mask, tensor, carries, self.num_particles))
         return folded
 
@@ -220,9 +217,8 @@ class _Unfolding(keras.layers.Layer):
         mask = get_keras_mask(x)
         x = tf.convert_to_tensor(x)
         if not x.shape.rank or (x.shape[0] == 1 and self.num_particles > 1):
-            return (
-                x  # a scalar, or one row that broadcasts over the batch (a causal mask (1, T, T))
-            )
+            # a scalar, or one row that broadcasts over the batch (a causal mask (1, T, T))
+            return x
         if isinstance(self.layer, _LEADING_PARTICLES):
             y = tf.reshape(x, tf.concat([[-1, self.num_particles], tf.shape(x)[1:]], 0))
             y.set_shape([None, self.num_particles] + list(x.shape[1:]))
@@ -240,9 +236,8 @@ class _Unfolding(keras.layers.Layer):
             folded = tf.reshape(y, tf.concat([[-1], tf.shape(y)[2:]], 0))
         else:
             folded = fold_particles(y)
-        if (
-            mask is not None
-        ):  # the twin's output mask (attention keeps its query's), on the folded batch
+        # the twin's output mask (attention keeps its query's), on the folded batch
+        if mask is not None:
             set_keras_mask(
                 folded,
                 self._fold(mask)

@@ -22,9 +22,8 @@ def particle_depthwise_conv2d(layer, x, kernel):
     kh, kw = layer.kernel_size
     grouped = tf.tile(x, [1, 1, 1, n]) if layer.broadcasts else merge_particle_channels(x, n)
     if layer.deterministic:
-        kernel = tf.tile(
-            kernel, [1, 1, n, 1]
-        )  # (kh, kw, N*C, M): the shared kernel for every channel block
+        # (kh, kw, N*C, M): the shared kernel for every channel block
+        kernel = tf.tile(kernel, [1, 1, n, 1])
     else:
         kernel = tf.reshape(tf.transpose(kernel, [1, 2, 0, 3, 4]), (kh, kw, -1, kernel.shape[-1]))
     sh, sw = layer.strides

@@ -21,9 +21,8 @@ class Dropout(keras.layers.Dropout):
     """
 
     receives_particles = True  # set by BayesianModel from the model's graph
-    draws_as_one_device = (
-        True  # under tf.distribute (bayes_keras.training.call_checks.random_layers)
-    )
+    # under tf.distribute (bayes_keras.training.call_checks.random_layers)
+    draws_as_one_device = True
 
     def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
         rate = check_number(rate, "Dropout rate", positive=False)

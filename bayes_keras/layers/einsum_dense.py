@@ -270,9 +270,8 @@ class EinsumDense(ParticleLayer):
         y = tf.einsum(
             self.equations["broadcast" if self.broadcasts else "particles"], x, self.kernel
         )
-        if (
-            self.bias is not None
-        ):  # (N, *bias) -> (N, 1, ..., *bias), aligned with y's trailing axes after N
+        # (N, *bias) -> (N, 1, ..., *bias), aligned with y's trailing axes after N
+        if self.bias is not None:
             bias = tf.reshape(
                 self.bias,
                 [self.num_particles]

@@ -91,12 +91,10 @@ class Embedding(ParticleLayer):
         if self.deterministic:
             out = tf.gather(self.embeddings, ids)  # (batch, ..., D)
             return self._broadcast_shared(out) if self.broadcasts else out
-        out = tf.experimental.numpy.moveaxis(
-            tf.gather(self.embeddings, ids, axis=1), 0, 1
-        )  # (batch, N, ..., D)
-        capture.record(
-            self, ids, out
-        )  # a Dense layer on one-hot ids: the output is the pre-activation
+        # (batch, N, ..., D)
+        out = tf.experimental.numpy.moveaxis(tf.gather(self.embeddings, ids, axis=1), 0, 1)
+        # a Dense layer on one-hot ids: the output is the pre-activation
+        capture.record(self, ids, out)
         return out
 
     def compute_mask(self, inputs, mask=None):

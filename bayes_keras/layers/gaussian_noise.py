@@ -19,9 +19,8 @@ class GaussianNoise(keras.layers.GaussianNoise):
     """
 
     receives_particles = True  # set by BayesianModel from the model's graph
-    draws_as_one_device = (
-        True  # under tf.distribute (bayes_keras.training.call_checks.random_layers)
-    )
+    # under tf.distribute (bayes_keras.training.call_checks.random_layers)
+    draws_as_one_device = True
 
     def __init__(self, stddev, seed=None, **kwargs):
         stddev = check_number(stddev, "GaussianNoise stddev", allow_zero=True)

@@ -72,9 +72,8 @@ class GlobalAveragePooling1D(_ParticleGlobalPooling):
             return super().call(inputs)
         axes = self._axes(inputs)
         mask = tf.cast(mask, inputs.dtype)
-        mask = (
-            mask[:, None, :, None] if len(mask.shape) == 2 else mask[..., None]
-        )  # (B, [N,] T) -> broadcast
+        # (B, [N,] T) -> broadcast
+        mask = mask[:, None, :, None] if len(mask.shape) == 2 else mask[..., None]
         total = tf.reduce_sum(inputs * mask, axis=axes, keepdims=self.keepdims)
         return total / tf.reduce_sum(mask, axis=axes, keepdims=self.keepdims)
 

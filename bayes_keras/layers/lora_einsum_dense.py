@@ -15,9 +15,8 @@ from bayes_keras.layers.einsum_dense import (
     tile_particles,
 )
 
-_RANK = (
-    "R"  # the einsum letter of the adapter's rank axis (Keras' equations use lower-case letters)
-)
+# the einsum letter of the adapter's rank axis (Keras' equations use lower-case letters)
+_RANK = "R"
 
 
 def _assemble(input_spec, kernel_spec, output_spec, side):
@@ -181,16 +180,14 @@ class LoRAEinsumDense(ParticleLayer):
             x, self.lora_kernel_a, self.lora_kernel_b, shared=False, carries=carries
         )
         if not carries:
-            y = tf.expand_dims(
-                y, 1
-            )  # the shared product, computed once, broadcast over the particles
+            # the shared product, computed once, broadcast over the particles
+            y = tf.expand_dims(y, 1)
         return self.activation(y + scale * update)
 
     def _update(self, x, a, b, shared, carries):
         """x A B (particle factors: one per particle) in the output's layout."""
-        if (
-            shared
-        ):  # one adapter: its update A B is one kernel, applied with the shared kernel's equation
+        # one adapter: its update A B is one kernel, applied with the shared kernel's equation
+        if shared:
             return tf.einsum(
                 self.equations["shared"] if carries else self.equation,
                 x,

@@ -105,9 +105,8 @@ class LoRAEmbedding(ParticleLayer):
             out = base + scale * tf.gather(table, ids)
             out = tf.expand_dims(out, 1)
             return tf.tile(out, [1, self._given_num_particles] + [1] * (len(out.shape) - 2))
-        low = tf.experimental.numpy.moveaxis(
-            tf.gather(self.lora_embeddings_a, ids, axis=1), 0, 1
-        )  # (B, N, ..., r)
+        # (B, N, ..., r)
+        low = tf.experimental.numpy.moveaxis(tf.gather(self.lora_embeddings_a, ids, axis=1), 0, 1)
         update = tf.einsum("bn...r,nrd->bn...d", low, self.lora_embeddings_b)
         return tf.expand_dims(base, 1) + scale * update
 

@@ -154,9 +154,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.lora_projections = tuple(lora_projections)
         self.supports_masking = True
         self._softmax = keras.layers.Softmax(axis=-1, dtype=self.dtype_policy)
-        self._dropout_layer = Dropout(
-            self.dropout, seed=seed, dtype=self.dtype_policy
-        )  # (batch, N, heads, T, S)
+        # (batch, N, heads, T, S)
+        self._dropout_layer = Dropout(self.dropout, seed=seed, dtype=self.dtype_policy)
 
     @property
     def broadcasts(self):
@@ -337,9 +336,8 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
-        if (
-            cache is not None or cache_update_index is not None
-        ):  # KerasHub's CachedMultiHeadAttention arguments
+        # KerasHub's CachedMultiHeadAttention arguments
+        if cache is not None or cache_update_index is not None:
             raise ValueError(
                 f"MultiHeadAttention '{self.name}': cached decoding (cache=, cache_update_index=) is not "
                 "supported; call it with cache=None, as in training and scoring."
@@ -356,13 +354,11 @@ class MultiHeadAttention(keras.layers.Layer):
         v = self._value_dense(value)
         q = q * tf.cast(1.0 / math.sqrt(float(self.key_dim)), q.dtype)
         scores = tf.einsum("bnthd,bnshd->bnhts" if len(k.shape) == 5 else "bnthd,bshd->bnhts", q, k)
-        explicit = (
-            self.dropout > 0.0 or return_attention_scores
-        )  # Keras zeroes fully masked rows only here
-        if (
-            mask is not None
-        ):  # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head; (batch, N, T, S) of
-            # a folded custom layer (each particle's own) -> (batch, N, 1, T, S)
+        # Keras zeroes fully masked rows only here
+        explicit = self.dropout > 0.0 or return_attention_scores
+        if mask is not None:
+            # (batch, T, S) -> (batch, 1, 1, T, S): every particle and head; (batch, N, T, S) of a folded
+            # custom layer (each particle's own) -> (batch, N, 1, T, S)
             mask = mask[:, None, None] if len(mask.shape) == 3 else mask[:, :, None]
             scores = tf.where(mask, scores, tf.cast(_large_negative(scores.dtype), scores.dtype))
         probabilities = tf.nn.softmax(scores, axis=-1)

@@ -51,12 +51,10 @@ def particle_initializer(initializer, num_particles):
     return init
 
 
-DRAW_HEADROOM = (
-    3.5  # bytes held while a particle weight is drawn, per byte (benchmarks/size_guard_peaks.py)
-)
-_LOOP_LIMIT = (
-    4096  # at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
-)
+# bytes held while a particle weight is drawn, per byte (benchmarks/size_guard_peaks.py)
+DRAW_HEADROOM = 3.5
+# at most this many particles are drawn one by one (a Python loop of 1e8 draws never ends)
+_LOOP_LIMIT = 4096
 # Initializers whose draws on the stacked (N, ...) shape are N independent per-particle draws (VarianceScaling
 # once its scale is corrected for the fans; Keras' own classes, not subclasses): one call for all particles.
 _STACKABLE = (

@@ -142,9 +142,8 @@ class PerParticle(keras.layers.Layer):
             for name, m in zip(("query_mask", "value_mask", "key_mask"), masks):  # attention layers
                 if name in self._parameters:
                     kwargs[name] = m
-            for x, m in zip(
-                folded, masks
-            ):  # layers that read their inputs' masks (Keras' merge layers)
+            # layers that read their inputs' masks (Keras' merge layers)
+            for x, m in zip(folded, masks):
                 if m is not None:
                     set_keras_mask(x, m)
         if self.unpack:

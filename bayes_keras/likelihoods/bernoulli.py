@@ -74,9 +74,8 @@ class Bernoulli(Likelihood):
         return entropy_decomposition(tf.concat([1.0 - p, p], axis=-1))
 
     def accuracy_metric(self, name):
-        return keras.metrics.BinaryAccuracy(
-            name=name
-        )  # on the predictive probability, threshold 0.5
+        # on the predictive probability, threshold 0.5
+        return keras.metrics.BinaryAccuracy(name=name)
 
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         logits = self._logits(outputs)

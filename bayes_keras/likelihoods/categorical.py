@@ -59,9 +59,8 @@ class Categorical(Likelihood):
             f"labels: pass argmax(y, -1)) for outputs {shape_text(outputs.shape)}",
         )
         checks = []
-        if (
-            y.dtype.is_floating
-        ):  # float class indices (e.g. a float array of labels) must be whole numbers
+        # float class indices (e.g. a float array of labels) must be whole numbers
+        if y.dtype.is_floating:
             fractional = tf.not_equal(y, tf.round(y))
             checks.append(
                 tf.debugging.Assert(
@@ -114,9 +113,8 @@ class Categorical(Likelihood):
         return entropy_decomposition(self.probs(outputs))
 
     def accuracy_metric(self, name):
-        return keras.metrics.SparseCategoricalAccuracy(
-            name=name
-        )  # integer labels, as log_prob takes them
+        # integer labels, as log_prob takes them
+        return keras.metrics.SparseCategoricalAccuracy(name=name)
 
     def sampled_negative_log_likelihood(self, outputs, seed=None):
         logits = outputs

@@ -29,9 +29,8 @@ class Likelihood(Configurable):
 
     name = "likelihood"
     continuous = False  # True: the predictive is a ParticleMixture with quantiles (regression)
-    outputs_are_logits = (
-        False  # True: outputs are logits (a softmax / sigmoid output layer is refused)
-    )
+    # True: outputs are logits (a softmax / sigmoid output layer is refused)
+    outputs_are_logits = False
 
     def build(self, model, output_shape):
         """Create any variables (e.g. a learned noise scale) on `model`. Called once."""

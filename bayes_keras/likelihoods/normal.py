@@ -59,9 +59,8 @@ class Normal(Likelihood):
         self.standardize = standardize
         self._log_scale = None
         self._shift = self._spread = self._adapted = None
-        self._pending_standardization = (
-            None  # adapted before the model was built (a subclassed model)
-        )
+        # adapted before the model was built (a subclassed model)
+        self._pending_standardization = None
 
     @property
     def standardizes(self):
@@ -136,9 +135,8 @@ class Normal(Likelihood):
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var))):
             raise ValueError("Normal likelihood: the training targets contain NaN or Inf.")
         spread = np.sqrt(np.maximum(var, 0.0))
-        spread = np.where(
-            spread > 1e-12 * np.maximum(np.abs(mean), 1.0), spread, 1.0
-        )  # constant target
+        # constant target
+        spread = np.where(spread > 1e-12 * np.maximum(np.abs(mean), 1.0), spread, 1.0)
         if self._shift is None:
             self._pending_standardization = (mean, spread)
         else:

@@ -69,9 +69,8 @@ def class_probabilities(probs, labels):
 def accuracy(probs, labels):
     """Fraction of examples whose most probable class is the label (binary: p > 0.5 predicts 1)."""
     probs, labels = class_probabilities(probs, labels)
-    return float(
-        np.mean(np.argmax(probs, 1) == labels)
-    )  # ties -> lower class (binary: p = 0.5 -> 0, as Keras)
+    # ties -> lower class (binary: p = 0.5 -> 0, as Keras)
+    return float(np.mean(np.argmax(probs, 1) == labels))
 
 
 def nll(probs, labels):
@@ -142,9 +141,8 @@ def log_likelihood(predictive, targets):
     if targets.ndim == 2 and targets.shape[1] == 1 and not event:
         targets = targets[:, 0]
     expected = tuple(predictive.batch_shape) + event
-    if (
-        targets.shape != expected
-    ):  # log_prob would broadcast one label over every example, or a matrix of them
+    # log_prob would broadcast one label over every example, or a matrix of them
+    if targets.shape != expected:
         raise ValueError(
             f"log_likelihood: targets must have the predictive's shape {expected} (batch "
             f"{tuple(predictive.batch_shape)}, event {event}); got {targets.shape}."

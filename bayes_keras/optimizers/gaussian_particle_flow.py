@@ -1,21 +1,17 @@
-"""Gaussian particle flow (Galy-Fajou et al. 2021): the Keras optimizer and its math, in one place.
+"""Gaussian particle flow (Galy-Fajou, Perrone & Opper, "Flexible and Efficient Inference with Particles
+for the Variational Gaussian Approximation", Entropy 23(8), 990, 2021, https://doi.org/10.3390/e23080990).
 
-The flow's math is pure tensor functions (`gpf_direction`, `gaussian_entropy`, `particle_cloud`); the
-optimizer `GaussianParticleFlow` below calls them from its `prepare_step` / `report` / `direction`.
+Particles x_i (i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i), m = mean_i x_i, z_i = x_i - m. The
+functions take lists of (N, d_v) tensors, one per variable, so nothing is concatenated. The paper's
+equations map to:
 
-Notation (Galy-Fajou, Perrone & Opper, "Flexible and Efficient Inference with Particles for the
-Variational Gaussian Approximation", Entropy 2021, https://doi.org/10.3390/e23080990): particles x_i
-(i = 1..N), phi = -log p(y, x), g_i = grad phi(x_i), m = mean_i x_i, z_i = x_i - m. The discretised flow (Eq. 13) moves every particle along
-
-    x_i <- x_i - eta * Delta_i,   Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
-
-i.e. Delta = 1 g_bar^T + (1/N) K G - Z with the N x N Gram K = Z Z^T (rows are particles), so the
-D x D matrix A = I - E[g z^T] is never formed: cost O(N^2 D).
-
-Structures: "full" uses one Gram over all coordinates; a list of blocks (e.g. one per layer) gives
-a block-diagonal A (structured mean-field, Sec. 3.5); "mean_field" a diagonal A.
-
-All functions take lists of (N, d_v) float tensors, one per variable, so callers never concatenate.
+    flow (Eq. 13)     x_i <- x_i - eta Delta_i,  Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
+                      computed as Delta = ((K + 1 1^T) / N) G - Z with the N x N Gram K = Z Z^T (the
+                      D x D matrix A = I - E[g z^T] is never formed: O(N^2 D))      `gpf_direction`
+    structured mean field (Sec. 3.5): A block-diagonal, one Gram per block    `gpf_direction`'s blocks
+    free energy       F = E_q[phi] - H(q), q = N(m, Z^T Z / N) on the particles' span
+                                                      `gaussian_entropy`, `GaussianParticleFlow.report`
+    dimension-wise optimizers (App. H)          `step_rules.DimWiseAdam`, `step_rules.DimWiseRMSProp`
 """
 
 import math
@@ -182,16 +178,11 @@ class _Prepared(NamedTuple):
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class GaussianParticleFlow(ParticleOptimizer):
-    """Gaussian particle flow: N particles follow the linear flow that minimises the free energy
-    of the Gaussian N(mean, covariance) they define ("Flexible and Efficient Inference with
-    Particles for the Variational Gaussian Approximation", Entropy 23(8), 990, 2021,
-    https://doi.org/10.3390/e23080990: the particle flow is Eq. 13, the structured mean-field variants
-    Sec. 3.5, the dimension-wise optimizers App. H).
-
-    Each step every particle moves along
-    Delta_i = mean_j g_j + (1/N) sum_j (z_j . z_i) g_j - z_i  (g = grad of the negative log joint,
-    z = particle minus particle mean); with D + 1 particles a Gaussian target is recovered exactly.
-    The free energy (negative ELBO of that Gaussian) is reported as the metric "free_energy".
+    """Gaussian particle flow: N particles follow the linear flow that minimises the free energy of the
+    Gaussian N(mean, covariance) they define (Galy-Fajou et al. 2021, https://doi.org/10.3390/e23080990;
+    its equations and the functions implementing them: this module's docstring). With D + 1 particles a
+    Gaussian target is recovered exactly. The free energy (negative ELBO of that Gaussian) per training
+    example is reported as the metric "free_energy".
 
     Args:
         learning_rate: step size (the paper's BNNs: 1e-2 with dimension-wise RMSProp).
@@ -199,28 +190,19 @@ class GaussianParticleFlow(ParticleOptimizer):
             one block per layer, its kernel and bias together: "GPF (Layers)", best on the paper's MNIST
             net), or "mean_field".
         step_rule: "adam" (dimension-wise Adam, the default), "rmsprop" (dimension-wise RMSProp, the
-            paper's BNN setting), "sgd", or a StepRule. Dimension-wise: one second moment per coordinate
-            shared by all particles, which keeps the flow affine (an element-wise rule would not); the
-            paper's App. H has both. Adam's step shrinks with the flow's direction, so on a full batch the
-            particles settle at the flow's fixed point; constant-rate RMSProp's normalised step stays about
-            `learning_rate` per weight and its particles keep jittering around it (docs/gpf_finite_n.md:
-            Bayesian logistic regression on Mroz, 3,000 full-batch steps, worst mean error 0.003-0.013
-            posterior sds with Adam, 0.05-0.07 with RMSProp); on the networks of benchmarks/defaults.py the
-            two tie. A saved model keeps the rule its config names. "signal_rmsprop"
-            (`step_rules.SignalShare(DimWiseRMSProp())`) scales RMSProp's step by the share of the direction
-            that persists between steps; from scratch, on minibatches, it trains much slower.
+            paper's BNN setting), "sgd", "signal_rmsprop" (RMSProp's step scaled by the share of the
+            direction that persists between steps), or a StepRule. A dimension-wise rule (one second
+            moment per coordinate, shared by the particles) keeps the flow affine; an element-wise one
+            would not. On a full batch Adam's particles settle at the flow's fixed point, constant-rate
+            RMSProp's keep jittering around it (docs/gpf_finite_n.md).
         mean_preconditioning: precondition the mean drift by the particle covariance.
-
-    Other Parameters:
         shared_learning_rate: Adam step size for deterministic (shared) weights.
 
     Example:
         >>> model.compile(optimizer=bayes_keras.optimizers.GaussianParticleFlow(1e-2, structure="layer"))
     """
 
-    pairwise_tensors = (
-        3  # the N x N coupling of the particles (measured: benchmarks/results/size_guard_peaks.md)
-    )
+    pairwise_tensors = 3  # the N x N coupling of the particles (benchmarks/size_guard_peaks.py)
 
     reported_metrics = ("free_energy",)
 
@@ -254,9 +236,8 @@ class GaussianParticleFlow(ParticleOptimizer):
         for v in self.view.variables:
             if v.shape[0] > 1:
                 flat = tf.reshape(v.value, (v.shape[0], -1))
-                spread = tf.reduce_max(
-                    tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0)
-                )  # exact: 0 iff equal
+                # exact: 0 iff equal
+                spread = tf.reduce_max(tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0))
                 if not tf.executing_eagerly() or float(spread) > 0.0:
                     continue
                 warnings.warn(
@@ -283,10 +264,9 @@ class GaussianParticleFlow(ParticleOptimizer):
         )
 
     def prepare_step(self):
-        """The particles' `ParticleCloud` (centred values, Grams) and the entropy of their Gaussian, before
-        the forward pass. Neither depends on the step's gradients, so the executor computes them beside
-        the forward and backward passes instead of after them, and the direction reuses the Grams (as
-        separate computations after the backward pass they cost 0.04-0.06 of an MLP step)."""
+        """The particles' `ParticleCloud` (centred values, Grams) and the entropy of their Gaussian: neither
+        depends on the step's gradients, so they are computed beside the forward and backward passes, and
+        the direction reuses the Grams."""
         if not self.built:
             return None
         cloud = self._cloud()

@@ -67,9 +67,8 @@ class OutputLayerFilter:
         self.num_features = int(feature_shape[-1])
         self.fit_bias = head.bias is not None
         self.latent_dim = self.num_features + int(self.fit_bias)
-        inputs = (
-            model.inputs[0] if len(model.inputs) == 1 else model.inputs
-        )  # a tensor in, as model() takes
+        # a tensor in, as model() takes
+        inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs
         self.feature_model = keras.Model(inputs, head.input)
 
     def features(self, x):

@@ -698,9 +698,8 @@ class _StandardCoordinates:
             return
         self.center = tf.reduce_mean(start, axis=1, keepdims=True)
         if mode is True:
-            self.scale = tf.sqrt(
-                tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12
-            )  # (B, 1, d)
+            # (B, 1, d)
+            self.scale = tf.sqrt(tf.math.reduce_variance(start, axis=1, keepdims=True) + 1e-12)
             return
         deviations = start - self.center
         d = start.shape[-1]
@@ -709,9 +708,8 @@ class _StandardCoordinates:
         )
         # A relative jitter keeps the factor finite for particles on a line (or a single repeated point).
         jitter = 1e-6 * tf.linalg.trace(covariance)[:, None, None] / d + 1e-12
-        self.factor = tf.linalg.cholesky(
-            covariance + jitter * tf.eye(d, dtype=start.dtype)
-        )  # (B, d, d)
+        # (B, d, d)
+        self.factor = tf.linalg.cholesky(covariance + jitter * tf.eye(d, dtype=start.dtype))
 
     def to_z(self, x):
         if self.mode != "full":

@@ -39,9 +39,8 @@ class SequentialMonteCarlo:
                 f"SequentialMonteCarlo: shrinkage must be in [0, 1); got {shrinkage!r}."
             )
         self.shrinkage = float(shrinkage)
-        self._steps = (
-            weakref.WeakKeyDictionary()
-        )  # problem -> its compiled step, kept across filter() calls
+        # problem -> its compiled step, kept across filter() calls
+        self._steps = weakref.WeakKeyDictionary()
 
     def filter(
         self, problem, task, observations, particles=None, num_particles=256, seed=0, weighted=False

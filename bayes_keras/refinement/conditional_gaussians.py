@@ -41,9 +41,8 @@ class ConditionalGaussians:
         self.slots = [variable(zeros, name) for name in ("m_mean", "v_mean", "m_std", "v_std")]
         self.b = variable(zeros, "prior_mean")
         self.s2 = variable(np.ones(shape), "prior_variance")
-        self.learning_rate = variable(
-            np.full(shape, 1e-3), "learning_rate"
-        )  # per sample and coordinate
+        # per sample and coordinate
+        self.learning_rate = variable(np.full(shape, 1e-3), "learning_rate")
         self.t = variable(0, "adam_step", tf.int64)
         self.draws = variable(0, "draw_counter", tf.int64)
         self.seed = int(seed)

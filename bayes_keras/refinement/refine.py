@@ -170,9 +170,8 @@ def refine(
         )
         finished = True
     finally:
-        if (
-            not finished
-        ):  # interrupted: the particles go back to what they were (the base posterior is untouched)
+        # interrupted: the particles go back to what they were (the base posterior is untouched)
+        if not finished:
             target.assign_particles(original)
     if not all(np.all(np.isfinite(v)) for v in target.particle_values()):
         target.assign_particles(original)  # non-finite samples are never written, as for any update
@@ -387,14 +386,12 @@ def _refine(
         ).sum(1)
         nu, var = auxiliary.conditional_posterior(a, nu, var, b, s2, sigma2)
         b, s2 = b + a, s2_next
-        if (
-            learning_rate is None
-        ):  # scale-free: Adam steps of a tenth of each coordinate's current sd
+        # scale-free: Adam steps of a tenth of each coordinate's current sd
+        if learning_rate is None:
             rate = RELATIVE_LEARNING_RATE * np.sqrt(var)
         else:
-            rate = learning_rate * np.sqrt(
-                float(np.mean(s2 / prior_var))
-            )  # the paper's lr_0 * 0.3^(k/2)
+            # the paper's lr_0 * 0.3^(k/2)
+            rate = learning_rate * np.sqrt(float(np.mean(s2 / prior_var)))
         stages.start(nu, var, b, s2, rate)
         if k < num_stages:
             rates.append(float(np.mean(rate)))

@@ -45,9 +45,8 @@ def _alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (
-        OSError
-    ):  # another user's process (PermissionError), or a platform without signals: assume alive
+    except OSError:
+        # another user's process (PermissionError), or a platform without signals: assume alive
         return True
     return True
 
@@ -110,9 +109,8 @@ def backups(path):
 def _sync_directory(directory):
     try:
         descriptor = os.open(directory, os.O_RDONLY)
-    except (
-        OSError
-    ):  # a platform without directory descriptors (Windows): the rename is what there is
+    except OSError:
+        # a platform without directory descriptors (Windows): the rename is what there is
         return
     try:
         os.fsync(descriptor)

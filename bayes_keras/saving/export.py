@@ -81,9 +81,8 @@ def export_predictive(model, filepath, input_signature=None, verbose=True):
         def quantiles(inputs, levels):
             mixture = likelihood.predictive(particle_outputs(inputs))
             levels = tf.cast(levels, dtype)
-            return tf.transpose(
-                tf.map_fn(mixture.quantile, levels), (1, 0, 2)
-            )  # (L, batch, d) -> (batch, L, d)
+            # (L, batch, d) -> (batch, L, d)
+            return tf.transpose(tf.map_fn(mixture.quantile, levels), (1, 0, 2))
 
         archive.add_endpoint(
             "quantiles",
@@ -117,9 +116,8 @@ def _input_signature(model, given=None):
                 "input_signature=[tf.TensorSpec((None, ...), dtype)] (one spec per input) for this "
                 "model."
             )
-        single = (
-            len(keras.tree.flatten(structure)) == 1
-        )  # its serving signature's argument is called "inputs"
+        # its serving signature's argument is called "inputs"
+        single = len(keras.tree.flatten(structure)) == 1
         return [
             keras.tree.map_structure(
                 lambda t: tf.TensorSpec(

@@ -6,9 +6,8 @@ import zipfile
 
 import keras
 
-MAX_CONFIG_BYTES = (
-    64 * 2**20
-)  # a .keras file's config.json; the largest KerasHub configs are a few MB
+# a .keras file's config.json; the largest KerasHub configs are a few MB
+MAX_CONFIG_BYTES = 64 * 2**20
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):

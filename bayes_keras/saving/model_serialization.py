@@ -76,9 +76,8 @@ class ModelSerialization:
         compiled model (which builds the clone from inputs and outputs alone, then compiles it from this
         config) keeps them."""
         config = super().get_compile_config()
-        if (
-            config and self.likelihood is not None
-        ):  # Keras' {} means "not compiled": keep it so on load
+        # Keras' {} means "not compiled": keep it so on load
+        if config and self.likelihood is not None:
             config = {
                 **config,
                 "likelihood": likelihoods_lib.serialize(self.likelihood),
@@ -106,9 +105,8 @@ class ModelSerialization:
             )
         if not isinstance(filepath, (str, os.PathLike)) or kwargs.get("zipped") is False or args:
             return super().save(filepath, *args, **kwargs)
-        if not str(filepath).endswith(
-            ".keras"
-        ):  # (the temporary file's name would have satisfied Keras' check)
+        # (the temporary file's name would have satisfied Keras' check)
+        if not str(filepath).endswith(".keras"):
             raise ValueError(
                 f"BayesianModel.save writes the Keras format: filepath must end in '.keras'; got "
                 f"{str(filepath)!r} (keras.models.load_model refuses other names). For serving, "
@@ -129,9 +127,8 @@ class ModelSerialization:
                 f"BayesianModel.save: overwrite must be True or False; got {kwargs['overwrite']!r}."
             )
         if os.path.exists(filepath) and not kwargs.get("overwrite", True):
-            if not (
-                sys.stdin and sys.stdin.isatty()
-            ):  # Keras would ask on a terminal, and fail (EOFError) elsewhere
+            # Keras would ask on a terminal, and fail (EOFError) elsewhere
+            if not (sys.stdin and sys.stdin.isatty()):
                 raise FileExistsError(
                     f"BayesianModel.save: {str(filepath)!r} exists and overwrite=False; pass "
                     "overwrite=True to replace it, or another path."

@@ -59,9 +59,8 @@ def apply_if_finite(
 
     args = [finite_loss] + [grads[i] for i in present]
     applied = distribute.guarded(finite, on_finite, on_non_finite, args=args)
-    if (
-        loss_scale is None
-    ):  # outside the decision: under tf.distribute its branches run in every replica
+    # outside the decision: under tf.distribute its branches run in every replica
+    if loss_scale is None:
         skipped.assign_add(tf.cast(tf.logical_not(finite), skipped.dtype))
     else:
         good = tf.where(applied, good_steps + 1, 0)

@@ -146,9 +146,8 @@ def _refresh_layerwise(model, layers, adapter, max_examples):
     seen = 0
     for index, layer in enumerate(sums.layers):
         saved = [layer.moving_mean.numpy(), layer.moving_variance.numpy()]
-        layer.moving_mean.assign(
-            tf.zeros_like(layer.moving_mean)
-        )  # z = x / sqrt(1 + epsilon) in this pass
+        # z = x / sqrt(1 + epsilon) in this pass
+        layer.moving_mean.assign(tf.zeros_like(layer.moving_mean))
         layer.moving_variance.assign(tf.ones_like(layer.moving_variance))
         try:
             seen, totals = 0, None

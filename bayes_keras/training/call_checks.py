@@ -69,9 +69,8 @@ def random_layers(model, where, how):
         ):
             continue
         weights = {id(w) for w in layer.weights}
-        if not any(
-            id(v) not in weights for v in layer.variables
-        ):  # no seed generator (its own or a sublayer's)
+        # no seed generator (its own or a sublayer's)
+        if not any(id(v) not in weights for v in layer.variables):
             continue
         told = (
             f"{where}: layer '{layer.name}' ({type(layer).__name__}) draws random numbers for its own input only: under "
@@ -340,9 +339,8 @@ def inputs(model, x, what, name="x"):
 
 def _check_shape(shape, expected, what, name):
     given = shape
-    if (
-        len(shape) + 1 == len(expected) and expected[-1] == 1
-    ):  # Keras adds the trailing axis of 1, as it removes one
+    # Keras adds the trailing axis of 1, as it removes one
+    if len(shape) + 1 == len(expected) and expected[-1] == 1:
         shape = shape + (1,)
     elif len(shape) == len(expected) + 1 and shape[-1] == 1:
         shape = shape[:-1]

@@ -71,9 +71,8 @@ def own_collective_keys(strategy):
     if not isinstance(strategy, tf.distribute.MirroredStrategy) or strategy in _KEYED:
         return
     extended = strategy.extended
-    if not hasattr(
-        extended, "_make_collective_ops_with_fallbacks"
-    ):  # another TensorFlow: keep its keys
+    # another TensorFlow: keep its keys
+    if not hasattr(extended, "_make_collective_ops_with_fallbacks"):
         return
     previous = getattr(extended, "_collective_ops", None)
     extended._collective_key_base = next(_KEY_BLOCKS) * _KEY_BLOCK_SIZE

@@ -98,6 +98,5 @@ class _TrainingMean(keras.metrics.Mean):
 
     def __init__(self, name):
         super().__init__(name=name)
-        self._direction = (
-            "up" if name == "elbo" else "down"
-        )  # read by Keras' callbacks for mode="auto"
+        # read by Keras' callbacks for mode="auto"
+        self._direction = "up" if name == "elbo" else "down"

@@ -97,9 +97,8 @@ class ParticleSlices:
 
 def _with_particles(layer_config, size):
     config = dict(layer_config)
-    config.pop(
-        "build_config", None
-    )  # built with N particles: the call on the inputs builds it anew
+    # built with N particles: the call on the inputs builds it anew
+    config.pop("build_config", None)
     inner = dict(config["config"])
     if inner.get("num_particles") is not None:
         inner["num_particles"] = size

@@ -79,9 +79,8 @@ class ParticlePredictor:
         return {k: v.numpy() for k, v in self.likelihood.uncertainty(outputs).items()}
 
 
-_PARTICLE_FUNCTIONS = (
-    weakref.WeakKeyDictionary()
-)  # model -> {training: its compiled per-particle forward pass}
+# model -> {training: its compiled per-particle forward pass}
+_PARTICLE_FUNCTIONS = weakref.WeakKeyDictionary()
 _PARTICLE_FUNCTIONS_LOCK = threading.Lock()
 
 

@@ -82,9 +82,8 @@ class ParticleTrainer:
         particle_prior, shared_prior = self.log_prior()
         scaled_loglik = scale * tf.reduce_sum(loglik, axis=0) / self.temperature
         particle_prior = particle_prior / self.temperature
-        if (
-            parts
-        ):  # (particle parallel: scaled_loglik has this replica's N / R particles, the prior all N)
+        # (particle parallel: scaled_loglik has this replica's N / R particles, the prior all N)
+        if parts:
             return shared_prior / self.temperature, scaled_loglik, particle_prior
         return scaled_loglik + particle_prior, shared_prior / self.temperature
 
@@ -215,9 +214,8 @@ class ParticleTrainer:
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        if (
-            self._particle_parallel_active()
-        ):  # each replica: the whole batch, a slice of the particles
+        # each replica: the whole batch, a slice of the particles
+        if self._particle_parallel_active():
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         optimizer = self._bayesian_optimizer
         grads, step, outputs, loss = self._gradients(
@@ -274,9 +272,8 @@ class ParticleTrainer:
             )
         self._bayesian_metrics.update_predictive(y, outputs, self.likelihood, sample_weight)
         logs = self.compute_metrics(x, y, outputs, sample_weight)
-        if (
-            not training
-        ):  # the optimizer's bound is a training objective, not reported on held-out data
+        # the optimizer's bound is a training objective, not reported on held-out data
+        if not training:
             for name in self._bayesian_metrics.reported_method_metrics:
                 logs.pop(name, None)
         if not tf.distribute.has_strategy():

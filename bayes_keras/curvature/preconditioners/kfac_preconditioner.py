@@ -362,9 +362,8 @@ class KFACPreconditioner(Preconditioner):
             )
         step = self._updates + 1 if step is None else step
         temperature = self._temperature(records)
-        records = self._layer_records(
-            records
-        )  # structure checks: every step, outside the conditional
+        # structure checks: every step, outside the conditional
+        records = self._layer_records(records)
         if self.factor_period == 1:
             finite = self._statistics(records, temperature, step)
         else:

@@ -85,9 +85,8 @@ def fisher_diagonal(view, records, curvature, dtype):
     labels = "sampled" if curvature == "fisher" else "observed"
     fisher = {}
     for r in records:
-        if getattr(
-            r.layer, "deterministic", False
-        ):  # shared weights: a point estimate, no q to curve
+        # shared weights: a point estimate, no q to curve
+        if getattr(r.layer, "deterministic", False):
             continue
         for variable, squares in per_example_squared_gradients(r, labels):
             flat = tf.reshape(tf.cast(squares, dtype), (view.num_particles, -1))

@@ -90,9 +90,8 @@ def damped_kronecker_factors(a, g, damping):
     s, w, z = tf.linalg.svd(tf.matmul(l_u, l_v, transpose_a=True))
     alpha = tf.linalg.triangular_solve(l_u, w[:, :1], lower=True, adjoint=True)[:, 0]  # L_u^-T w
     beta = tf.linalg.triangular_solve(l_v, z[:, :1], lower=True, adjoint=True)[:, 0]
-    sign = tf.where(
-        alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype)
-    )  # the pair's joint sign
+    # the pair's joint sign
+    sign = tf.where(alpha[1] < 0, -tf.ones((), a.dtype), tf.ones((), a.dtype))
     alpha, beta = sign * alpha, sign * beta
     x = s[0] * (alpha[0] * a + alpha[1] * d)
     y = beta[0] * g + beta[1] * eye_q
@@ -108,9 +107,8 @@ def sample_kronecker(mean, chol_a, chol_g, eps):
     p, q = chol_a.shape[0], chol_g.shape[0]
     eye_p = tf.eye(p, dtype=chol_a.dtype)
     eye_q = tf.eye(q, dtype=chol_g.dtype)
-    left = tf.linalg.matrix_transpose(
-        tf.linalg.triangular_solve(chol_a, eye_p, lower=True)
-    )  # L_A^-T
+    # L_A^-T
+    left = tf.linalg.matrix_transpose(tf.linalg.triangular_solve(chol_a, eye_p, lower=True))
     right = tf.linalg.triangular_solve(chol_g, eye_q, lower=True)  # L_G^-1
     e = tf.reshape(eps, (-1, p, q))
     z = tf.einsum("ij,sjk,kl->sil", left, e, right)
@@ -293,9 +291,8 @@ class KroneckerGaussian(GaussianFamily):
         for old, chol, target in ((old_a, chol_a, targets[0]), (old_g, chol_g, targets[1])):
             retract = lambda p, xi, chol=chol: manifold.retract_full(p, xi, chol)  # noqa: E731
             xi = learning_rate * (target - old)
-            writes.require(
-                tf.reduce_all(tf.math.is_finite(xi))
-            )  # halving answers round-off, not NaN
+            # halving answers round-off, not NaN
+            writes.require(tf.reduce_all(tf.math.is_finite(xi)))
             factor, _ = manifold.retract_with_halving(
                 old, xi, retract, manifold.is_positive_definite_full, self.max_halvings
             )

@@ -107,9 +107,8 @@ class MatrixSVGD(ParticleOptimizer):
     """
 
     step_headroom = 18  # its preconditioner's state and products (benchmarks/size_guard_peaks.py)
-    pairwise_tensors = (
-        16  # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
-    )
+    # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
+    pairwise_tensors = 16
 
     def __init__(
         self,

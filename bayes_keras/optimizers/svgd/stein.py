@@ -115,9 +115,8 @@ def matrix_svgd_average_direction(
         k, rep = kernel.evaluate(xs, ys)
         products = [tf.matmul(k, -grads[v]) for v in block]  # K S
         driving = [p / n for p in products]
-        if (
-            metric == "q"
-        ):  # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
+        # Q^{-1} on the drift only: the kernel's repulsion is already Q^{-1} grad k_Q
+        if metric == "q":
             drift = curvature.solve_mean(_select(driving, block, size))
             drift = [drift[v] for v in block]
             phi = [d + r / n for d, r in zip(drift, rep)]

@@ -45,9 +45,8 @@ class SVGD(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.SVGD(1e-2, kernel="rbf", scope="joint"))
     """
 
-    pairwise_tensors = (
-        16  # kernel matrix, its gradients, pairwise differences (results/size_guard_peaks.md)
-    )
+    # kernel matrix, its gradients, pairwise differences (results/size_guard_peaks.md)
+    pairwise_tensors = 16
 
     def __init__(
         self, learning_rate=1e-2, kernel=None, scope="joint", step_rule="rmsprop", **kwargs
