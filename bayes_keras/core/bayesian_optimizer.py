@@ -1,10 +1,5 @@
-"""BayesianOptimizer: the one contract between BayesianModel and every inference method, and the one
-update skeleton they share (docs/api/optimizers.md, "The contract", lists what a method overrides).
-
-A step reaches the optimizer as arguments: the gradients of the negative tempered log joint and a
-`StepInfo`. The update is computed as new values (`StateWrites`) and written only when all are finite;
-otherwise nothing changes and the skip is counted in `skipped_updates`.
-"""
+"""BayesianOptimizer: the one contract between BayesianModel and every inference method, and the update
+skeleton they share (docs/api/optimizers.md, "The contract", lists what a method overrides)."""
 
 import dataclasses
 import functools

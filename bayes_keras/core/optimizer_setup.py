@@ -14,7 +14,7 @@ from bayes_keras._config import check_number, check_optimizer_arguments
 from bayes_keras.core import step_rules
 from bayes_keras.core.particle_view import ParticleView, is_particle_variable
 from bayes_keras.core.rule_state import RuleState
-from bayes_keras.saving.loaded_state import load_checked_optimizer_state
+from bayes_keras.saving.loaded_state import check_bounded_entry, load_checked_optimizer_state
 from bayes_keras.training.memory_guard import check_training_step_fits
 
 
@@ -72,8 +72,15 @@ class OptimizerSetup(keras.optimizers.Optimizer):
         """Warn, as fit starts, about a start the method cannot move from (default: nothing)."""
 
     def check_loaded_state(self):
-        """Raise a ValueError naming the entry when loaded state is out of range."""
-        self.rule_state.check_loaded(self.name)
+        """Raise a ValueError naming the entry when loaded state is out of range. Here: the step rules'
+        second moments (RMSProp's and Adam's v, SignalShare's squares) must be non-negative; a negative one
+        made every later step non-finite, so every step was skipped."""
+        for rule, slots in zip(self.rule_state.rules, self.rule_state.slots):
+            for slot_name, slot in slots.items():
+                if step_rules.is_second_moment(slot_name):
+                    check_bounded_entry(
+                        self.name, slot, "optimizer", f"{type(rule).__name__}'s second moment"
+                    )
 
     def bind_log_prob(self, log_prob_fn):
         """The functional door (`run_particles`) hands its log density here; default: not needed."""

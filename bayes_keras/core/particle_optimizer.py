@@ -1,9 +1,5 @@
-"""ParticleOptimizer: the base of methods that move the particles themselves (GPF, SVGD, MatrixSVGD, ensembles).
-
-The method gives a direction over all particle variables jointly (`direction`); the step subtracted is
-`step_rule(direction)`, the rule's state kept in optimizer variables (`RuleState`). The split, the shared
-weights' Adam and the guarded write are BayesianOptimizer's.
-"""
+"""ParticleOptimizer: the base of methods that move the particles themselves (GPF, SVGD, MatrixSVGD,
+ensembles): a direction over all particle variables jointly, then a step rule."""
 
 import keras
 import tensorflow as tf

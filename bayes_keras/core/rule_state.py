@@ -10,9 +10,6 @@ Adam) and the Gaussian-VI methods (the shared weights' Adam only).
 
 import tensorflow as tf
 
-from bayes_keras.core import step_rules
-from bayes_keras.saving.loaded_state import check_bounded_entry
-
 
 class RuleState:
     """Slots of `rules[i]` for `variables[i]`, created with `add_variable(shape, dtype, name)`.
@@ -47,16 +44,6 @@ class RuleState:
 
     def __iter__(self):
         return iter(self.slots)
-
-    def check_loaded(self, name):
-        """Second-moment slots (RMSProp's and Adam's v, SignalShare's squares) must be non-negative: a negative
-        one made every later step non-finite, so every step was skipped."""
-        for rule, slots in zip(self.rules, self.slots):
-            for slot_name, slot in slots.items():
-                if step_rules.is_second_moment(slot_name):
-                    check_bounded_entry(
-                        name, slot, "optimizer", f"{type(rule).__name__}'s second moment"
-                    )
 
 
 def _clean(path):

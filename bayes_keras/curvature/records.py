@@ -2,7 +2,7 @@
 
 `CurvatureRequest` is an optimizer's `curvature_request`; `LayerRecord` is what one particle layer reports
 in a captured forward pass (`bayes_keras.curvature.capture`), completed by the trainer after the backward
-pass with `finish_records`; `sampled_labels_nll` gives the loss of labels sampled from the model (for the
+pass with `finish_records`; `sampled_labels_loss` gives the loss of labels sampled from the model (for the
 true Fisher).
 """
 
@@ -107,16 +107,26 @@ def finish_records(
             r.sampled_output_gradients = tf.cast(sampled_grads[i], dtype)
 
 
-def sampled_labels_nll(likelihood, outputs, seed, global_batch, first_row, replicas):
-    """(batch, N) negative log likelihood of labels sampled from the model, keyed by `seed`. Under
-    tf.distribute the labels are drawn for the global batch (this replica's outputs padded to it) and the
-    replica keeps its rows: each example's label is the one a single device draws."""
-    if replicas == 1:
-        return likelihood.sampled_negative_log_likelihood(outputs, seed)
-    local = tf.shape(outputs)[0]
-    padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (len(outputs.shape) - 1)
-    nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
-    return nll[first_row : first_row + local]
+def sampled_labels_loss(likelihood, outputs, seed, sample_weight, scale, rows=None):
+    """The summed negative log likelihood of labels sampled from the model (keyed by `seed`), weighted by
+    `sample_weight` and multiplied by the float16 loss `scale` (when not None): what the true Fisher's
+    second backward pass differentiates. Under tf.distribute (`rows`: the global batch size and this
+    replica's first row) the labels are drawn for the global batch (this replica's outputs padded to it)
+    and the replica keeps its rows: each example's label is the one a single device draws."""
+    if rows is None:
+        nll = likelihood.sampled_negative_log_likelihood(outputs, seed)
+    else:
+        global_batch, first_row = rows
+        local = tf.shape(outputs)[0]
+        padding = [[first_row, global_batch - first_row - local]] + [[0, 0]] * (
+            len(outputs.shape) - 1
+        )
+        nll = likelihood.sampled_negative_log_likelihood(tf.pad(outputs, padding), seed)
+        nll = nll[first_row : first_row + local]
+    if sample_weight is not None:
+        nll = nll * tf.cast(tf.reshape(sample_weight, (-1, 1)), nll.dtype)
+    loss = tf.reduce_sum(nll)
+    return loss if scale is None else loss * scale
 
 
 def of_this_graph(tensor):

@@ -233,13 +233,11 @@ class GaussianParticleFlow(ParticleOptimizer):
     def check_particles(self):
         """Warns for every particle variable whose particles are all equal (called by fit as training starts;
         not at build, which loading and cloning do before the weights are set)."""
+        if not tf.executing_eagerly():
+            return
         for v in self.view.variables:
-            if v.shape[0] > 1:
-                flat = tf.reshape(v.value, (v.shape[0], -1))
-                # exact: 0 iff equal
-                spread = tf.reduce_max(tf.reduce_max(flat, axis=0) - tf.reduce_min(flat, axis=0))
-                if not tf.executing_eagerly() or float(spread) > 0.0:
-                    continue
+            flat = np.reshape(v.numpy(), (v.shape[0], -1))
+            if v.shape[0] > 1 and np.all(flat == flat[:1]):
                 warnings.warn(
                     f"GaussianParticleFlow: all particles of {v.path} are identical. The flow is affine, so "
                     "particles equal along a coordinate stay equal there (a rank-deficient Gaussian); "
@@ -270,16 +268,11 @@ class GaussianParticleFlow(ParticleOptimizer):
         if not self.built:
             return None
         cloud = self._cloud()
-        return _Prepared(cloud, self._entropy(cloud))
+        return _Prepared(cloud, self.entropy(cloud))
 
     def _cloud(self):
         flat = self.view.flat_particles()
         return particle_cloud(flat, self._structure_blocks(self.view.layer_blocks))
-
-    def _entropy(self, cloud):
-        return gaussian_entropy(
-            cloud.particles, self._structure_blocks(self.view.layer_blocks), cloud
-        )
 
     def update_particles(self, grads, learning_rate, iteration, step, writes):
         prepared = None if step is None else step.prepared
@@ -289,9 +282,12 @@ class GaussianParticleFlow(ParticleOptimizer):
         )
         self.step_particles(directions, learning_rate, iteration, writes)
 
-    def entropy(self):
-        """Entropy of the Gaussian defined by the current particles, under this structure."""
-        return self._entropy(self._cloud())
+    def entropy(self, cloud=None):
+        """Entropy of the Gaussian defined by the current particles, under this structure (`cloud`: their
+        `ParticleCloud` if already computed)."""
+        cloud = self._cloud() if cloud is None else cloud
+        blocks = self._structure_blocks(self.view.layer_blocks)
+        return gaussian_entropy(cloud.particles, blocks, cloud)
 
     def report(self, step):
         """The free energy (negative ELBO of the particles' Gaussian) per training example."""

@@ -151,24 +151,18 @@ class ParticleTrainer:
                 y, outputs, sample_weight, global_batch if rows_split else None, replicas
             )
             n = tf.cast(tf.shape(particle_prior)[0], loss.dtype)  # all N particles
-            if sampled_labels and records:
-                seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
-                sampled_nll = records_lib.sampled_labels_nll(
-                    self.likelihood, outputs, seed, global_batch, first_row, replicas
-                )
-                if sample_weight is not None:
-                    sampled_nll = sampled_nll * tf.cast(
-                        tf.reshape(sample_weight, (-1, 1)), sampled_nll.dtype
-                    )
-                sampled_nll = tf.reduce_sum(sampled_nll)
             # float16 backward passes differentiate the per-datum loss times a dynamic scale, as Keras
             # scales its (per-example) loss; gradients are unscaled below in the variables' dtype.
             scale = (
                 None if self._loss_scale is None else self._loss_scale / float(self.dataset_size)
             )
             scaled_loss = loss if scale is None else loss * scale
-            if sampled_labels and records and scale is not None:
-                sampled_nll = sampled_nll * scale
+            if sampled_labels and records:
+                seed = tf.stack([self._label_seed.value, tf.cast(optimizer.iterations, tf.int64)])
+                rows = None if replicas == 1 else (global_batch, first_row)
+                sampled_loss = records_lib.sampled_labels_loss(
+                    self.likelihood, outputs, seed, sample_weight, scale, rows
+                )
         grads = tape.gradient(scaled_loss, trainable + [r.preactivations for r in records])
         grads = [
             g if g is None or scale is None else tf.cast(g, self.loss_dtype) / scale for g in grads
@@ -177,7 +171,7 @@ class ParticleTrainer:
         if records:
             sampled_grads = None
             if sampled_labels:
-                sampled_grads = tape.gradient(sampled_nll, [r.preactivations for r in records])
+                sampled_grads = tape.gradient(sampled_loss, [r.preactivations for r in records])
                 if scale is not None:
                     sampled_grads = [tf.cast(g, self.loss_dtype) / scale for g in sampled_grads]
             records_lib.finish_records(
