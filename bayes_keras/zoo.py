@@ -289,7 +289,7 @@ def resnet20(
     `deterministic_parts` names parts whose weights all particles share (a hybrid network): any of "stem",
     "stage1", "stage2", "stage3", "head" (e.g. ("stem", "stage1", "stage2") keeps only the last stage and
     the head Bayesian). Every optimizer trains it; the KFAC-based ones and MGVBP's Fisher curvatures give
-    BatchNormalization's scale and offset diagonal Fisher blocks (bayes_keras/curvature/kfac.py).
+    BatchNormalization's scale and offset diagonal Fisher blocks (bayes_keras/curvature/kfac/batch_normalization.py).
 
     Example:
         >>> model = bayes_keras.zoo.resnet20((32, 32, 3), 10, num_particles=4, deterministic_parts=("stem",))

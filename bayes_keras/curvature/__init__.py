@@ -4,7 +4,8 @@
   backward pass when the optimizer asks (`optimizer.curvature_request`).
 - `kinds.py` / `rules.py`: what each particle layer class declares (`curvature_rules`): its Kronecker
   structure, its Kronecker factors and its squared per-example gradients.
-- `kfac.py` (Kronecker structures and factors) and `diagonal.py` (squared gradients): the formulas.
+- `kfac/` (Kronecker structures and factors, one module per layer kind) and `diagonal.py` (squared
+  gradients): the formulas.
 - `preconditioners/`: the Preconditioner objects (KFAC, Hessian, identity) and the per-step `Curvature`
   operators they return (bayes_keras.preconditioners is this package).
 """

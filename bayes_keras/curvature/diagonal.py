@@ -10,12 +10,9 @@ unlike a Stein or Hessian estimate it is never negative.
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac import (
-    conv1d_patches,
-    conv_patches,
-    embedding_locations,
-    scale_shift_gradients,
-)
+from bayes_keras.curvature.kfac.batch_normalization import scale_shift_gradients
+from bayes_keras.curvature.kfac.conv import conv1d_patches, conv_patches
+from bayes_keras.curvature.kfac.embedding import embedding_locations
 from bayes_keras.curvature.kinds import layer_curvature, layer_kind
 
 

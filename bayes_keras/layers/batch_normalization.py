@@ -78,7 +78,7 @@ class BatchNormalization(ParticleLayer):
         >>> h = bayes_keras.layers.Activation("relu")(h)
     """
 
-    # diagonal Fisher blocks for gamma, beta (curvature/kfac.py)
+    # diagonal Fisher blocks for gamma, beta (curvature/kfac/batch_normalization.py)
     curvature_rules = rules.BATCH_NORMALIZATION
 
     def __init__(

@@ -3,7 +3,7 @@
 Factors: every network is re-implemented here (numpy for the Dense net; TF with explicit per-layer /
 per-time-step pre-activation tensors and hand-written im2col for the conv and recurrent nets) with the
 layers' weights, and the per-example pre-activation gradients are taken from that re-implementation,
-never from the capture mechanism. Expected factors (bayes_keras/curvature/kfac.py):
+never from the capture mechanism. Expected factors (bayes_keras/curvature/kfac/):
     A = mean over the B*L rows of [a; 1][a; 1]^T,   G = dataset_scale * sum over the B*L rows of e e^T.
 """
 

@@ -12,17 +12,11 @@ an element-wise Adam would precondition each particle differently and break the 
 Names for step_rule= arguments (the plain names are the particle methods' dimension-wise rules): "sgd",
 "rmsprop" / "dimwise_rmsprop" (DimWiseRMSProp), "adam" / "dimwise_adam" (DimWiseAdam), "elementwise_adam"
 (ElementwiseAdam), "signal_rmsprop" (SignalShare(DimWiseRMSProp())). One rule per file; `base.py` has
-the interface, the registry and the signal-share functions.
+the interface and the registry, `signal.py` the signal-share functions.
 """
 
-from bayes_keras.core.step_rules.base import (
-    StepRule,
-    get,
-    is_second_moment,
-    register,
-    signal_fraction,
-    signal_share,
-)
+from bayes_keras.core.step_rules.base import StepRule, get, is_second_moment, register
+from bayes_keras.core.step_rules.signal import signal_fraction, signal_share
 from bayes_keras.core.step_rules.elementwise_adam import ElementwiseAdam
 from bayes_keras.core.step_rules.dimwise_adam import DimWiseAdam
 from bayes_keras.core.step_rules.dimwise_rmsprop import DimWiseRMSProp

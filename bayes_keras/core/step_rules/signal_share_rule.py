@@ -4,7 +4,8 @@ import keras
 import tensorflow as tf
 
 from bayes_keras._config import decay_rate
-from bayes_keras.core.step_rules.base import StepRule, get, register, signal_share
+from bayes_keras.core.step_rules.base import StepRule, get, register
+from bayes_keras.core.step_rules.signal import signal_share
 from bayes_keras.core.step_rules.dimwise_rmsprop import DimWiseRMSProp
 
 

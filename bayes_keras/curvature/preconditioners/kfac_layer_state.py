@@ -2,6 +2,7 @@
 statistics map onto them (used by KFACPreconditioner, bayes_keras/preconditioners/kfac.py)."""
 
 import dataclasses
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -84,6 +85,7 @@ class KFACLayerState:
         self.order = [self.index[id(v)] for v, _ in self.spec.views]
         self.num_particles = n
         self.prior = {}
+        self._layer = None  # the captured layer, once a step has checked it (resolve)
         self.factors, self.blocks = self._make_variables(add_variable, n)
 
     def _make_variables(self, add, n):
@@ -117,8 +119,13 @@ class KFACLayerState:
         return factors, blocks
 
     def resolve(self, records):
-        """This layer's record among a step's records; checks the captured layer against the structure the
-        variables suggested and computes the blocks' prior precisions."""
+        """This layer's record among a step's records. The first step checks the captured layer against
+        the structure its variables suggested at build and computes the blocks' prior precisions; later
+        steps find the record by its layer (setup once, as an optimizer builds once)."""
+        layer = None if self._layer is None else self._layer()
+        found = [r for r in records if layer is not None and r.layer is layer]
+        if len(found) == 1:
+            return found[0]
         variables = self.candidates[0].variables
         found = [
             r
@@ -149,6 +156,7 @@ class KFACLayerState:
         self.spec = actual
         for block in actual.blocks:
             self.prior[block.role] = self._prior_precision(block, actual.block_shape(block)[1])
+        self._layer = weakref.ref(layer)
         return found[0]
 
     def _prior_precision(self, block, q):

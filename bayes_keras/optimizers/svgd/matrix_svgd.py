@@ -20,67 +20,44 @@ _MODES = ("average", "mixture")
 _METRICS = ("q", "euclidean")
 _SCOPES = ("joint", "layer")
 _RESCALINGS = ("auto", "quadratic", "none")
-# The signal share's running averages span ~1 / (1 - decay) = 33 steps: a constant, not an argument (chosen on
-# the defaults table over 3 seeds: 0.9 lost the GRU's NLL, 0.95 a LeNet-5 seed; docs/results.md, Defaults).
+# The signal share's running averages span ~1 / (1 - decay) = 33 steps: a constant, not an argument (chosen
+# on the defaults table over 3 seeds, docs/results.md, "Defaults").
 _RESCALING_DECAY = 0.97
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class MatrixSVGD(ParticleOptimizer):
-    """Stein variational gradient descent with matrix-valued kernels preconditioned by curvature
-    ("Stein Variational Gradient Descent With Matrix-Valued Kernels", NeurIPS 2019,
-    https://arxiv.org/abs/1910.12794).
+    """Stein variational gradient descent with matrix-valued kernels preconditioned by curvature (Wang,
+    Tang, Bajaj & Liu, "Stein Variational Gradient Descent With Matrix-Valued Kernels", NeurIPS 2019,
+    https://arxiv.org/abs/1910.12794). SVGD's scalar kernel k I becomes a matrix kernel built from a
+    curvature Q (Hessian, Fisher, KFAC): it is vanilla SVGD in the coordinates y = Q^{1/2} x, so
+    ill-conditioned posteriors are explored at the speed of well-conditioned ones.
 
-    SVGD's scalar kernel k I is replaced by a matrix kernel built from a curvature Q (Hessian, Fisher,
-    KFAC): running it is vanilla SVGD in the coordinates y = Q^{1/2} x, so ill-conditioned posteriors
-    are explored at the speed of well-conditioned ones. The exact formulas (and the bandwidth
-    constant) are in bayes_keras.optimizers.svgd.stein.
+    The paper's equations and the functions that implement them (the formulas, with the bandwidth
+    constant, in the docstring of bayes_keras.optimizers.svgd.stein):
 
-    - mode="average" (Eqs. 12-15): one constant Q = Q_bar, the particles' average curvature;
-      K(x, x') = Q^{-1} exp(-||x - x'||_Q^2 / h), h = median squared Q-distance / log N.
-    - mode="mixture" (Eqs. 16-18): anchors = the particles, each with its own Q_l; the kernel mixes
-      the anchors' kernels with Gaussian-mixture weights w_l(x) proportional to N(x; z_l, Q_l^{-1})
-      (computed in log space with log det Q_l). Point-wise preconditioning, O(N^2) curvature
-      applications per step. The mean entropy of the weights is kept in the optimizer variable
-      `mixture_weight_entropy`, updated every applied step (log N: uniform; near 0: the weights
-      collapsed to one-hot and the method became independent per-particle Newton steps with little
-      repulsion; expect that in high dimension). It stays 0 in the average mode. The dense
-      preconditioners shrink each Q_l halfway to the average by default (shrinkage=0.5, as the
-      authors' code; on the 2-D toys it lowers the mixture's final MMD^2: docs/results.md).
+        Eqs. 12-15, mode="average": one constant Q = Q_bar, the particles' mean curvature;
+            K(x, x') = Q^-1 exp(-||x - x'||_Q^2 / h)              `stein.matrix_svgd_average_direction`
+        Eqs. 16-18, mode="mixture": the particles as anchors, each with its own Q_l, mixed with
+            weights w_l(x) ~ N(x; z_l, Q_l^-1)^beta             `stein.matrix_svgd_mixture_direction`,
+                                                                   `stein.mixture_log_weights`
+        Q, Q^-1 and log det Q: the preconditioner (KFAC by default)   `curvature.preconditioners`
+        step size (an extension, rescaling="quadratic"): the step a quadratic model with curvature
+            Q_bar takes along the driving term (KFAC's rescaling, Martens & Grosse 2015, Sec. 6.4),
+            times the share of it that persists between steps      `stein.quadratic_model_scale`,
+                                                                   `step_rules.signal_share`
 
-    Defaults and why: mode="average" (the cheap and robust variant; the mixture's weights collapse
-    in high dimension); kernel_metric="q" (the paper's Eq. 13: the kernel measures distances in the
-    metric it preconditions with, which is what makes the change-of-variables equivalence hold;
-    "euclidean" is the separable shortcut of the authors' BNN code, Euclidean RBF then Q^{-1},
-    cheaper for the mixture); step_rule="sgd" (the preconditioner already scales the step; an adaptive
-    diagonal rule after it would partly undo that).
-
-    Step size (rescaling="auto": "quadratic" in the average mode). With the median bandwidth the
-    average mode's drift is only about 2 / N of a Newton step Q^-1 grad log p (the kernel sums to ~2
-    over the particles, divided by N), so a fixed learning rate that suits a network (0.1, N = 10)
-    needs thousands of full-batch steps with N = 100. The direction is therefore multiplied by
-    alpha * rho: alpha is the step along the DRIVING term d = Q_bar^{-1} K S / N (S the scores) that a
-    quadratic model of the log density with curvature Q_bar takes (KFAC's rescaling, Martens & Grosse
-    2015, Sec. 6.4; defined on the driving term because the repulsive term is no gradient of the log
-    density; `bayes_keras.optimizers.svgd.stein.quadratic_model_scale`), and rho in [0, 1] is the fraction of
-    the driving term that persists from step to step (|running mean|^2 / running mean of |d|^2, decay
-    0.97, a window of ~33 steps): 1 on full-batch problems, falling toward (1 - 0.97) / (1 + 0.97) = 0.015
-    when minibatch noise dominates, as the optimal step of noisy gradients falls (Balles, Romero & Hennig
-    2017). A global positive factor per step leaves SVGD's fixed points unchanged. learning_rate=0.35 then
-    serves both: on the breast_cancer logistic regression (N = 100, full batch) the worst mean error after
-    100 steps is 0.68 NUTS sds (SVGD(): 1.22; unscaled MatrixSVGD(0.1): 2.24), and the digits MLP /
-    LeNet-5 / GRU and the logistic regression of benchmarks/defaults.py train as with the old fixed 0.1
-    (benchmarks/results/defaults_3seeds_matrix_svgd_rescaled.md). With decay 0.9 (noise floor 0.05) the
-    full-batch error was 0.37, but the GRU's held-out NLL rose from 0.067 to 0.086 (5 standard errors).
-    rescaling="none" is the plain iteration x <- x + learning_rate * phi (the paper's), whose
-    learning-rate scale differs by mode: the mixture mode, as its weights collapse to one-hot,
-    approaches a full per-particle Newton step, so usable mixture learning rates are ~N / 2 times
-    smaller than the unscaled average mode's (benchmarks/results/svgd_uci_logreg.md); the mixture
-    mode is never rescaled (its driving term has one curvature per anchor).
-
-    Non-finite curvature skips the whole update (particles and step-rule state untouched; counted in
-    `skipped_curvature_steps`). The preconditioner is told which curvature operators the mode calls
-    (`curvature_operators`): with KFAC, mode="average" computes and stores only the mean curvature.
+    Defaults: mode="average" (cheap and robust; the mixture's weights collapse in high dimension, which
+    the optimizer variable `mixture_weight_entropy` shows: log N uniform, near 0 one-hot, i.e.
+    per-particle Newton steps with little repulsion); kernel_metric="q" (Eq. 13: distances in the metric
+    the kernel preconditions with, which makes the change of variables exact; "euclidean" is the
+    separable shortcut of the authors' code); step_rule="sgd" (the preconditioner already scales the
+    step); rescaling="auto" ("quadratic" in the average mode: with the median bandwidth the average
+    mode's drift is about 2 / N of a Newton step, so one fixed learning rate cannot suit N = 10 and
+    N = 100; a positive factor per step leaves SVGD's fixed points unchanged; "none" is the paper's plain
+    x <- x + learning_rate * phi, and the mixture mode is never rescaled). The measurements behind them:
+    docs/results.md ("Defaults"). Non-finite curvature skips the whole update (counted in
+    `skipped_curvature_steps`); with KFAC, mode="average" computes only the mean curvature.
 
     Args:
         learning_rate: step size (default 0.35): a fraction of the rescaled step in the average mode (see
@@ -107,8 +84,7 @@ class MatrixSVGD(ParticleOptimizer):
     """
 
     step_headroom = 18  # its preconditioner's state and products (benchmarks/size_guard_peaks.py)
-    # N x N kernels and their gradients (measured: results/size_guard_peaks.md)
-    pairwise_tensors = 16
+    pairwise_tensors = 16  # N x N kernels and their gradients (benchmarks/size_guard_peaks.py)
 
     def __init__(
         self,

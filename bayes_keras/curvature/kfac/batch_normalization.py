@@ -1,0 +1,44 @@
+"""KFAC of BatchNormalization layers: the diagonal gamma / beta spec, the per-example scale and shift
+gradients, and the factors."""
+
+import tensorflow as tf
+
+from bayes_keras.curvature.kfac.specs import scale_shift_spec
+
+
+def batch_normalization_spec(layer):
+    """Kronecker spec of a BatchNormalization particle layer: a diagonal block for gamma and one for beta."""
+    return scale_shift_spec([v for v in (layer.gamma, layer.beta) if v is not None], layer)
+
+
+def scale_shift_gradients(layer, normalized, e):
+    """Per-example gradients (g_gamma, g_beta), each (B, N, C) or None when the layer has no such weight, of a
+    BatchNormalization particle layer from its normalised input and its output gradient (same layout:
+    images (B, H, W, N, C), else (B, N, ..., C)); sums over the locations."""
+    n, channels = int(layer.num_particles), int(e.shape[-1])
+    batch = tf.shape(e)[0]
+
+    def locations(t):  # -> (B, N, L, C)
+        if len(t.shape) == 5:
+            return tf.transpose(tf.reshape(t, (batch, -1, n, channels)), [0, 2, 1, 3])
+        return tf.reshape(t, (batch, n, -1, channels))
+
+    e = locations(e)
+    g_gamma = (
+        tf.reduce_sum(e * locations(tf.cast(normalized, e.dtype)), 2)
+        if layer.gamma is not None
+        else None
+    )
+    g_beta = tf.reduce_sum(e, 2) if layer.beta is not None else None
+    return g_gamma, g_beta
+
+
+def batch_normalization_factors(layer, record, e, scale):
+    """{"A_gamma", "G_gamma", "A_beta", "G_beta"} of a BatchNormalization particle layer (diagonal blocks)."""
+    factors = {}
+    for role, g in zip(("gamma", "beta"), scale_shift_gradients(layer, record.inputs, e)):
+        if g is not None:
+            squares = scale * tf.reduce_sum(tf.square(g), 0)  # (N, C)
+            factors[f"A_{role}"] = tf.linalg.diag(squares)
+            factors[f"G_{role}"] = tf.ones((int(layer.num_particles), 1, 1), squares.dtype)
+    return factors
