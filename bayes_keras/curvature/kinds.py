@@ -10,6 +10,18 @@ for the true Fisher as a method (`Likelihood.sampled_negative_log_likelihood`).
 import dataclasses
 from typing import Callable, Optional
 
+# the shipped layer kinds with Kronecker (KFAC) formulas
+SUPPORTED_LAYERS = (
+    "Dense",
+    "Conv1D",
+    "Conv2D",
+    "SimpleRNN",
+    "LSTM",
+    "GRU",
+    "Embedding",
+    "BatchNormalization",
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class LayerCurvature:
@@ -42,3 +54,14 @@ def layer_kind(layer):
     subclasses); otherwise the class name (which the callers report as unsupported)."""
     rules = layer_curvature(layer)
     return rules.kind if rules is not None else type(layer).__name__
+
+
+def kronecker_rules(layer):
+    """The `LayerCurvature` a layer declares, when it has a Kronecker spec (else ValueError)."""
+    rules = layer_curvature(layer)
+    if rules is None or rules.kronecker_spec is None:
+        raise ValueError(
+            f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
+            f"'{getattr(layer, 'name', repr(layer))}' is a {layer_kind(layer)}."
+        )
+    return rules

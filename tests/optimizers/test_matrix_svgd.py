@@ -18,8 +18,8 @@ from bayes_keras.optimizers.svgd.stein import (
     matrix_svgd_average_direction,
     matrix_svgd_mixture_direction,
     mixture_log_weights,
-    svgd_direction,
 )
+from bayes_keras.optimizers.svgd.svgd import svgd_direction
 from bayes_keras.curvature.preconditioners import DenseCurvature, IdentityPreconditioner
 
 N, D = 5, 3

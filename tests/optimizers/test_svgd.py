@@ -14,7 +14,7 @@ from scipy.spatial.distance import pdist
 import bayes_keras as bk
 from targets import correlated_gaussian_2d, keras_round_trip, linear_data, linear_model
 from bayes_keras.optimizers.gaussian_particle_flow import gpf_direction
-from bayes_keras.optimizers.svgd.stein import svgd_direction
+from bayes_keras.optimizers.svgd.svgd import svgd_direction
 
 
 def _autodiff_repulsion(kernel_fn, x):

@@ -54,17 +54,15 @@ Cross-covariances between the blocks of one layer are dropped (block-diagonal wi
 Modules: `blocks.py` (Piece, KroneckerBlock, LayerSpec), `specs.py` (how a layer's or a set of variables'
 structure is found), `factors.py` (the `kfac_factors` dispatcher and the shared factor reductions), and
 one module per layer kind with its spec and factors: `dense.py`, `conv.py`, `embedding.py`,
-`batch_normalization.py`, `recurrent.py`. Every name is re-exported here.
+`batch_normalization.py`, `recurrent.py`; the supported kinds and the rules' look-up are
+bayes_keras.curvature.kinds'. Every name is re-exported here.
 """
 
 from bayes_keras.curvature.kfac.blocks import KroneckerBlock, LayerSpec, Piece
-from bayes_keras.curvature.kfac.specs import (
-    FISHER_TYPES,
-    SUPPORTED_LAYERS,
-    candidate_specs,
-    kronecker_spec,
-)
+from bayes_keras.curvature.kinds import SUPPORTED_LAYERS
+from bayes_keras.curvature.kfac.specs import candidate_specs, kronecker_spec
 from bayes_keras.curvature.kfac.factors import (
+    FISHER_TYPES,
     gradient_factor,
     input_factor,
     kfac_factors,

@@ -3,7 +3,7 @@ gradients, and the factors."""
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac.specs import scale_shift_spec
+from bayes_keras.curvature.kfac.blocks import KroneckerBlock, LayerSpec, Piece
 
 
 def batch_normalization_spec(layer):
@@ -42,3 +42,17 @@ def batch_normalization_factors(layer, record, e, scale):
             factors[f"A_{role}"] = tf.linalg.diag(squares)
             factors[f"G_{role}"] = tf.ones((int(layer.num_particles), 1, 1), squares.dtype)
     return factors
+
+
+def scale_shift_spec(variables, layer=None):
+    """Kronecker spec of BatchNormalization particle variables gamma, beta (N, C): diagonal blocks."""
+    dims, views, blocks = {}, [], []
+    for variable in variables:
+        role = variable.name.split("/")[-1]  # "gamma" or "beta"
+        channels = int(variable.shape[1])
+        dims.update({f"A_{role}": channels, f"G_{role}": 1})
+        views.append((variable, (channels, 1)))
+        blocks.append(
+            KroneckerBlock(role, f"A_{role}", f"G_{role}", (Piece(variable, 0, channels),))
+        )
+    return LayerSpec("BatchNormalization", dims, tuple(views), tuple(blocks), layer=layer)

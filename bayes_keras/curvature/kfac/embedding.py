@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from bayes_keras.curvature.kfac.factors import gradient_factor, input_factor
-from bayes_keras.curvature.kfac.specs import embedding_table_spec
+from bayes_keras.curvature.kfac.blocks import KroneckerBlock, LayerSpec, Piece
 
 
 def embedding_spec(layer):
@@ -27,3 +27,15 @@ def embedding_factors(layer, record, e, scale):
         "A": input_factor(one_hot, False, int(layer.num_particles)),
         "G": gradient_factor(e, scale),
     }
+
+
+def embedding_table_spec(table, layer=None):
+    """Kronecker spec of an Embedding's particle table (N, V, D): one block, the (V, D) table."""
+    rows, out = int(table.shape[1]), int(table.shape[2])
+    return LayerSpec(
+        "Embedding",
+        {"A": rows, "G": out},
+        ((table, (rows, out)),),
+        (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),),
+        layer=layer,
+    )

@@ -3,8 +3,10 @@ share, the pi-split damping and the true Fisher's label sampling."""
 
 import tensorflow as tf
 
-from bayes_keras.curvature.kfac.specs import FISHER_TYPES, kronecker_rules
+from bayes_keras.curvature.kinds import kronecker_rules
 from bayes_keras.likelihoods import Likelihood
+
+FISHER_TYPES = ("empirical", "true")
 
 
 def kfac_factors(record, fisher="empirical"):

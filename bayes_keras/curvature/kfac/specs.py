@@ -4,20 +4,9 @@
 import numpy as np
 
 from bayes_keras.curvature.kfac.blocks import KroneckerBlock, LayerSpec, Piece
-from bayes_keras.curvature.kinds import layer_curvature, layer_kind
-
-
-SUPPORTED_LAYERS = (
-    "Dense",
-    "Conv1D",
-    "Conv2D",
-    "SimpleRNN",
-    "LSTM",
-    "GRU",
-    "Embedding",
-    "BatchNormalization",
-)
-FISHER_TYPES = ("empirical", "true")
+from bayes_keras.curvature.kfac.batch_normalization import scale_shift_spec
+from bayes_keras.curvature.kfac.embedding import embedding_table_spec
+from bayes_keras.curvature.kinds import SUPPORTED_LAYERS, kronecker_rules
 
 
 def kronecker_spec(layer):
@@ -34,17 +23,6 @@ def kronecker_spec(layer):
             f"Layer '{layer.name}' is deterministic (shared weights): it has no particle curvature."
         )
     return rules.kronecker_spec(layer)
-
-
-def kronecker_rules(layer):
-    """The `LayerCurvature` a layer declares, when it has a Kronecker spec (else ValueError)."""
-    rules = layer_curvature(layer)
-    if rules is None or rules.kronecker_spec is None:
-        raise ValueError(
-            f"KFAC supports the particle layers {', '.join(SUPPORTED_LAYERS)}; layer "
-            f"'{getattr(layer, 'name', repr(layer))}' is a {layer_kind(layer)}."
-        )
-    return rules
 
 
 def candidate_specs(variables):
@@ -178,29 +156,3 @@ def _check_shape(variable, shape):
             f"KFAC: variable {variable.path} has per-particle shape {tuple(variable.shape[1:])}, "
             f"expected {tuple(shape)}."
         )
-
-
-def embedding_table_spec(table, layer=None):
-    """Kronecker spec of an Embedding's particle table (N, V, D): one block, the (V, D) table."""
-    rows, out = int(table.shape[1]), int(table.shape[2])
-    return LayerSpec(
-        "Embedding",
-        {"A": rows, "G": out},
-        ((table, (rows, out)),),
-        (KroneckerBlock("weights", "A", "G", (Piece(table, 0, rows),)),),
-        layer=layer,
-    )
-
-
-def scale_shift_spec(variables, layer=None):
-    """Kronecker spec of BatchNormalization particle variables gamma, beta (N, C): diagonal blocks."""
-    dims, views, blocks = {}, [], []
-    for variable in variables:
-        role = variable.name.split("/")[-1]  # "gamma" or "beta"
-        channels = int(variable.shape[1])
-        dims.update({f"A_{role}": channels, f"G_{role}": 1})
-        views.append((variable, (channels, 1)))
-        blocks.append(
-            KroneckerBlock(role, f"A_{role}", f"G_{role}", (Piece(variable, 0, channels),))
-        )
-    return LayerSpec("BatchNormalization", dims, tuple(views), tuple(blocks), layer=layer)

@@ -1,7 +1,8 @@
-"""Preconditioners: where matrix-valued SVGD's curvature Q comes from (see base.py for the interface
-a KFAC preconditioner implements as well)."""
+"""Preconditioners: where matrix-valued SVGD's curvature Q comes from (the interface a KFAC preconditioner
+implements as well: base.py for the `Preconditioner`, curvature.py for the `Curvature` it returns)."""
 
-from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.base import Preconditioner
+from bayes_keras.curvature.preconditioners.curvature import Curvature
 from bayes_keras.curvature.preconditioners.dense import (
     CallablePreconditioner,
     DenseCurvature,

@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import check_number
-from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.base import Preconditioner
+from bayes_keras.curvature.preconditioners.curvature import Curvature
 
 _RULES = ("clip", "abs")
 

@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_keras._config import is_real
-from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.base import Preconditioner
+from bayes_keras.curvature.preconditioners.curvature import Curvature
 
 
 class ScaledIdentityCurvature(Curvature):

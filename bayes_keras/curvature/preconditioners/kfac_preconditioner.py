@@ -4,14 +4,14 @@ The statistics come from BayesianModel's curvature capture (bayes_keras.curvatur
 turned into factors by bayes_keras.curvature.kfac (see its docstring for the conventions: matrix
 views, homogeneous coordinate for biases, locations, the scale n_train / temperature sitting in G,
 the Kronecker blocks of recurrent layers). This module keeps running averages of the factors as
-optimizer variables, damps and inverts them, and exposes them as a `Curvature` (curvature/preconditioners/base.py).
+optimizer variables, damps and inverts them, and exposes them as a `Curvature` (curvature/preconditioners/curvature.py).
 
 Per layer (variable group) and particle l, Q_l is block-diagonal over the layer's Kronecker blocks,
 each (A_l + pi sqrt(lambda) I) (x) (G_l + sqrt(lambda) / pi I) (the "pi-split" Tikhonov damping of
 Martens & Grosse 2015, pi = sqrt((tr A / dim A) / (tr G / dim G)), per particle, clipped to
 [1e-8, 1e8], 1 when a trace is 0), lambda = damping + the prior's precision / temperature (below).
 
-Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (curvature/preconditioners/base.py); the
+Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (curvature/preconditioners/curvature.py); the
 Normal prior adds its precision 1 / (s^2 T) to every coordinate, which a Kronecker product cannot
 hold exactly, so (include_prior=True, default) it is added to the damping lambda of each block (the
 coordinate-weighted mean of the block's prior precisions, e.g. 1 for the default N(0, 1) prior,
@@ -41,12 +41,10 @@ Schedule, inside the compiled step (tf.cond), with t the optimizer step that `up
 A batch whose factors are not finite leaves every state untouched (the statistics counter too) and the
 returned curvature reports is_finite() False, so the optimizer skips the step.
 Cost: factor_period=1 (default) computes the factors every step, which dominates the step time of
-small networks (measured in benchmarks/results/svgd_digits.md); factor_period =
-inversion_period (e.g. KFACPreconditioner(inversion_period=20, factor_period=20)) computes them once per
-period, right before the inversion, and is the recommended setting when step time matters
-(benchmarks/results/svgd_digits.md). With the default ema_decay=0.95 the running average then spans
-about 20 statistics updates (~400 steps); that benchmark compares it with factor_period=1 on LeNet-5
-and a GRU.
+small networks; factor_period = inversion_period (e.g. KFACPreconditioner(inversion_period=20,
+factor_period=20)) computes them once per period, right before the inversion: the setting to use when
+step time matters (the running average then spans about 20 statistics updates, ~400 steps; measured in
+docs/design_measurements.md, "Curvature").
 
 What is inverted: a consumer may declare the `Curvature` methods it calls as the attribute
 `curvature_operators` of the optimizer that builds the preconditioner (a tuple of "apply", "solve",
@@ -56,7 +54,7 @@ and log-determinants (N eigendecompositions per factor) are computed only when "
 way (the optimizer's variables, hence saved models, do not depend on the consumer; those not computed
 keep their initial identity / zero values) and calling an operator that was not declared raises.
 MatrixSVGD declares ("apply_mean", "solve_mean") in mode="average" (the per-particle eigendecompositions
-are most of an inversion's cost: benchmarks/results/svgd_digits.md) and ("apply", "solve", "log_det") in
+are most of an inversion's cost) and ("apply", "solve", "log_det") in
 mode="mixture".
 """
 
@@ -69,7 +67,8 @@ import tensorflow as tf
 from bayes_keras._config import decay_rate, is_real
 from bayes_keras.curvature import kfac as kfac_lib
 from bayes_keras.curvature.records import CurvatureRequest
-from bayes_keras.curvature.preconditioners.base import Curvature, Preconditioner
+from bayes_keras.curvature.preconditioners.base import Preconditioner
+from bayes_keras.curvature.preconditioners.curvature import Curvature
 from bayes_keras.curvature.preconditioners.kfac_layer_state import (
     KFACLayerState,
     KroneckerOperator,

@@ -1,4 +1,5 @@
-"""Stein variational gradient descent, scalar and matrix-valued kernels, as pure tensor functions.
+"""Stein variational gradient descent with matrix-valued kernels, as pure tensor functions (the scalar
+kernel's direction, vanilla SVGD, is `svgd.svgd_direction`).
 
 Notation (Wang, Tang, Bajaj & Liu, "Stein Variational Gradient Descent With Matrix-Valued Kernels",
 NeurIPS 2019, https://arxiv.org/abs/1910.12794): particles x_1..x_N in R^D given as lists of (N, d_v)
@@ -62,28 +63,6 @@ def _select(values, block, size):
     out = [None] * size
     for k, v in enumerate(block):
         out[v] = values[k]
-    return out
-
-
-def svgd_direction(particles, grads, kernel, blocks):
-    """Vanilla SVGD: -phi for every particle.
-
-    Args:
-        particles: list of (N, d_v) tensors.
-        grads: list of (N, d_v) gradients of the NEGATIVE log density at the particles.
-        kernel: a bayes_keras.kernels.Kernel.
-        blocks: list of lists of indices into `particles`; one kernel per block ([[0, ..., V-1]] is
-            one joint kernel over all coordinates, one block per layer gives per-layer kernels).
-
-    Returns:
-        list of (N, d_v) tensors: -phi(x_i) = (1/N) sum_j [k_ij g_j - grad_{x_j} k(x_j, x_i)].
-    """
-    n = _n(particles)
-    out = [None] * len(particles)
-    for block in blocks:
-        k, rep = kernel.evaluate([particles[v] for v in block])
-        for v, r in zip(block, rep):
-            out[v] = (tf.matmul(k, grads[v]) - r) / n
     return out
 
 

@@ -1,20 +1,42 @@
 """SVGD: the Keras optimizer for Stein variational gradient descent (Liu & Wang 2016)."""
 
 import keras
+import tensorflow as tf
 
 from bayes_keras import kernels as kernels_lib
 from bayes_keras.core.particle_optimizer import ParticleOptimizer
 from bayes_keras.core.particle_view import merged
-from bayes_keras.optimizers.svgd.stein import svgd_direction
 
 _SCOPES = ("joint", "layer")
+
+
+def svgd_direction(particles, grads, kernel, blocks):
+    """Vanilla SVGD: -phi for every particle.
+
+    Args:
+        particles: list of (N, d_v) tensors.
+        grads: list of (N, d_v) gradients of the NEGATIVE log density at the particles.
+        kernel: a bayes_keras.kernels.Kernel.
+        blocks: list of lists of indices into `particles`; one kernel per block ([[0, ..., V-1]] is
+            one joint kernel over all coordinates, one block per layer gives per-layer kernels).
+
+    Returns:
+        list of (N, d_v) tensors: -phi(x_i) = (1/N) sum_j [k_ij g_j - grad_{x_j} k(x_j, x_i)].
+    """
+    n = tf.cast(tf.shape(particles[0])[0], particles[0].dtype)
+    out = [None] * len(particles)
+    for block in blocks:
+        k, rep = kernel.evaluate([particles[v] for v in block])
+        for v, r in zip(block, rep):
+            out[v] = (tf.matmul(k, grads[v]) - r) / n
+    return out
 
 
 @keras.saving.register_keras_serializable(package="bayes_keras")
 class SVGD(ParticleOptimizer):
     """Stein variational gradient descent ("Stein Variational Gradient Descent: A General Purpose
     Bayesian Inference Algorithm", NeurIPS 2016, https://arxiv.org/abs/1608.04471; the update below is
-    its Algorithm 1).
+    its Algorithm 1, implemented by `svgd_direction`).
 
     The particles move along the direction in the kernel's RKHS that decreases KL(q || p) fastest:
         phi(x_i) = (1/N) sum_j [ k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i) ],
