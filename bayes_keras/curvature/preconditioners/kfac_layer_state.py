@@ -1,5 +1,5 @@
 """One layer's KFAC state: its running factors, damped factors and inverses, and how its captured
-statistics map onto them (used by KFACPreconditioner, bayes_keras/preconditioners/kfac.py)."""
+statistics map onto them (used by KFACPreconditioner, kfac_preconditioner.py)."""
 
 import dataclasses
 import weakref
