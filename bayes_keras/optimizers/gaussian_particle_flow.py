@@ -8,7 +8,8 @@ equations map to:
     flow (Eq. 13)     x_i <- x_i - eta Delta_i,  Delta_i = g_bar + (1/N) sum_j (z_j . z_i) g_j - z_i,
                       computed as Delta = ((K + 1 1^T) / N) G - Z with the N x N Gram K = Z Z^T (the
                       D x D matrix A = I - E[g z^T] is never formed: O(N^2 D))      `gpf_direction`
-    structured mean field (Sec. 3.5): A block-diagonal, one Gram per block    `gpf_direction`'s blocks
+    structured mean field (Sec. 3.5): "layer": A block-diagonal, one Gram per block; "mean_field": A
+                      diagonal, Delta_i = g_bar + z_i * (diag E[g z^T] - 1)       `_structure_blocks`
     free energy       F = E_q[phi] - H(q), q = N(m, Z^T Z / N) on the particles' span
                                                       `gaussian_entropy`, `GaussianParticleFlow.report`
     dimension-wise optimizers (App. H)          `step_rules.DimWiseAdam`, `step_rules.DimWiseRMSProp`

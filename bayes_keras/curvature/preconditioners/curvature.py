@@ -28,7 +28,8 @@ Interface::
 A KFAC Curvature holds, per layer block and per particle, damped factors A_l (in+1 with bias) and
 G_l (out) with Q_l = A_l (x) G_l: apply is A_l V G_l on the (in+1, out) reshaping of a layer's
 [kernel; bias] slice, solve uses the damped inverses, log_det = out log det A_l + (in+1) log det G_l,
-and Q_bar is its documented average (mean(A) (x) mean(G), or the mean of inverses for solve_mean).
+and Q_bar = damp(mean_l A_l) (x) damp(mean_l G_l), with solve_mean its exact inverse
+(kfac_preconditioner.py).
 """
 
 import tensorflow as tf

@@ -67,7 +67,7 @@ class SVGD(ParticleOptimizer):
         >>> model.compile(optimizer=bayes_keras.optimizers.SVGD(1e-2, kernel="rbf", scope="joint"))
     """
 
-    # kernel matrix, its gradients, pairwise differences (results/size_guard_peaks.md)
+    # the kernel matrix, its gradients, pairwise differences (benchmarks/size_guard_peaks.py)
     pairwise_tensors = 16
 
     def __init__(
