@@ -478,15 +478,12 @@ class BayesianModel(ModelSerialization, ParticleTrainer, ParticlePredictor, kera
                 "strategy.run(step, args=(x, y)), which hands each replica its share (see "
                 "docs/distributed.md, the custom loop)."
             )
-        if distribute.num_replicas() > 1:  # what fit refuses, the custom loop refuses too
-            call_checks.random_layers(
-                self,
-                "bayesian_gradients",
-                "particle parallel"
-                if self._particle_parallel_active()
-                else f"{distribute.num_replicas()} replicas",
-            )
-        if self._particle_parallel_active():
+        replicas = distribute.num_replicas()
+        particle_parallel = self._particle_parallel_active()
+        if replicas > 1:  # what fit refuses, the custom loop refuses too
+            how = "particle parallel" if particle_parallel else f"{replicas} replicas"
+            call_checks.random_layers(self, "bayesian_gradients", how)
+        if particle_parallel:
             x, y, sample_weight = distribute.gather_batch((x, y, sample_weight))
         return self._gradients(x, y, sample_weight, optimizer)[:2]
 
