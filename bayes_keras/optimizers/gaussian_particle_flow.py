@@ -237,8 +237,8 @@ class GaussianParticleFlow(ParticleOptimizer):
         if not tf.executing_eagerly():
             return
         for v in self.view.variables:
-            flat = np.reshape(v.numpy(), (v.shape[0], -1))
-            if v.shape[0] > 1 and np.all(flat == flat[:1]):
+            flat = tf.reshape(v.value, (v.shape[0], -1))  # compared on device: one bool comes back
+            if v.shape[0] > 1 and bool(tf.reduce_all(tf.equal(flat, flat[:1]))):
                 warnings.warn(
                     f"GaussianParticleFlow: all particles of {v.path} are identical. The flow is affine, so "
                     "particles equal along a coordinate stay equal there (a rank-deficient Gaussian); "

@@ -7,15 +7,16 @@ from bayes_keras.curvature.kfac.specs import spec
 from bayes_keras.curvature.kinds import layer_kind
 
 
-def recurrent_spec(layer):
-    """Kronecker spec of a SimpleRNN or LSTM particle layer: an input and a recurrent block."""
+def recurrent_spec(layer, reset_after=None):
+    """Kronecker spec of a SimpleRNN or LSTM particle layer: an input and a recurrent block (a GRU's, with
+    its `reset_after`: `gru_spec`)."""
     return spec(
         layer_kind(layer),
         layer.kernel,
         getattr(layer, "bias", None),
         layer.recurrent_kernel,
         int(layer.units),
-        None,
+        reset_after,
         layer,
     )
 
@@ -23,15 +24,7 @@ def recurrent_spec(layer):
 def gru_spec(layer):
     """Kronecker spec of a GRU particle layer: an input block and, by its `reset_after`, one recurrent block
     (reset after the recurrent matmul) or two (the update / reset gates' and the candidate's)."""
-    return spec(
-        layer_kind(layer),
-        layer.kernel,
-        getattr(layer, "bias", None),
-        layer.recurrent_kernel,
-        int(layer.units),
-        bool(layer.reset_after),
-        layer,
-    )
+    return recurrent_spec(layer, bool(layer.reset_after))
 
 
 def recurrent_factors(layer, record, e, scale, reset_after=None):

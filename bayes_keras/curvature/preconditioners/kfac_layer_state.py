@@ -123,9 +123,10 @@ class KFACLayerState:
         the structure its variables suggested at build and computes the blocks' prior precisions; later
         steps find the record by its layer (setup once, as an optimizer builds once)."""
         layer = None if self._layer is None else self._layer()
-        found = [r for r in records if layer is not None and r.layer is layer]
-        if len(found) == 1:
-            return found[0]
+        if layer is not None:
+            found = [r for r in records if r.layer is layer]
+            if len(found) == 1:
+                return found[0]
         variables = self.candidates[0].variables
         found = [
             r
