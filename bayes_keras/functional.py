@@ -44,7 +44,7 @@ def run_particles(
     Args:
         log_prob_fn: maps an (N, D) float32 tensor to the (N,) unnormalised log densities.
         initial_particles: (N, D) array.
-        optimizer: a `bayes_keras.optimizers.ParticleOptimizer` (e.g. GaussianParticleFlow).
+        optimizer: any `bayes_keras.optimizers.BayesianOptimizer` (e.g. GaussianParticleFlow).
         num_steps: number of updates.
         chunk: steps per compiled loop (the free energy is recorded at every step).
         record_trajectory: also return the particles after every step (`ParticleRun.trajectory`).

@@ -640,9 +640,9 @@ class _NonFiniteStepWarning(keras.callbacks.Callback):
             optimizer = self._bayesian_model.optimizer
             warnings.warn(
                 f"{optimizer.method_name}: {updates} update(s) skipped because the new particles or posterior "
-                "state were not finite (e.g. a NaN or too large learning rate, an exploding gradient, a "
-                "singular curvature); the particles and the optimizer's state were left unchanged. Lower the "
-                "learning rate.",
+                "state were not finite or a condition of the method failed (e.g. a NaN or too large learning "
+                "rate, an exploding gradient, a singular curvature); the particles and the optimizer's state "
+                "were left unchanged. Lower the learning rate.",
                 RuntimeWarning,
                 stacklevel=2,
             )
