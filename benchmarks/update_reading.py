@@ -22,6 +22,7 @@ Run on another checkout to compare versions (the counts are of that tree's files
 import argparse
 import ast
 import collections
+import functools
 import os
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def _definitions_entered(path, ran):
     return total
 
 
+@functools.lru_cache(maxsize=None)  # the core files are on every method's path: formatted once
 def _code_lines(path):
     """Lines of `path`'s code alone: its docstrings and comments deleted (ast.unparse keeps no comment),
     then formatted by ruff at 100 columns (which puts back the blank lines it requires)."""

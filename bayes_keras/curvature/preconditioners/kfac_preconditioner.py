@@ -4,18 +4,20 @@ The statistics come from BayesianModel's curvature capture (bayes_keras.curvatur
 turned into factors by bayes_keras.curvature.kfac (see its docstring for the conventions: matrix
 views, homogeneous coordinate for biases, locations, the scale n_train / temperature sitting in G,
 the Kronecker blocks of recurrent layers). This module keeps running averages of the factors as
-optimizer variables, damps and inverts them, and exposes them as a `Curvature` (curvature/preconditioners/curvature.py).
+optimizer variables, damps and inverts them, and exposes them as a `Curvature`
+(curvature/preconditioners/curvature.py).
 
 Per layer (variable group) and particle l, Q_l is block-diagonal over the layer's Kronecker blocks,
 each (A_l + pi sqrt(lambda) I) (x) (G_l + sqrt(lambda) / pi I) (the "pi-split" Tikhonov damping of
 Martens & Grosse 2015, pi = sqrt((tr A / dim A) / (tr G / dim G)), per particle, clipped to
 [1e-8, 1e8], 1 when a trace is 0), lambda = damping + the prior's precision / temperature (below).
 
-Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR (curvature/preconditioners/curvature.py); the
-Normal prior adds its precision 1 / (s^2 T) to every coordinate, which a Kronecker product cannot
-hold exactly, so (include_prior=True, default) it is added to the damping lambda of each block (the
-coordinate-weighted mean of the block's prior precisions, e.g. 1 for the default N(0, 1) prior,
-divided by the model's temperature T). Priors without a `stddev` add nothing.
+Prior: Q is meant to be the curvature of the NEGATIVE LOG POSTERIOR
+(curvature/preconditioners/curvature.py); the Normal prior adds its precision 1 / (s^2 T) to every
+coordinate, which a Kronecker product cannot hold exactly, so (include_prior=True, default) it is
+added to the damping lambda of each block (the coordinate-weighted mean of the block's prior
+precisions, e.g. 1 for the default N(0, 1) prior, divided by the model's temperature T). Priors
+without a `stddev` add nothing.
 
 Mean curvature Q_bar (apply_mean / solve_mean, MatrixSVGD's "average" mode): per block
 damp(mean_l A_l) (x) damp(mean_l G_l), the mean of the RAW running factors, damped like a particle's

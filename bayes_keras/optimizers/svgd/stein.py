@@ -10,8 +10,9 @@ DIRECTION TO SUBTRACT, -phi, as gpf_direction does (the optimizer steps x <- x -
 Vanilla SVGD (Liu & Wang 2016):
     phi(x_i) = (1/N) sum_j [ k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i) ].
 
-Matrix-valued kernels (Wang et al. 2019, their Algorithm 1; vanilla SVGD above is Liu & Wang's): phi(x_i) = (1/N) sum_j [K(x_i, x_j) grad log p(x_j)
-+ K(x_i, x_j) grad_{x_j}], with (K grad)_l = sum_m d/dx_m K_lm.
+Matrix-valued kernels (Wang et al. 2019, their Algorithm 1; vanilla SVGD above is Liu & Wang's):
+phi(x_i) = (1/N) sum_j [K(x_i, x_j) grad log p(x_j) + K(x_i, x_j) grad_{x_j}], with
+(K grad)_l = sum_m d/dx_m K_lm.
 
 "average" (Eqs. 12-15), K(x, x') = Q^{-1} k_Q(x, x') with the constant Q = Q_bar (the particles' average
 curvature) and k_Q(x, x') = k(||x - x'||_Q^2) (for RBF exp(-||x - x'||_Q^2 / h), h = the median of
